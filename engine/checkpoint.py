@@ -1,0 +1,326 @@
+"""Safetensors reader (and a small writer) written for this format.
+
+Why not the `safetensors` package: Merlin must bound-check every header field before it slices
+anything and turn every malformed file into a CheckpointError with a message, and it converts
+BF16/F16 to f32 one tensor at a time straight from an mmap so that peak memory stays near one
+copy of the weights. The format is small (8-byte length, JSON header, raw little-endian data).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CheckpointError
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors package uses the same cap
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+
+# dtype name -> (numpy dtype of the stored bytes, bytes per element)
+DTYPES = {
+    "F32": (np.dtype("<f4"), 4),
+    "F16": (np.dtype("<f2"), 2),
+    "BF16": (np.dtype("<u2"), 2),
+    "F64": (np.dtype("<f8"), 8),
+    "I64": (np.dtype("<i8"), 8),
+    "I32": (np.dtype("<i4"), 4),
+    "I16": (np.dtype("<i2"), 2),
+    "I8": (np.dtype("i1"), 1),
+    "U8": (np.dtype("u1"), 1),
+    "BOOL": (np.dtype("?"), 1),
+}
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # offset in the file, after the header
+    end: int
+    file: Path
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+def _reject_duplicates(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+class SafetensorsFile:
+    """One .safetensors file: header parsed and validated at open, data mapped lazily."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self._fd = open(self.path, "rb")
+        except FileNotFoundError:
+            raise CheckpointError(f"{self.path}: file is missing.") from None
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot open ({e.strerror}).") from None
+        try:
+            self.tensors, self.metadata = self._read_header()
+            self._map = None
+            if self._data_size:
+                self._map = mmap.mmap(self._fd.fileno(), 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            self._fd.close()
+            raise
+
+    def _fail(self, problem: str) -> CheckpointError:
+        return CheckpointError(
+            f"{self.path}: {problem}. The file is damaged or not a safetensors file; "
+            "download it again."
+        )
+
+    def _read_header(self):
+        size = os.fstat(self._fd.fileno()).st_size
+        if size < 8:
+            raise self._fail(f"file is {size} bytes, too short for a safetensors header")
+        n = int.from_bytes(self._fd.read(8), "little")
+        if n > MAX_HEADER_BYTES:
+            raise self._fail(f"header length {n} is larger than the {MAX_HEADER_BYTES} byte limit")
+        if 8 + n > size:
+            raise self._fail(f"header length {n} is larger than the file ({size} bytes)")
+        raw = self._fd.read(n)
+        try:
+            header = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self._fail(f"header is not valid JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise self._fail("header is not a JSON object")
+        self._data_start = 8 + n
+        self._data_size = size - self._data_start
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict):
+            raise self._fail("__metadata__ is not an object")
+        tensors: dict[str, TensorInfo] = {}
+        for name, entry in header.items():
+            tensors[name] = self._check_entry(name, entry)
+        spans = sorted((t.begin, t.end, t.name) for t in tensors.values() if t.end > t.begin)
+        for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
+            if begin_b < end_a:
+                raise self._fail(f"tensors {a!r} and {b!r} overlap")
+        return tensors, metadata
+
+    def _check_entry(self, name: str, entry) -> TensorInfo:
+        if not isinstance(entry, dict):
+            raise self._fail(f"entry for {name!r} is not an object")
+        dtype = entry.get("dtype")
+        if dtype not in DTYPES:
+            raise self._fail(f"tensor {name!r} has unknown dtype {dtype!r}")
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
+        ):
+            raise self._fail(f"tensor {name!r} has an invalid shape {shape!r}")
+        offsets = entry.get("data_offsets")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        ):
+            raise self._fail(f"tensor {name!r} has invalid data_offsets {offsets!r}")
+        begin, end = offsets
+        if not 0 <= begin <= end <= self._data_size:
+            raise self._fail(
+                f"tensor {name!r} data_offsets [{begin}, {end}] lie outside the "
+                f"{self._data_size} data bytes (truncated file?)"
+            )
+        count = 1
+        for s in shape:
+            count *= s  # Python ints: no overflow
+        if count * DTYPES[dtype][1] != end - begin:
+            raise self._fail(
+                f"tensor {name!r}: shape {shape} x {dtype} needs {count * DTYPES[dtype][1]} "
+                f"bytes but data_offsets span {end - begin}"
+            )
+        return TensorInfo(name, dtype, tuple(shape), begin, end, self.path)
+
+    def raw(self, name: str) -> np.ndarray:
+        """The stored values as a read-only view of the mapped file (no copy)."""
+        info = self.tensors[name]
+        np_dtype, _ = DTYPES[info.dtype]
+        if info.nbytes == 0:
+            return np.zeros(info.shape, np_dtype)
+        start = self._data_start + info.begin
+        arr = np.frombuffer(
+            self._map, dtype=np_dtype, count=info.nbytes // np_dtype.itemsize, offset=start
+        )
+        return arr.reshape(info.shape)
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a view is still alive; the OS releases the map with the last reference
+            self._map = None
+        self._fd.close()
+
+
+def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored values -> a new C-contiguous float32 array."""
+    if dtype == "BF16":
+        out = np.empty(raw.shape, np.uint32)
+        np.left_shift(raw, 16, out=out, dtype=np.uint32)
+        return out.view(np.float32)
+    if dtype in FLOAT_DTYPES:
+        return np.ascontiguousarray(raw, dtype=np.float32)
+    raise CheckpointError(f"a {dtype} tensor cannot be used as a float weight")
+
+
+class Checkpoint:
+    """All safetensors files of one checkpoint folder, single-file or sharded."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        index = self.folder / INDEX_NAME
+        self.files: dict[Path, SafetensorsFile] = {}
+        self.tensors: dict[str, TensorInfo] = {}
+        try:
+            if index.is_file():
+                self._open_sharded(index)
+            elif (self.folder / SINGLE_NAME).is_file():
+                self._open_file(self.folder / SINGLE_NAME)
+            else:
+                found = sorted(p.name for p in self.folder.glob("*.safetensors"))
+                if len(found) != 1:
+                    raise CheckpointError(
+                        f"{self.folder}: no {SINGLE_NAME} or {INDEX_NAME} found. Choose the "
+                        "folder of a Hugging Face checkpoint with its .safetensors weights."
+                    )
+                self._open_file(self.folder / found[0])
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_file(self, path: Path) -> SafetensorsFile:
+        if path not in self.files:
+            f = SafetensorsFile(path)
+            self.files[path] = f
+            for name, info in f.tensors.items():
+                if name in self.tensors:
+                    raise CheckpointError(f"{path}: tensor {name!r} is also in another shard.")
+                self.tensors[name] = info
+        return self.files[path]
+
+    def _open_sharded(self, index: Path) -> None:
+        from .config import read_json
+
+        data = read_json(index, INDEX_NAME)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index}: 'weight_map' is missing or empty.")
+        for name, file in weight_map.items():
+            if not isinstance(file, str) or "/" in file or "\\" in file or file.startswith("."):
+                raise CheckpointError(f"{index}: shard name {file!r} for {name!r} is not valid.")
+        for file in sorted(set(weight_map.values())):
+            self._open_file(self.folder / file)
+        for name, file in weight_map.items():
+            info = self.tensors.get(name)
+            if info is None or info.file.name != file:
+                raise CheckpointError(
+                    f"{index}: tensor {name!r} should be in {file} but is not there."
+                )
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise CheckpointError(
+                f"{self.folder}: tensor {name!r} is missing from the weights."
+            ) from None
+
+    def raw(self, name: str) -> np.ndarray:
+        info = self.info(name)
+        return self.files[info.file].raw(name)
+
+    def read_f32(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """One tensor as a new float32 array, its shape checked against what the config says."""
+        info = self.info(name)
+        if shape is not None and tuple(shape) != info.shape:
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r} has shape {list(info.shape)} but config.json "
+                f"implies {list(shape)}. The config does not match the weights."
+            )
+        if info.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
+            )
+        return to_f32(self.raw(name), info.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even float32 -> bfloat16 bits (uint16)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits + (np.uint32(0x7FFF) + ((bits >> 16) & 1))
+    return (rounded >> 16).astype(np.uint16)
+
+
+def save_safetensors(
+    path: Path, tensors: dict, dtype: str = "BF16", metadata: dict[str, str] | None = None
+) -> None:
+    """Write float tensors in one dtype (BF16, F16 or F32), one tensor at a time.
+
+    tensors: name -> array, or name -> (shape, make) where make() returns the array only when
+    it is written, so a multi-GB checkpoint never sits in memory whole.
+    """
+    shapes = {
+        name: (v.shape if isinstance(v, np.ndarray) else tuple(v[0])) for name, v in tensors.items()
+    }
+    entries, offset = {}, 0
+    for name, shape in shapes.items():
+        n = int(np.prod(shape)) * DTYPES[dtype][1]
+        entries[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    if metadata:
+        entries["__metadata__"] = metadata
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    tmp = Path(str(path) + ".part")
+    with open(tmp, "wb") as f:
+        f.write(len(header).to_bytes(8, "little"))
+        f.write(header)
+        for name, value in tensors.items():
+            arr = value if isinstance(value, np.ndarray) else value[1]()
+            if tuple(arr.shape) != shapes[name]:
+                raise ValueError(f"{name}: made shape {arr.shape}, declared {shapes[name]}")
+            if dtype == "BF16":
+                data = f32_to_bf16(arr)
+            else:
+                data = np.ascontiguousarray(arr, dtype=DTYPES[dtype][0])
+            f.write(data.tobytes())
+    os.replace(tmp, path)

@@ -1,0 +1,251 @@
+"""merlin-cli: headless use of the engine (info, generate, logits).
+
+The flags are used by checks outside the test suite; keep them stable. Every error a user can
+cause ends in one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .errors import MerlinError
+
+EXIT_USER_ERROR = 2
+
+
+def _model_dir(arg: str | None) -> Path:
+    if arg:
+        return Path(arg).expanduser()
+    from .demo import ensure_demo_checkpoint
+
+    return ensure_demo_checkpoint()
+
+
+def _load(args):
+    from .model import load_model
+    from .threads import set_threads
+
+    set_threads(args.threads)
+    return load_model(_model_dir(args.model), weights=args.weights)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="checkpoint folder (default: the built-in demo checkpoint)")
+    p.add_argument("--weights", default="f32", help="weight format: f32")
+    p.add_argument("--threads", type=int, default=None, help="kernel threads (default: all)")
+
+
+def cmd_info(args) -> int:
+    from .checkpoint import Checkpoint
+    from .config import load_config
+    from .text import expected_text_tensors
+
+    folder = _model_dir(args.model)
+    cfg = load_config(folder)
+    t = cfg.text
+    with Checkpoint(folder) as ckpt:
+        dtypes = sorted({ckpt.info(n).dtype for n in ckpt.tensors})
+        n_total = sum(int(np.prod(i.shape)) for i in ckpt.tensors.values())
+    text_tensors = expected_text_tensors(cfg)
+    matrices = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 2)
+    vectors = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 1)
+    # a decode step reads every layer matrix and the lm_head once, plus one embedding row
+    embed = t.vocab_size * t.hidden_size
+    read = matrices if cfg.tie_word_embeddings else matrices - embed + t.hidden_size
+    per_token = {"f32": (read + vectors) * 4}
+    kv_per_token = 2 * t.num_hidden_layers * t.kv_size * 4
+    info = {
+        "folder": str(folder),
+        "architecture": cfg.describe(),
+        "model_type": cfg.model_type,
+        "layers": t.num_hidden_layers,
+        "hidden_size": t.hidden_size,
+        "intermediate_size": t.intermediate_size,
+        "heads": t.num_attention_heads,
+        "kv_heads": t.num_key_value_heads,
+        "head_dim": t.head_dim,
+        "vocab_size": t.vocab_size,
+        "rope_theta": t.rope_theta,
+        "mrope_section": list(t.mrope_section),
+        "tied_lm_head": cfg.tie_word_embeddings,
+        "vision": None
+        if cfg.vision is None
+        else {
+            "depth": cfg.vision.depth,
+            "hidden_size": cfg.vision.hidden_size,
+            "deepstack_visual_indexes": list(cfg.vision.deepstack_visual_indexes),
+        },
+        "checkpoint_dtypes": dtypes,
+        "params_total": n_total,
+        "params_text": matrices + vectors,
+        "weight_bytes_per_token": per_token,
+        "kv_bytes_per_token": {"f32": kv_per_token},
+    }
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"model:        {folder}")
+    print(f"architecture: {info['architecture']}")
+    print(f"rope:         theta {t.rope_theta:g}, mrope_section {list(t.mrope_section)}")
+    if cfg.vision:
+        v = cfg.vision
+        print(
+            f"vision:       {v.depth} blocks, hidden {v.hidden_size}, {v.num_heads} heads, "
+            f"deepstack {list(v.deepstack_visual_indexes)}"
+        )
+    print(f"parameters:   {n_total:,} total, {matrices + vectors:,} text decoder")
+    print(f"stored as:    {', '.join(dtypes)}")
+    for fmt, b in per_token.items():
+        print(
+            f"bytes/token:  {b:,} weights ({fmt}) + {kv_per_token:,} KV ({fmt}) per context token"
+        )
+    return 0
+
+
+def _sampling(args, model):
+    from dataclasses import replace
+
+    base = model.defaults.sampling
+    overrides = {
+        k: v
+        for k, v in {
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "min_p": args.min_p,
+            "repetition_penalty": args.repetition_penalty,
+            "seed": args.seed,
+        }.items()
+        if v is not None
+    }
+    return replace(base, **overrides).validate()
+
+
+def cmd_generate(args) -> int:
+    from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
+    from .prompt import chat_prompt_ids
+
+    model = _load(args)
+    prompt = chat_prompt_ids(model.tokenizer, args.prompt, system=args.system)
+    request = GenerationRequest(
+        prompt_ids=prompt,
+        sampling=_sampling(args, model),
+        max_new_tokens=args.max_new_tokens,
+        ignore_eos=args.ignore_eos,
+    )
+    out = sys.stdout
+    for event in generate(model, request, max_context=args.max_context):
+        if args.json:
+            if isinstance(event, PrefillDone):
+                obj = {
+                    "event": "prefill",
+                    "n_tokens": event.n_tokens,
+                    "vision_ms": event.vision_ms,
+                    "prefill_ms": round(event.prefill_ms, 3),
+                }
+            elif isinstance(event, Tokens):
+                obj = {
+                    "event": "tokens",
+                    "text": event.text,
+                    "ids": event.ids,
+                    "profile": event.profile.to_dict(),
+                }
+            else:
+                obj = {"event": "finished", "reason": event.reason, **event.totals}
+            out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            out.flush()
+        elif isinstance(event, Tokens):
+            out.write(event.text)
+            out.flush()
+        elif isinstance(event, Finished):
+            out.write("\n")
+            t = event.totals
+            print(
+                f"[{event.reason}: {t['generated_tokens']} tokens, "
+                f"prefill {t['prefill_ms']:.0f} ms, {t['tokens_per_s']:.1f} tok/s]",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def cmd_logits(args) -> int:
+    from .prompt import chat_prompt_ids
+    from .rope import text_positions
+
+    model = _load(args)
+    prompt = chat_prompt_ids(model.tokenizer, args.prompt, system=args.system)
+    from .generate import check_prompt
+
+    check_prompt(model, prompt, model.max_context)
+    cache = model.text.new_cache(len(prompt))
+    logits = model.text.forward(
+        np.asarray(prompt), text_positions(0, len(prompt)), cache, logits="all"
+    )
+    out = Path(args.out)
+    try:
+        np.save(out, logits.astype(np.float32))
+    except OSError as e:
+        raise MerlinError(f"{out}: cannot write ({e.strerror}).") from None
+    print(f"saved logits {logits.shape} for {len(prompt)} prompt tokens to {out}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="merlin-cli", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="architecture, sizes and bytes per token of a checkpoint")
+    _add_model_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("generate", help="stream an answer to PROMPT")
+    _add_model_args(p)
+    p.add_argument("prompt", metavar="PROMPT")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-context", type=int, default=None, help="context budget in tokens")
+    p.add_argument("--temperature", type=float, default=None, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--min-p", type=float, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="generate eos tokens like any other token"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per event per line")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("logits", help="save prefill logits for every prompt position")
+    _add_model_args(p)
+    p.add_argument("prompt", metavar="PROMPT")
+    p.add_argument("--system", default=None)
+    p.add_argument("--out", required=True, help="FILE.npy")
+    p.set_defaults(func=cmd_logits)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if getattr(args, "max_new_tokens", 1) < 1:
+            raise MerlinError("--max-new-tokens must be at least 1.")
+        return args.func(args)
+    except MerlinError as e:
+        print(f"merlin-cli: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("merlin-cli: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

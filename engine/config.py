@@ -1,0 +1,288 @@
+"""Typed view of a Qwen3-VL `config.json`, validated with messages a user can act on.
+
+Two spellings exist: the published checkpoints (transformers 4.57: `rope_theta` and
+`rope_scaling` inside text_config, vision model_type "qwen3_vl") and what transformers 5.x
+writes (`rope_parameters`). Both load into the same dataclasses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import CheckpointError
+
+SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    rope_theta: float
+    mrope_section: tuple[int, int, int]
+    mrope_interleaved: bool
+    rms_norm_eps: float
+    hidden_act: str = "silu"
+    attention_bias: bool = False
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def n_params(self) -> int:
+        """Decoder parameters without the embedding (lm_head counted separately)."""
+        d, i = self.hidden_size, self.intermediate_size
+        attn = d * self.q_size * 2 + d * self.kv_size * 2
+        per_layer = attn + 3 * d * i + 2 * d + 2 * self.head_dim
+        return self.num_hidden_layers * per_layer + d
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    patch_size: int
+    temporal_patch_size: int
+    spatial_merge_size: int
+    in_channels: int
+    out_hidden_size: int
+    num_position_embeddings: int
+    deepstack_visual_indexes: tuple[int, ...]
+    hidden_act: str = "gelu_pytorch_tanh"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    text: TextConfig
+    vision: VisionConfig | None
+    tie_word_embeddings: bool
+    image_token_id: int
+    video_token_id: int
+    vision_start_token_id: int
+    vision_end_token_id: int
+    identity: str = field(default="", compare=False)
+
+    def describe(self) -> str:
+        t = self.text
+        return (
+            f"{self.model_type}: {t.num_hidden_layers} layers, hidden {t.hidden_size}, "
+            f"heads {t.num_attention_heads}/{t.num_key_value_heads} x {t.head_dim}, "
+            f"mlp {t.intermediate_size}, vocab {t.vocab_size}, "
+            f"{'tied' if self.tie_word_embeddings else 'untied'} lm_head"
+        )
+
+
+def _need(d: dict, key: str, kind, where: str, path: Path):
+    if key not in d:
+        raise CheckpointError(f"{path}: '{where}{key}' is missing. Is this a Qwen3-VL checkpoint?")
+    value = d[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise CheckpointError(f"{path}: '{where}{key}' must be an integer, got {value!r}.")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise CheckpointError(f"{path}: '{where}{key}' must be a number, got {value!r}.")
+    if kind is int and value <= 0 and key not in ("image_token_id",):
+        raise CheckpointError(f"{path}: '{where}{key}' must be positive, got {value}.")
+    return kind(value)
+
+
+def _rope(text: dict, path: Path) -> tuple[float, tuple[int, int, int], bool]:
+    """rope_theta/mrope_section from either spelling (4.57 rope_scaling or 5.x rope_parameters)."""
+    params = text.get("rope_parameters")
+    scaling = text.get("rope_scaling")
+    if params is not None and not isinstance(params, dict):
+        raise CheckpointError(f"{path}: 'text_config.rope_parameters' must be an object.")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise CheckpointError(f"{path}: 'text_config.rope_scaling' must be an object.")
+    merged = {**(scaling or {}), **(params or {})}
+    theta = merged.get("rope_theta", text.get("rope_theta"))
+    if theta is None:
+        raise CheckpointError(
+            f"{path}: no rope_theta found (neither text_config.rope_theta nor "
+            "text_config.rope_parameters.rope_theta)."
+        )
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
+        raise CheckpointError(f"{path}: rope_theta must be a number > 1, got {theta!r}.")
+    rope_type = merged.get("rope_type", merged.get("type", "default"))
+    if rope_type not in ("default", "mrope"):
+        raise CheckpointError(
+            f"{path}: rope_type '{rope_type}' is not supported (Qwen3-VL uses 'default')."
+        )
+    section = merged.get("mrope_section", [24, 20, 20])
+    if (
+        not isinstance(section, list)
+        or len(section) != 3
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in section)
+    ):
+        raise CheckpointError(f"{path}: mrope_section must be three integers, got {section!r}.")
+    return float(theta), tuple(section), bool(merged.get("mrope_interleaved", True))
+
+
+def parse_config(raw: dict, path: Path) -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: expected a JSON object at the top level.")
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise CheckpointError(
+            f"{path}: model_type {model_type!r} is not supported. Merlin runs Qwen3-VL "
+            "checkpoints (model_type 'qwen3_vl', e.g. Qwen/Qwen3-VL-2B-Instruct)."
+        )
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise CheckpointError(f"{path}: 'text_config' is missing or not an object.")
+    w = "text_config."
+    hidden = _need(text, "hidden_size", int, w, path)
+    n_heads = _need(text, "num_attention_heads", int, w, path)
+    n_kv = text.get("num_key_value_heads") or n_heads
+    if isinstance(n_kv, bool) or not isinstance(n_kv, int) or n_kv <= 0:
+        raise CheckpointError(
+            f"{path}: 'text_config.num_key_value_heads' must be a positive integer."
+        )
+    head_dim = text.get("head_dim") or hidden // n_heads
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+        raise CheckpointError(f"{path}: 'text_config.head_dim' must be a positive integer.")
+    if n_heads % n_kv:
+        raise CheckpointError(
+            f"{path}: num_attention_heads ({n_heads}) is not a multiple of "
+            f"num_key_value_heads ({n_kv})."
+        )
+    if head_dim % 2:
+        raise CheckpointError(f"{path}: head_dim ({head_dim}) must be even for rotary embeddings.")
+    theta, section, interleaved = _rope(text, path)
+    if sum(section) != head_dim // 2:
+        raise CheckpointError(
+            f"{path}: mrope_section {list(section)} must add up to head_dim/2 = {head_dim // 2}."
+        )
+    act = text.get("hidden_act", "silu")
+    if act != "silu":
+        raise CheckpointError(f"{path}: text hidden_act {act!r} is not supported (expected silu).")
+    if text.get("attention_bias", False):
+        raise CheckpointError(f"{path}: attention_bias=true is not supported by Qwen3-VL.")
+    eps = text.get("rms_norm_eps", 1e-6)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise CheckpointError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}.")
+    text_cfg = TextConfig(
+        hidden_size=hidden,
+        num_hidden_layers=_need(text, "num_hidden_layers", int, w, path),
+        intermediate_size=_need(text, "intermediate_size", int, w, path),
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv,
+        head_dim=head_dim,
+        vocab_size=_need(text, "vocab_size", int, w, path),
+        max_position_embeddings=int(text.get("max_position_embeddings", 262144)),
+        rope_theta=theta,
+        mrope_section=section,
+        mrope_interleaved=interleaved,
+        rms_norm_eps=float(eps),
+    )
+    vision = _parse_vision(raw.get("vision_config"), path)
+    if vision is not None and vision.out_hidden_size != hidden:
+        raise CheckpointError(
+            f"{path}: vision_config.out_hidden_size ({vision.out_hidden_size}) must equal "
+            f"text_config.hidden_size ({hidden})."
+        )
+    tie = raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+
+    def token_id(key: str, default: int) -> int:
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CheckpointError(f"{path}: '{key}' must be a non-negative integer.")
+        return value
+
+    identity = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
+    return ModelConfig(
+        model_type=model_type,
+        text=text_cfg,
+        vision=vision,
+        tie_word_embeddings=bool(tie),
+        image_token_id=token_id("image_token_id", 151655),
+        video_token_id=token_id("video_token_id", 151656),
+        vision_start_token_id=token_id("vision_start_token_id", 151652),
+        vision_end_token_id=token_id("vision_end_token_id", 151653),
+        identity=identity,
+    )
+
+
+def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
+    if vision is None:
+        return None
+    if not isinstance(vision, dict):
+        raise CheckpointError(f"{path}: 'vision_config' must be an object.")
+    w = "vision_config."
+    depth = _need(vision, "depth", int, w, path)
+    hidden = _need(vision, "hidden_size", int, w, path)
+    heads = _need(vision, "num_heads", int, w, path)
+    if hidden % heads or (hidden // heads) % 4:
+        raise CheckpointError(
+            f"{path}: vision hidden_size ({hidden}) / num_heads ({heads}) must be a multiple of 4."
+        )
+    indexes = vision.get("deepstack_visual_indexes", [])
+    if not isinstance(indexes, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < depth for i in indexes
+    ):
+        raise CheckpointError(
+            f"{path}: deepstack_visual_indexes must be block indexes below depth {depth}."
+        )
+    return VisionConfig(
+        depth=depth,
+        hidden_size=hidden,
+        intermediate_size=_need(vision, "intermediate_size", int, w, path),
+        num_heads=heads,
+        patch_size=int(vision.get("patch_size", 16)),
+        temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
+        spatial_merge_size=int(vision.get("spatial_merge_size", 2)),
+        in_channels=int(vision.get("in_channels", 3)),
+        out_hidden_size=_need(vision, "out_hidden_size", int, w, path),
+        num_position_embeddings=int(vision.get("num_position_embeddings", 2304)),
+        deepstack_visual_indexes=tuple(indexes),
+        hidden_act=str(vision.get("hidden_act", "gelu_pytorch_tanh")),
+    )
+
+
+def read_json(path: Path, what: str) -> dict:
+    """Read a JSON object from a checkpoint file with a clear error for each way it can fail."""
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path}: {what} is missing. Choose a Hugging Face checkpoint folder."
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: {what} is not valid JSON ({e}).") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read {what} ({e.strerror}).") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: {what} must hold a JSON object.")
+    return data
+
+
+def load_config(folder: Path) -> ModelConfig:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{folder}: no such folder. Give the folder of a Qwen3-VL checkpoint "
+            "(with config.json, model.safetensors and tokenizer.json)."
+        )
+    path = folder / "config.json"
+    return parse_config(read_json(path, "config.json"), path)

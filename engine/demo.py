@@ -1,0 +1,266 @@
+"""The demo checkpoint: a small random-weight Qwen3-VL in the real folder layout.
+
+It is the default model when the user has none and what the tests run on. Everything in it
+(config in the published 4.57 spelling, bf16 safetensors, a tokenizer trained by the project
+with all Qwen special tokens, a ChatML template that handles images) goes through the same
+loading code as a downloaded checkpoint. Its answers are random text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from platformdirs import user_cache_dir
+
+from .checkpoint import save_safetensors
+from .demo_tokenizer import DEMO_VOCAB_SIZE, write_demo_tokenizer
+from .version import __version__
+
+DEMO_SEED = 1234
+
+# Shapes small enough to build in a second and run at interactive speed in tests, with the
+# real structure: GQA 2:1, head_dim 64 with the 2B's MRoPE section ratios, a ViT with
+# DeepStack. The lm_head is untied: with a tied random head the argmax echoes the input
+# token, and the demo would answer with one token over and over.
+DEMO_TEXT = {
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "intermediate_size": 768,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": DEMO_VOCAB_SIZE,
+    "max_position_embeddings": 8192,
+    "rope_theta": 5000000,
+    "rope_scaling": {
+        "rope_type": "default",
+        "mrope_section": [12, 10, 10],
+        "mrope_interleaved": True,
+    },
+}
+DEMO_VISION = {
+    "depth": 2,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_heads": 4,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "in_channels": 3,
+    "out_hidden_size": 256,
+    "num_position_embeddings": 256,
+    "deepstack_visual_indexes": [0, 1],
+}
+
+
+def qwen3vl_config(
+    text: dict, vision: dict, tokenizer_ids: dict[str, int], tie: bool = True
+) -> dict:
+    """A config.json in the published (transformers 4.57) spelling."""
+    return {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "image_token_id": tokenizer_ids["<|image_pad|>"],
+        "video_token_id": tokenizer_ids["<|video_pad|>"],
+        "vision_start_token_id": tokenizer_ids["<|vision_start|>"],
+        "vision_end_token_id": tokenizer_ids["<|vision_end|>"],
+        "tie_word_embeddings": tie,
+        "text_config": {
+            "model_type": "qwen3_vl_text",
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "rms_norm_eps": 1e-6,
+            "bos_token_id": tokenizer_ids["<|endoftext|>"],
+            "eos_token_id": tokenizer_ids["<|im_end|>"],
+            "tie_word_embeddings": tie,
+            "dtype": "bfloat16",
+            **text,
+        },
+        "vision_config": {"model_type": "qwen3_vl", "hidden_act": "gelu_pytorch_tanh", **vision},
+        "dtype": "bfloat16",
+        "transformers_version": "4.57.0.dev0",
+    }
+
+
+def tensor_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a Qwen3-VL checkpoint with its shape, in the published order."""
+    t, v = config["text_config"], config["vision_config"]
+    d, hd = t["hidden_size"], t["head_dim"]
+    q, kv, i = t["num_attention_heads"] * hd, t["num_key_value_heads"] * hd, t["intermediate_size"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    p = "model.language_model."
+    shapes[p + "embed_tokens.weight"] = (t["vocab_size"], d)
+    for n in range(t["num_hidden_layers"]):
+        lp = f"{p}layers.{n}."
+        shapes.update(
+            {
+                lp + "input_layernorm.weight": (d,),
+                lp + "self_attn.q_proj.weight": (q, d),
+                lp + "self_attn.k_proj.weight": (kv, d),
+                lp + "self_attn.v_proj.weight": (kv, d),
+                lp + "self_attn.o_proj.weight": (d, q),
+                lp + "self_attn.q_norm.weight": (hd,),
+                lp + "self_attn.k_norm.weight": (hd,),
+                lp + "post_attention_layernorm.weight": (d,),
+                lp + "mlp.gate_proj.weight": (i, d),
+                lp + "mlp.up_proj.weight": (i, d),
+                lp + "mlp.down_proj.weight": (d, i),
+            }
+        )
+    shapes[p + "norm.weight"] = (d,)
+    if not config.get("tie_word_embeddings", False):
+        shapes["lm_head.weight"] = (t["vocab_size"], d)
+    vd, vi, out = v["hidden_size"], v["intermediate_size"], v["out_hidden_size"]
+    ps, tp, ch = v["patch_size"], v["temporal_patch_size"], v["in_channels"]
+    m = vd * v["spatial_merge_size"] ** 2
+    vp = "model.visual."
+    shapes[vp + "patch_embed.proj.weight"] = (vd, ch, tp, ps, ps)
+    shapes[vp + "patch_embed.proj.bias"] = (vd,)
+    shapes[vp + "pos_embed.weight"] = (v["num_position_embeddings"], vd)
+    for n in range(v["depth"]):
+        bp = f"{vp}blocks.{n}."
+        for norm in ("norm1", "norm2"):
+            shapes[bp + norm + ".weight"] = (vd,)
+            shapes[bp + norm + ".bias"] = (vd,)
+        shapes.update(
+            {
+                bp + "attn.qkv.weight": (3 * vd, vd),
+                bp + "attn.qkv.bias": (3 * vd,),
+                bp + "attn.proj.weight": (vd, vd),
+                bp + "attn.proj.bias": (vd,),
+                bp + "mlp.linear_fc1.weight": (vi, vd),
+                bp + "mlp.linear_fc1.bias": (vi,),
+                bp + "mlp.linear_fc2.weight": (vd, vi),
+                bp + "mlp.linear_fc2.bias": (vd,),
+            }
+        )
+    mergers = [vp + "merger."] + [
+        f"{vp}deepstack_merger_list.{k}." for k in range(len(v["deepstack_visual_indexes"]))
+    ]
+    for k, mp in enumerate(mergers):
+        norm_dim = vd if k == 0 else m  # the main merger normalises before the 2x2 shuffle
+        shapes.update(
+            {
+                mp + "norm.weight": (norm_dim,),
+                mp + "norm.bias": (norm_dim,),
+                mp + "linear_fc1.weight": (m, m),
+                mp + "linear_fc1.bias": (m,),
+                mp + "linear_fc2.weight": (out, m),
+                mp + "linear_fc2.bias": (out,),
+            }
+        )
+    return shapes
+
+
+def random_tensor(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Weights with a spread that keeps activations O(1): matrices ~ N(0, 1/fan_in), norm
+    weights near 1, biases small."""
+    if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")):
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if name.endswith(".bias"):
+        return (0.02 * rng.standard_normal(shape)).astype(np.float32)
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    if name.endswith("embed_tokens.weight") or name.endswith("pos_embed.weight"):
+        fan_in = 1
+    return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float32)
+
+
+def write_random_checkpoint(folder: Path, config: dict, seed: int, dtype: str = "BF16") -> None:
+    """config.json + model.safetensors with seeded random weights, one tensor at a time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    rng = np.random.default_rng(seed)
+    shapes = tensor_shapes(config)
+    save_safetensors(
+        folder / "model.safetensors",
+        {
+            name: (shape, lambda n=name, s=shape: random_tensor(n, s, rng))
+            for name, shape in shapes.items()
+        },
+        dtype=dtype,
+        metadata={"format": "pt"},
+    )
+
+
+PREPROCESSOR = {
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
+
+
+def _build(folder: Path) -> None:
+    write_demo_tokenizer(folder)
+    ids = {
+        t["content"]: int(i)
+        for i, t in json.loads((folder / "tokenizer_config.json").read_text())[
+            "added_tokens_decoder"
+        ].items()
+    }
+    config = qwen3vl_config(DEMO_TEXT, DEMO_VISION, ids, tie=False)
+    write_random_checkpoint(folder, config, DEMO_SEED)
+    (folder / "generation_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token_id": ids["<|endoftext|>"],
+                "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                "pad_token_id": ids["<|endoftext|>"],
+                "do_sample": True,
+                "temperature": 0.7,
+                "top_k": 20,
+                "top_p": 0.8,
+                "repetition_penalty": 1.0,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (folder / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
+    (folder / "README.md").write_text(
+        "Merlin demo checkpoint: random weights in the real Qwen3-VL layout. "
+        "Its answers are random text.\n"
+    )
+
+
+def _recipe_hash() -> str:
+    """Changes whenever the demo's recipe (this file, the tokenizer builder) changes."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in ("demo.py", "demo_tokenizer.py", "checkpoint.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def demo_checkpoint_dir(cache_root: Path | None = None) -> Path:
+    root = Path(cache_root) if cache_root else Path(user_cache_dir("merlin"))
+    return root / "demo" / f"qwen3vl-demo-{__version__}-{_recipe_hash()}"
+
+
+def ensure_demo_checkpoint(cache_root: Path | None = None) -> Path:
+    """The demo checkpoint folder, built on first use (atomically: build aside, then rename)."""
+    folder = demo_checkpoint_dir(cache_root)
+    if (folder / "model.safetensors").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
+    try:
+        _build(tmp)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if not (folder / "model.safetensors").is_file():  # not a concurrent build's win
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder

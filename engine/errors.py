@@ -1,0 +1,21 @@
+"""Errors a user can cause. Each carries a message that says what is wrong and what to do.
+
+Everything the engine raises on bad input is a MerlinError subclass, so the CLI and the app can
+show the message instead of a traceback.
+"""
+
+
+class MerlinError(Exception):
+    """Base class: the message is meant for the user."""
+
+
+class CheckpointError(MerlinError):
+    """A checkpoint folder, config or weights file is missing, malformed or inconsistent."""
+
+
+class TokenizerError(MerlinError):
+    """Tokenizer or chat-template files are missing or unusable."""
+
+
+class InputError(MerlinError):
+    """A prompt, image or option the user gave cannot be used."""

@@ -1,0 +1,127 @@
+"""Load a Qwen3-VL checkpoint folder: config, tokenizer, generation defaults, text decoder."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import Checkpoint
+from .config import ModelConfig, load_config, read_json
+from .errors import CheckpointError, InputError
+from .sampling import SamplingParams
+from .text import TextModel, check_text_tensors, load_text_weights
+from .tokenizer import Tokenizer
+
+WEIGHT_FORMATS = ("f32",)
+KV_FORMATS = ("f32",)
+
+
+@dataclass
+class GenerationDefaults:
+    eos_ids: frozenset[int]
+    sampling: SamplingParams
+
+
+@dataclass
+class Model:
+    folder: Path
+    config: ModelConfig
+    tokenizer: Tokenizer
+    text: TextModel
+    defaults: GenerationDefaults
+    weights_fmt: str
+    load_s: float
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self.defaults.eos_ids
+
+    @property
+    def max_context(self) -> int:
+        return self.config.text.max_position_embeddings
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.text.w.bytes_per_token
+
+
+def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDefaults:
+    """generation_config.json when present; otherwise stop on <|im_end|> / <|endoftext|>."""
+    path = Path(folder) / "generation_config.json"
+    raw = read_json(path, "generation_config.json") if path.is_file() else {}
+    eos = raw.get("eos_token_id")
+    if isinstance(eos, int) and not isinstance(eos, bool):
+        eos_ids = {eos}
+    elif isinstance(eos, list) and all(isinstance(e, int) for e in eos):
+        eos_ids = set(eos)
+    elif eos is None:
+        eos_ids = {
+            tokenizer.special_tokens[t]
+            for t in ("<|im_end|>", "<|endoftext|>")
+            if t in tokenizer.special_tokens
+        }
+    else:
+        raise CheckpointError(f"{path}: eos_token_id must be an integer or a list of integers.")
+    if not eos_ids:
+        raise CheckpointError(
+            f"{folder}: no end-of-sequence token is known (no eos_token_id in "
+            "generation_config.json and no <|im_end|> in the tokenizer)."
+        )
+    greedy = raw.get("do_sample") is False
+
+    def num(key, default, kind=float):
+        value = raw.get(key, default)
+        return (
+            kind(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else default
+        )
+
+    sampling = SamplingParams(
+        temperature=0.0 if greedy else num("temperature", 0.7),
+        top_k=num("top_k", 20, int),
+        top_p=num("top_p", 0.8),
+        min_p=num("min_p", 0.0),
+        repetition_penalty=num("repetition_penalty", 1.0),
+    )
+    try:
+        sampling.validate()
+    except InputError:
+        sampling = SamplingParams()
+    return GenerationDefaults(frozenset(eos_ids), sampling)
+
+
+def load_model(
+    folder: Path | str, weights: str = "f32", progress: Callable[[float, str], None] | None = None
+) -> Model:
+    """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message."""
+    if weights not in WEIGHT_FORMATS:
+        raise InputError(
+            f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
+        )
+    t0 = time.perf_counter()
+    folder = Path(folder).expanduser()
+    config = load_config(folder)
+    tokenizer = Tokenizer.from_folder(folder)
+    if tokenizer.vocab_size > config.text.vocab_size:
+        raise CheckpointError(
+            f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model's "
+            f"vocab_size is {config.text.vocab_size}; tokenizer and weights do not belong together."
+        )
+    defaults = read_generation_defaults(folder, tokenizer)
+    with Checkpoint(folder) as ckpt:
+        check_text_tensors(ckpt, config)
+        weights_ = load_text_weights(ckpt, config, weights, progress)
+    if progress:
+        progress(1.0, "ready")
+    return Model(
+        folder=folder,
+        config=config,
+        tokenizer=tokenizer,
+        text=TextModel(config.text, weights_),
+        defaults=defaults,
+        weights_fmt=weights,
+        load_s=time.perf_counter() - t0,
+    )

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian/Ubuntu packages Qt (PySide6) needs to start, offscreen or on a screen, and the CJK
+# font for Chinese text. Installs only what is missing; needs root (or sudo) for that.
+set -euo pipefail
+pkgs=(libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0
+      libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0 fonts-noto-cjk)
+command -v dpkg-query >/dev/null || { echo "system-deps: not a Debian-like system; install Qt 6's runtime libraries yourself." >&2; exit 0; }
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "system-deps: installing ${missing[*]}" >&2
+if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; else
+  echo "system-deps: run as root: apt-get install ${missing[*]}" >&2; exit 1; fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

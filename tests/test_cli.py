@@ -1,0 +1,146 @@
+"""merlin-cli end to end on the demo checkpoint, in a subprocess like a user runs it: streaming,
+--json events, logits, info, and one clear line plus a non-zero exit for every bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def run_cli(*args, env_extra=None, timeout=300):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "engine.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def assert_user_error(result, *fragments):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    for f in fragments:
+        assert f in result.stderr, result.stderr
+
+
+def test_generate_json_stream(demo_dir):
+    r = run_cli(
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--json",
+        "Describe a cat.",
+    )
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[0]["event"] == "prefill" and events[0]["n_tokens"] > 5
+    tokens = [e for e in events if e["event"] == "tokens" and e["ids"]]
+    assert len(tokens) == 12
+    for e in tokens:
+        p = e["profile"]
+        assert p["gemm_ms"] > 0 and p["total_ms"] >= p["gemm_ms"] + p["attn_ms"] - 1e-6
+    last = events[-1]
+    assert last["event"] == "finished" and last["reason"] == "max_tokens"
+    assert last["token_ids"] == [i for e in tokens for i in e["ids"]]
+    assert last["text"] == "".join(e["text"] for e in events if e["event"] == "tokens")
+
+
+def test_greedy_is_deterministic_and_text_streams(demo_dir):
+    args = (
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "你好，世界",
+    )
+    a, b = run_cli(*args), run_cli(*args)
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout and a.stdout.strip()
+
+
+def test_seeded_sampling_repeats(demo_dir):
+    args = (
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--max-new-tokens",
+        "10",
+        "--seed",
+        "5",
+        "--temperature",
+        "1.0",
+        "--top-k",
+        "50",
+        "--top-p",
+        "0.95",
+        "--ignore-eos",
+        "--json",
+        "hi",
+    )
+    a, b = run_cli(*args), run_cli(*args)
+    ids = [json.loads(x.stdout.splitlines()[-1])["token_ids"] for x in (a, b)]
+    assert ids[0] == ids[1] and len(ids[0]) == 10
+
+
+def test_logits_shape_matches_prompt(demo_dir, tmp_path, demo_model):
+    from engine.prompt import chat_prompt_ids
+
+    out = tmp_path / "l.npy"
+    r = run_cli("logits", "--model", str(demo_dir), "--out", str(out), "What is this?")
+    assert r.returncode == 0, r.stderr
+    logits = np.load(out)
+    n = len(chat_prompt_ids(demo_model.tokenizer, "What is this?"))
+    assert logits.shape == (n, demo_model.config.text.vocab_size)
+    assert logits.dtype == np.float32 and np.isfinite(logits).all()
+
+
+def test_info(demo_dir):
+    r = run_cli("info", "--model", str(demo_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["layers"] == 4 and info["weight_bytes_per_token"]["f32"] > 0
+
+
+def test_default_model_is_demo(tmp_path):
+    import engine.kernels  # noqa: F401  (sets NUMBA_CACHE_DIR: reuse the warmed kernel cache)
+
+    env = {"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
+    r = run_cli("generate", "--max-new-tokens", "2", "hello", env_extra=env)
+    assert r.returncode == 0, r.stderr
+    assert any((tmp_path / "merlin" / "demo").iterdir())
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["generate", "--model", "/nonexistent/folder", "hi"], ["no such folder"]),
+        (["generate", "--weights", "f7", "hi"], ["unknown weights format"]),
+        (["generate", "   "], ["empty"]),
+        (["generate", "--max-new-tokens", "0", "hi"], ["max-new-tokens"]),
+        (["generate", "--temperature", "-1", "hi"], ["temperature"]),
+        (["generate", "--max-context", "8", "hello " * 20], ["context"]),
+    ],
+)
+def test_bad_input_gives_clear_error(demo_dir, args, fragments):
+    if "--model" not in args:
+        args = [args[0], "--model", str(demo_dir), *args[1:]]
+    assert_user_error(run_cli(*args), *fragments)
+
+
+def test_folder_without_checkpoint(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    assert_user_error(run_cli("info", "--model", str(tmp_path)), "not supported")

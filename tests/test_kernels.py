@@ -1,0 +1,98 @@
+"""Each Numba kernel against its naive twin, and the property speculative decoding rests on:
+a K+1-row forward gives bit-identical rows to K+1 one-row forwards."""
+
+import numba
+import numpy as np
+import pytest
+from conftest import REFERENCE_DIRS
+from test_parity import load_text_model
+
+from engine.kernels.activation import silu_mul
+from engine.kernels.attention import attention_f32, attention_reference
+from engine.kernels.linear import matmul_f32, matmul_f32_reference
+from engine.kernels.norm import rmsnorm, rmsnorm_reference
+from engine.kernels.rope import apply_rope
+from engine.rope import text_positions
+
+rng = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("n,k,o", [(1, 64, 40), (5, 96, 17), (16, 256, 33)])
+def test_matmul_f32_matches_reference(n, k, o):
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    w = rng.standard_normal((o, k), dtype=np.float32)
+    out = np.empty((n, o), np.float32)
+    matmul_f32(x, w, out)
+    np.testing.assert_allclose(out, matmul_f32_reference(x, w), rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_rows_do_not_depend_on_batch_or_threads():
+    x = rng.standard_normal((9, 300), dtype=np.float32)
+    w = rng.standard_normal((70, 300), dtype=np.float32)
+    batch = np.empty((9, 70), np.float32)
+    matmul_f32(x, w, batch)
+    before = numba.get_num_threads()
+    try:
+        for threads in {1, before}:
+            numba.set_num_threads(threads)
+            for i in range(9):
+                row = np.empty((1, 70), np.float32)
+                matmul_f32(x[i : i + 1], w, row)
+                assert np.array_equal(row[0], batch[i])
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_rmsnorm_matches_reference():
+    x = rng.standard_normal((7, 48), dtype=np.float32) * 3
+    w = rng.standard_normal(48).astype(np.float32)
+    out = np.empty_like(x)
+    rmsnorm(x, w, 1e-6, out)
+    np.testing.assert_allclose(out, rmsnorm_reference(x, w, 1e-6), rtol=1e-5, atol=1e-6)
+
+
+def test_silu_mul():
+    gu = rng.standard_normal((3, 20), dtype=np.float32)
+    out = np.empty((3, 10), np.float32)
+    silu_mul(gu, out)
+    g, u = gu[:, :10].astype(np.float64), gu[:, 10:]
+    np.testing.assert_allclose(out, g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+
+
+def test_rope_pairs_half_split_dimensions():
+    x = rng.standard_normal((2, 3, 8), dtype=np.float32)
+    angle = rng.standard_normal((2, 4)).astype(np.float32)
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    y = x.copy()
+    apply_rope(y, cos, sin)
+    c = np.concatenate([cos, cos], -1)[:, None]
+    s = np.concatenate([sin, sin], -1)[:, None]
+    rotated = np.concatenate([-x[..., 4:], x[..., :4]], -1)
+    np.testing.assert_allclose(y, x * c + rotated * s, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,nh,nkv,start", [(1, 4, 2, 0), (1, 8, 2, 37), (5, 4, 4, 10)])
+def test_attention_matches_reference(n, nh, nkv, start):
+    hd = 16
+    q = rng.standard_normal((n, nh, hd), dtype=np.float32)
+    k = rng.standard_normal((nkv, start + n + 3, hd), dtype=np.float32)
+    v = rng.standard_normal((nkv, start + n + 3, hd), dtype=np.float32)
+    out = np.empty((n, nh * hd), np.float32)
+    attention_f32(q, k, v, start, np.float32(hd**-0.5), out)
+    np.testing.assert_allclose(
+        out, attention_reference(q, k, v, start, hd**-0.5), rtol=1e-4, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("folder", REFERENCE_DIRS[:2], ids=lambda p: p.name)
+def test_verify_rows_bitwise_equal_decode_rows(folder):
+    model = load_text_model(folder)
+    ids = np.load(folder / "reference.npz")["input_ids"]
+    n0, k = len(ids) - 6, 5
+    cache = model.new_cache(128)
+    model.forward(ids[:n0], text_positions(0, n0), cache, logits="none")
+    batch = model.forward(ids[n0 : n0 + k], text_positions(n0, k), cache, logits="all")
+    cache.truncate(n0)
+    for i in range(k):
+        row = model.forward(ids[n0 + i : n0 + i + 1], text_positions(n0 + i, 1), cache)
+        assert np.array_equal(row[0], batch[i]), f"row {i} differs"
