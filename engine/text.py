@@ -17,7 +17,7 @@ from .checkpoint import Checkpoint
 from .config import ModelConfig, TextConfig
 from .errors import CheckpointError
 from .kernels.activation import silu_mul
-from .kernels.attention import attention_f32
+from .kernels.attention import attention
 from .kernels.norm import rmsnorm
 from .kernels.rope import apply_rope
 from .kv_cache import KVCache
@@ -212,7 +212,7 @@ class TextModel:
             apply_rope(k, cos, sin)
             cache.write(li, start, k, qkv[:, c.q_size + c.kv_size :].reshape(n, nkv, hd))
             t0 = perf()
-            attention_f32(q, cache.k[li], cache.v[li], start, self.scale, attn)
+            attention(q, *cache.layer(li), start, self.scale, attn)
             t1 = perf()
             lw.o(attn, proj)
             timer.attn += t1 - t0

@@ -8,7 +8,7 @@ from conftest import REFERENCE_DIRS
 from test_parity import load_text_model
 
 from engine.kernels.activation import silu_mul
-from engine.kernels.attention import attention_f32, attention_reference
+from engine.kernels.attention import attention, attention_reference, quantize_rows_q8
 from engine.kernels.linear import matmul_f32, matmul_f32_reference
 from engine.kernels.norm import rmsnorm, rmsnorm_reference
 from engine.kernels.rope import apply_rope
@@ -72,24 +72,37 @@ def test_rope_pairs_half_split_dimensions():
 
 
 @pytest.mark.parametrize("n,nh,nkv,start", [(1, 4, 2, 0), (1, 8, 2, 37), (5, 4, 4, 10)])
-def test_attention_matches_reference(n, nh, nkv, start):
-    hd = 16
+@pytest.mark.parametrize("fmt", ["f32", "q8"])
+def test_attention_matches_reference(n, nh, nkv, start, fmt):
+    hd, cap = 16, start + n + 3
     q = rng.standard_normal((n, nh, hd), dtype=np.float32)
-    k = rng.standard_normal((nkv, start + n + 3, hd), dtype=np.float32)
-    v = rng.standard_normal((nkv, start + n + 3, hd), dtype=np.float32)
+    kf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
+    vf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
+    if fmt == "f32":
+        k, v = kf.transpose(1, 2, 0).copy(), vf.transpose(1, 0, 2).copy()
+        ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
+    else:
+        k, v = np.empty((nkv, hd, cap), np.int8), np.empty((nkv, cap, hd), np.int8)
+        ks, vs = np.empty((nkv, cap), np.float32), np.empty((nkv, cap), np.float32)
+        quantize_rows_q8(kf, k, ks, 0, True)
+        quantize_rows_q8(vf, v, vs, 0, False)
+        # int8 rows reproduce the f32 rows to half a step of their scale
+        v_err = np.abs(v * vs[..., None] - vf.transpose(1, 0, 2)).max()
+        k_err = np.abs(k.transpose(0, 2, 1) * ks[..., None] - kf.transpose(1, 0, 2)).max()
+        assert v_err <= vs.max() / 2 + 1e-6 and k_err <= ks.max() / 2 + 1e-6
     out = np.empty((n, nh * hd), np.float32)
-    attention_f32(q, k, v, start, np.float32(hd**-0.5), out)
-    np.testing.assert_allclose(
-        out, attention_reference(q, k, v, start, hd**-0.5), rtol=1e-4, atol=1e-5
-    )
+    attention(q, k, ks, v, vs, start, np.float32(hd**-0.5), out)
+    ref = attention_reference(q, k, ks, v, vs, start, hd**-0.5)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kv", ["f32", "q8"])
 @pytest.mark.parametrize("folder", REFERENCE_DIRS[:2], ids=lambda p: p.name)
-def test_verify_rows_bitwise_equal_decode_rows(folder):
+def test_verify_rows_bitwise_equal_decode_rows(folder, kv):
     model = load_text_model(folder)
     ids = np.load(folder / "reference.npz")["input_ids"]
     n0, k = len(ids) - 6, 5
-    cache = model.new_cache(128)
+    cache = model.new_cache(128, kv)
     model.forward(ids[:n0], text_positions(0, n0), cache, logits="none")
     batch = model.forward(ids[n0 : n0 + k], text_positions(n0, k), cache, logits="all")
     cache.truncate(n0)

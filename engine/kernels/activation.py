@@ -4,6 +4,7 @@ import numpy as np
 from numba import njit
 
 from . import FASTMATH
+from .mathfn import fast_exp
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
@@ -13,4 +14,4 @@ def silu_mul(gate_up, out):
     for n in range(n_rows):
         for i in range(width):
             g = gate_up[n, i]
-            out[n, i] = g / (np.float32(1.0) + np.exp(-g)) * gate_up[n, width + i]
+            out[n, i] = g / (np.float32(1.0) + fast_exp(-g)) * gate_up[n, width + i]
