@@ -31,12 +31,13 @@ def _load(args):
     from .threads import set_threads
 
     set_threads(args.threads)
-    return load_model(_model_dir(args.model), weights=args.weights)
+    return load_model(_model_dir(args.model), weights=args.weights, kv=args.kv)
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint folder (default: the built-in demo checkpoint)")
     p.add_argument("--weights", default="f32", help="weight format: f32")
+    p.add_argument("--kv", default="f32", help="KV cache format: f32 or q8")
     p.add_argument("--threads", type=int, default=None, help="kernel threads (default: all)")
 
 
@@ -126,6 +127,18 @@ def _sampling(args, model):
     return replace(base, **overrides).validate()
 
 
+def format_profile(p) -> str:
+    """One readable line per forward: the headless twin of the app's performance panel."""
+    line = (
+        f"step {p.step:4d}  rows {p.n_tokens:4d}  emitted {p.emitted}  ctx {p.context:5d}  "
+        f"gemm {p.gemm_ms:7.2f}  attn {p.attn_ms:6.2f}  other {p.other_ms:6.2f}  "
+        f"total {p.total_ms:7.2f} ms  {p.gb_per_s:5.1f} GB/s"
+    )
+    if p.spec:
+        line += "  " + " ".join(f"{k}={v}" for k, v in p.spec.items())
+    return line
+
+
 def cmd_generate(args) -> int:
     from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
     from .prompt import chat_prompt_ids
@@ -140,6 +153,8 @@ def cmd_generate(args) -> int:
     )
     out = sys.stdout
     for event in generate(model, request, max_context=args.max_context):
+        if args.profile and isinstance(event, Tokens) and event.ids:
+            print(format_profile(event.profile), file=sys.stderr)
         if args.json:
             if isinstance(event, PrefillDone):
                 obj = {
@@ -182,7 +197,7 @@ def cmd_logits(args) -> int:
     from .generate import check_prompt
 
     check_prompt(model, prompt, model.max_context)
-    cache = model.text.new_cache(len(prompt))
+    cache = model.new_cache(len(prompt))
     logits = model.text.forward(
         np.asarray(prompt), text_positions(0, len(prompt)), cache, logits="all"
     )
@@ -220,6 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--ignore-eos", action="store_true", help="generate eos tokens like any other token"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per event per line")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="print one line per forward (gemm/attn/other ms, GB/s) to stderr",
+    )
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("logits", help="save prefill logits for every prompt position")

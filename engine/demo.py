@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,6 @@ from platformdirs import user_cache_dir
 
 from .checkpoint import save_safetensors
 from .demo_tokenizer import DEMO_VOCAB_SIZE, write_demo_tokenizer
-from .version import __version__
 
 DEMO_SEED = 1234
 
@@ -200,7 +200,61 @@ PREPROCESSOR = {
 }
 
 
-def _build(folder: Path) -> None:
+@dataclass(frozen=True)
+class RandomModelSpec:
+    """A random-weight checkpoint: what it is called, its shapes, and the seed."""
+
+    name: str
+    text: dict
+    vision: dict
+    tie: bool
+    seed: int
+
+
+DEMO = RandomModelSpec("qwen3vl-demo", DEMO_TEXT, DEMO_VISION, tie=False, seed=DEMO_SEED)
+
+# The exact Qwen3-VL-2B-Instruct shapes (spec section 1.1): what the benchmark measures and what
+# the app can load to show real-size figures without downloaded weights.
+QWEN3VL_2B = RandomModelSpec(
+    "qwen3vl-2b-random",
+    text={
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "intermediate_size": 6144,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "rope_theta": 5000000,
+        "rope_scaling": {
+            "rope_type": "default",
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+        },
+    },
+    vision={
+        "depth": 24,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_heads": 16,
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "in_channels": 3,
+        "out_hidden_size": 2048,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [5, 11, 17],
+    },
+    tie=True,
+    seed=2,
+)
+
+# Bump when the way weights are drawn or written changes (cached checkpoints are rebuilt).
+RECIPE_VERSION = 1
+
+
+def _build(folder: Path, spec: RandomModelSpec) -> None:
     write_demo_tokenizer(folder)
     ids = {
         t["content"]: int(i)
@@ -208,8 +262,8 @@ def _build(folder: Path) -> None:
             "added_tokens_decoder"
         ].items()
     }
-    config = qwen3vl_config(DEMO_TEXT, DEMO_VISION, ids, tie=False)
-    write_random_checkpoint(folder, config, DEMO_SEED)
+    config = qwen3vl_config(spec.text, spec.vision, ids, tie=spec.tie)
+    write_random_checkpoint(folder, config, spec.seed)
     (folder / "generation_config.json").write_text(
         json.dumps(
             {
@@ -228,34 +282,32 @@ def _build(folder: Path) -> None:
     )
     (folder / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
     (folder / "README.md").write_text(
-        "Merlin demo checkpoint: random weights in the real Qwen3-VL layout. "
+        f"Merlin {spec.name}: random weights in the real Qwen3-VL layout. "
         "Its answers are random text.\n"
     )
 
 
-def _recipe_hash() -> str:
-    """Changes whenever the demo's recipe (this file, the tokenizer builder) changes."""
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in ("demo.py", "demo_tokenizer.py", "checkpoint.py"):
-        h.update((here / name).read_bytes())
+def _recipe_hash(spec: RandomModelSpec) -> str:
+    """Changes whenever the spec, the tokenizer builder or RECIPE_VERSION changes."""
+    h = hashlib.sha256(json.dumps([asdict(spec), RECIPE_VERSION], sort_keys=True).encode())
+    h.update((Path(__file__).parent / "demo_tokenizer.py").read_bytes())
     return h.hexdigest()[:12]
 
 
-def demo_checkpoint_dir(cache_root: Path | None = None) -> Path:
+def random_checkpoint_dir(spec: RandomModelSpec, cache_root: Path | None = None) -> Path:
     root = Path(cache_root) if cache_root else Path(user_cache_dir("merlin"))
-    return root / "demo" / f"qwen3vl-demo-{__version__}-{_recipe_hash()}"
+    return root / "checkpoints" / f"{spec.name}-{_recipe_hash(spec)}"
 
 
-def ensure_demo_checkpoint(cache_root: Path | None = None) -> Path:
-    """The demo checkpoint folder, built on first use (atomically: build aside, then rename)."""
-    folder = demo_checkpoint_dir(cache_root)
+def ensure_random_checkpoint(spec: RandomModelSpec, cache_root: Path | None = None) -> Path:
+    """The checkpoint folder, built on first use (atomically: build aside, then rename)."""
+    folder = random_checkpoint_dir(spec, cache_root)
     if (folder / "model.safetensors").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
     try:
-        _build(tmp)
+        _build(tmp, spec)
         try:
             os.rename(tmp, folder)
         except OSError:
@@ -264,3 +316,12 @@ def ensure_demo_checkpoint(cache_root: Path | None = None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def demo_checkpoint_dir(cache_root: Path | None = None) -> Path:
+    return random_checkpoint_dir(DEMO, cache_root)
+
+
+def ensure_demo_checkpoint(cache_root: Path | None = None) -> Path:
+    """The demo checkpoint (small, random weights): the default model and what tests use."""
+    return ensure_random_checkpoint(DEMO, cache_root)

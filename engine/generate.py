@@ -80,7 +80,7 @@ def generate(
     """Run one answer. `cache` may hold a shared prefix already (prompt_ids continue it)."""
     max_context = min(max_context or model.max_context, model.max_context)
     if cache is None:
-        cache = model.text.new_cache(max_context)
+        cache = model.new_cache(max_context)
     check_prompt(model, request.prompt_ids, max_context - cache.length)
     sampler = Sampler(request.sampling)
     stream = StreamDecoder(model.tokenizer)

@@ -10,12 +10,12 @@ from pathlib import Path
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config, read_json
 from .errors import CheckpointError, InputError
+from .kv_cache import KV_FORMATS, KVCache
 from .sampling import SamplingParams
 from .text import TextModel, check_text_tensors, load_text_weights
 from .tokenizer import Tokenizer
 
 WEIGHT_FORMATS = ("f32",)
-KV_FORMATS = ("f32",)
 
 
 @dataclass
@@ -33,6 +33,13 @@ class Model:
     defaults: GenerationDefaults
     weights_fmt: str
     load_s: float
+    kv_fmt: str = "f32"
+
+    def new_cache(self, max_tokens: int | None = None) -> KVCache:
+        """An empty KV cache in this model's KV format (max_tokens: the context budget)."""
+        return self.text.new_cache(
+            min(max_tokens or self.max_context, self.max_context), self.kv_fmt
+        )
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -94,13 +101,18 @@ def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDe
 
 
 def load_model(
-    folder: Path | str, weights: str = "f32", progress: Callable[[float, str], None] | None = None
+    folder: Path | str,
+    weights: str = "f32",
+    kv: str = "f32",
+    progress: Callable[[float, str], None] | None = None,
 ) -> Model:
     """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message."""
     if weights not in WEIGHT_FORMATS:
         raise InputError(
             f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
         )
+    if kv not in KV_FORMATS:
+        raise InputError(f"unknown KV cache format {kv!r}; choose one of {', '.join(KV_FORMATS)}.")
     t0 = time.perf_counter()
     folder = Path(folder).expanduser()
     config = load_config(folder)
@@ -124,4 +136,5 @@ def load_model(
         defaults=defaults,
         weights_fmt=weights,
         load_s=time.perf_counter() - t0,
+        kv_fmt=kv,
     )

@@ -121,7 +121,7 @@ def test_default_model_is_demo(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
     r = run_cli("generate", "--max-new-tokens", "2", "hello", env_extra=env)
     assert r.returncode == 0, r.stderr
-    assert any((tmp_path / "merlin" / "demo").iterdir())
+    assert any((tmp_path / "merlin" / "checkpoints").glob("qwen3vl-demo-*/model.safetensors"))
 
 
 @pytest.mark.parametrize(
@@ -144,3 +144,30 @@ def test_bad_input_gives_clear_error(demo_dir, args, fragments):
 def test_folder_without_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     assert_user_error(run_cli("info", "--model", str(tmp_path)), "not supported")
+
+
+def test_q8_kv_and_profile_lines(demo_dir):
+    r = run_cli(
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--kv",
+        "q8",
+        "--profile",
+        "--ignore-eos",
+        "--max-new-tokens",
+        "4",
+        "--temperature",
+        "0",
+        "hello",
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("step")]
+    assert len(lines) == 4
+    assert all("gemm" in x and "attn" in x and "GB/s" in x for x in lines)
+
+
+def test_unknown_kv_format(demo_dir):
+    assert_user_error(
+        run_cli("generate", "--model", str(demo_dir), "--kv", "q3", "hi"), "unknown KV cache format"
+    )
