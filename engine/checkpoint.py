@@ -163,6 +163,21 @@ class SafetensorsFile:
         )
         return arr.reshape(info.shape)
 
+    def release(self, name: str) -> None:
+        """Drop the tensor's file pages from this process's memory once it has been converted
+        (they stay in the OS page cache), so loading never holds the file and the converted
+        weights at once."""
+        info = self.tensors[name]
+        if self._map is None or info.nbytes == 0 or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        start = (self._data_start + info.begin) // page * page
+        end = self._data_start + info.end
+        try:
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+        except (OSError, ValueError):
+            pass  # only a memory hint
+
     def close(self) -> None:
         if self._map is not None:
             try:
@@ -174,13 +189,13 @@ class SafetensorsFile:
 
 
 def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Stored values -> a new C-contiguous float32 array."""
+    """Stored values -> a new C-contiguous float32 array (never a view of the file)."""
     if dtype == "BF16":
         out = np.empty(raw.shape, np.uint32)
         np.left_shift(raw, 16, out=out, dtype=np.uint32)
         return out.view(np.float32)
     if dtype in FLOAT_DTYPES:
-        return np.ascontiguousarray(raw, dtype=np.float32)
+        return np.array(raw, dtype=np.float32, order="C")
     raise CheckpointError(f"a {dtype} tensor cannot be used as a float weight")
 
 
@@ -265,7 +280,19 @@ class Checkpoint:
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
             )
-        return to_f32(self.raw(name), info.dtype)
+        out = to_f32(self.raw(name), info.dtype)
+        self.files[info.file].release(name)
+        return out
+
+    def read_f32_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop-1 of a matrix as float32: lets a loader convert a large tensor
+        (the 151936-row embedding) in chunks instead of holding it whole in f32."""
+        info = self.info(name)
+        return to_f32(self.raw(name)[start:stop], info.dtype)
+
+    def release(self, name: str) -> None:
+        info = self.info(name)
+        self.files[info.file].release(name)
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,171 @@
+"""python -m engine.bench [decode] [prefill] [--weights f32,q8,q4] [--kv f32,q8] [--json PATH]
+
+Builds (once, cached) a random-weight checkpoint with the exact Qwen3-VL-2B shapes in the real
+format, measures the machine's read bandwidth and sgemm in the same run, then runs each
+(weights, KV) pair in its own process so load time, compile time and peak RSS are its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..kv_cache import KV_FORMATS
+from ..model import WEIGHT_FORMATS
+
+
+def _one(args) -> None:
+    """Child process: one format pair, result as JSON on stdout."""
+    from . import decode
+
+    result = decode.run(
+        args.model,
+        args.weights,
+        args.kv,
+        contexts=tuple(args.contexts),
+        with_prefill="prefill" in args.what,
+    )
+    print(json.dumps(result))
+
+
+def run_child(model: Path, weights: str, kv: str, what, contexts, env=None) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine.bench",
+        *what,
+        "--child",
+        "--model",
+        str(model),
+        "--weights",
+        weights,
+        "--kv",
+        kv,
+        "--contexts",
+        *map(str, contexts),
+    ]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise SystemExit(f"benchmark child failed ({weights}/{kv}):\n{out.stderr}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - t0
+    return result
+
+
+def compile_times(model: Path, weights: str, kv: str) -> dict:
+    """Numba compile: the first forwards in a process with an empty kernel cache (cold) and
+    with the warmed cache (warm)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, NUMBA_CACHE_DIR=tmp)
+        cold = run_child(model, weights, kv, ["decode"], [16], env=env)["first_forward_s"]
+        warm = run_child(model, weights, kv, ["decode"], [16], env=env)["first_forward_s"]
+    return {"cold_s": cold, "warm_s": warm}
+
+
+def print_table(report: dict) -> None:
+    m = report["machine"]
+    bw = m["bandwidth_gbs"]
+    print(
+        f"machine: read bandwidth {bw:.1f} GB/s (best of before {m['before']['best_gbs']:.1f}"
+        f" / after {m['after']['best_gbs']:.1f}), sgemm {m['sgemm_gflops']:.0f} GFLOP/s, "
+        f"{report['threads']} threads"
+    )
+    print()
+    print(
+        f"{'weights':>7} {'kv':>4} {'ctx':>5} {'ms/tok':>8} {'gemm':>7} {'attn':>6} {'other':>6}"
+        f" {'W MB/tok':>9} {'gemm GB/s':>9} {'%bw':>5} {'attn GB/s':>9} {'%bw':>5} {'tok/s':>6}"
+    )
+    for r in report["runs"]:
+        for d in r["decode"]:
+            print(
+                f"{r['weights']:>7} {r['kv']:>4} {d['context']:>5} {d['ms_per_token']:8.1f} "
+                f"{d['gemm_ms']:7.1f} {d['attn_ms']:6.1f} {d['other_ms']:6.1f} "
+                f"{d['weight_bytes'] / 1e6:9.0f} {d['gemm_gbs']:9.1f} "
+                f"{100 * d['gemm_gbs'] / bw:4.0f}% {d['attn_gbs']:9.1f} "
+                f"{100 * d['attn_gbs'] / bw:4.0f}% {d['tokens_per_s']:6.1f}"
+            )
+    print()
+    for r in report["runs"]:
+        line = (
+            f"{r['weights']:>7} {r['kv']:>4}: load {r['load_s']:.1f} s, "
+            f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB"
+        )
+        if "verify" in r:
+            v = r["verify"]
+            line += "  V(K)/T " + " ".join(f"{v[f'V({k})/T']:.2f}" for k in range(1, 9))
+        if "prefill" in r:
+            p = r["prefill"]
+            line += (
+                f"  prefill {p['tokens']}: {p['tokens_per_s']:.0f} tok/s, "
+                f"{p['gflops']:.0f} GFLOP/s = {100 * p['gflops'] / m['sgemm_gflops']:.0f}% "
+                "of sgemm"
+            )
+        print(line)
+    for key, c in report.get("compile", {}).items():
+        print(f"numba compile ({key}): cold {c['cold_s']:.1f} s, warm {c['warm_s']:.2f} s")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
+    p.add_argument("what", nargs="*", default=[], help="decode prefill (default: both)")
+    p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
+    p.add_argument("--kv", default=",".join(KV_FORMATS))
+    p.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
+    p.add_argument("--model", default=None, help="checkpoint (default: random 2B-shaped)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None, help="also write the figures to this file")
+    p.add_argument("--no-compile", action="store_true", help="skip the cold-compile runs")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    what = args.what or ["decode", "prefill"]
+    args.what = what
+    if args.threads:
+        os.environ["NUMBA_NUM_THREADS"] = str(args.threads)
+    if args.child:
+        _one(args)
+        return 0
+    from ..demo import QWEN3VL_2B, ensure_random_checkpoint
+    from ..threads import set_threads
+    from .machine import read_bandwidth, sgemm_gflops
+
+    threads = set_threads(args.threads)
+    model = Path(args.model) if args.model else None
+    if model is None:
+        print("building the 2B-shaped random checkpoint (once, cached)...", file=sys.stderr)
+        model = ensure_random_checkpoint(QWEN3VL_2B)
+    before = read_bandwidth()
+    runs = []
+    for weights in args.weights.split(","):
+        for kv in args.kv.split(","):
+            print(f"running {weights} weights / {kv} KV...", file=sys.stderr)
+            runs.append(run_child(model, weights, kv, what, args.contexts))
+    after = read_bandwidth()
+    report = {
+        "model": str(model),
+        "threads": threads,
+        "machine": {
+            "before": before,
+            "after": after,
+            "sgemm_gflops": sgemm_gflops(),
+            "bandwidth_gbs": max(before["best_gbs"], after["best_gbs"]),
+        },
+        "runs": runs,
+    }
+    if not args.no_compile:
+        w0 = args.weights.split(",")[-1]
+        report["compile"] = {f"{w0}/f32": compile_times(model, w0, "f32")}
+    print_table(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Decode, verify and prefill figures for one (weights, KV) format pair on one checkpoint.
+
+Runs in its own process (see __main__), so peak RSS, load time and Numba compile time belong
+to this format pair alone.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+
+from ..model import load_model
+from ..profile import StepTimer
+from ..rope import text_positions
+from .machine import median_time
+
+
+def fill_cache(cache, n: int, rng) -> None:
+    """Put n tokens of random K/V in the cache: decode cost does not depend on the values."""
+    cache.reserve(n)
+    if cache.fmt == "f32":
+        cache.k[..., :n] = rng.standard_normal(cache.k[..., :n].shape, dtype=np.float32)
+        cache.v[:, :, :n] = rng.standard_normal(cache.v[:, :, :n].shape, dtype=np.float32)
+    else:
+        cache.k[..., :n] = rng.integers(-127, 128, cache.k[..., :n].shape, dtype=np.int8)
+        cache.v[:, :, :n] = rng.integers(-127, 128, cache.v[:, :, :n].shape, dtype=np.int8)
+        cache.k_scale[:, :, :n] = 0.01
+        cache.v_scale[:, :, :n] = 0.01
+    cache.length = n
+
+
+def decode_at(model, cache, ctx: int, steps: int) -> dict:
+    """Median of `steps` one-token forwards at context ctx (the cache is rolled back after
+    each, so every step sees the same context)."""
+    rows = []
+    token = np.array([1])
+    for _ in range(steps + 1):  # the first one warms caches and is dropped
+        timer = StepTimer()
+        model.text.forward(token, text_positions(ctx, 1), cache, timer=timer)
+        total = time.perf_counter() - timer._t0
+        cache.truncate(ctx)
+        rows.append((timer.gemm, timer.attn, total))
+    gemm, attn, total = np.median(np.array(rows[1:]), axis=0)
+    weight_bytes = model.bytes_per_token
+    kv_bytes = ctx * cache.bytes_per_token()
+    return {
+        "context": ctx,
+        "ms_per_token": total * 1e3,
+        "gemm_ms": gemm * 1e3,
+        "attn_ms": attn * 1e3,
+        "other_ms": (total - gemm - attn) * 1e3,
+        "weight_bytes": weight_bytes,
+        "kv_bytes": kv_bytes,
+        "gemm_gbs": weight_bytes / gemm / 1e9,
+        "attn_gbs": kv_bytes / attn / 1e9,
+        "tokens_per_s": 1 / total,
+    }
+
+
+def verify_cost(model, cache, ctx: int, ks=range(1, 9), repeats: int = 5) -> dict:
+    """V(K)/T: time of one forward over K+1 tokens relative to a one-token forward."""
+
+    def run(n):
+        def f():
+            model.text.forward(np.ones(n, np.int64), text_positions(ctx, n), cache, logits="all")
+            cache.truncate(ctx)
+
+        f()
+        return median_time(f, repeats)
+
+    t1 = run(1)
+    return {"T_ms": t1 * 1e3, **{f"V({k})/T": run(k + 1) / t1 for k in ks}}
+
+
+def prefill(model, n: int = 512) -> dict:
+    cfg = model.config.text
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, n)
+    cache = model.new_cache(n + 1)
+
+    def f():
+        cache.truncate(0)
+        model.text.forward(ids, text_positions(0, n), cache)
+
+    seconds = median_time(f, 2)
+    head = model.text.w.lm_head
+    per_row = sum(m.out_features * m.in_features for m in model.text.w.matrices())
+    # every row goes through every layer matrix; the lm_head runs for the last row only
+    matmul_flops = 2 * n * per_row - 2 * (n - 1) * head.out_features * head.in_features
+    attn_flops = 4 * cfg.num_hidden_layers * cfg.q_size * n * (n + 1) / 2
+    flops = matmul_flops + attn_flops
+    return {
+        "tokens": n,
+        "seconds": seconds,
+        "tokens_per_s": n / seconds,
+        "gflops": flops / seconds / 1e9,
+    }
+
+
+def run(
+    folder,
+    weights: str,
+    kv: str,
+    contexts=(128, 2048),
+    steps: int = 8,
+    with_prefill: bool = True,
+    with_verify: bool = True,
+) -> dict:
+    t0 = time.perf_counter()
+    model = load_model(folder, weights=weights, kv=kv)
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    cache = model.new_cache(max(contexts) + 16)
+    t0 = time.perf_counter()
+    fill_cache(cache, 8, rng)
+    model.text.forward(np.array([1]), text_positions(8, 1), cache)  # compiles (or loads) kernels
+    model.text.forward(np.ones(3, np.int64), text_positions(9, 3), cache, logits="all")
+    first_forward_s = time.perf_counter() - t0
+    out = {
+        "weights": weights,
+        "kv": kv,
+        "load_s": load_s,
+        "first_forward_s": first_forward_s,
+        "weight_bytes_per_token": model.bytes_per_token,
+        "kv_bytes_per_token": cache.bytes_per_token(),
+        "decode": [],
+    }
+    for ctx in contexts:
+        fill_cache(cache, ctx, rng)
+        out["decode"].append(decode_at(model, cache, ctx, steps))
+    if with_verify:
+        fill_cache(cache, contexts[0], rng)
+        out["verify"] = verify_cost(model, cache, contexts[0])
+    if with_prefill:
+        out["prefill"] = prefill(model)
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["kv_bytes_at_max_context"] = cache.nbytes
+    return out
