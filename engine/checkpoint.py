@@ -317,37 +317,61 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return (rounded >> 16).astype(np.uint16)
 
 
-def save_safetensors(
-    path: Path, tensors: dict, dtype: str = "BF16", metadata: dict[str, str] | None = None
-) -> None:
-    """Write float tensors in one dtype (BF16, F16 or F32), one tensor at a time.
+def _stored_dtype(value, dtype: str | None) -> str:
+    if dtype is not None:
+        return dtype
+    for name, (np_dtype, _) in DTYPES.items():
+        if name != "BF16" and value.dtype == np_dtype:
+            return name
+    if value.dtype == np.uint16:
+        return "BF16"  # raw bf16 bits (quantization scales)
+    raise ValueError(f"no safetensors dtype for {value.dtype}")
 
-    tensors: name -> array, or name -> (shape, make) where make() returns the array only when
-    it is written, so a multi-GB checkpoint never sits in memory whole.
+
+def save_safetensors(
+    path: Path, tensors: dict, dtype: str | None = "BF16", metadata: dict[str, str] | None = None
+) -> None:
+    """Write tensors, one at a time, atomically (a .part file renamed at the end).
+
+    dtype: BF16, F16 or F32 converts float tensors; None stores each array as it is (uint16
+    arrays as BF16 bits). tensors: name -> array, or name -> (shape, make) where make()
+    returns the array only when it is written, so a multi-GB checkpoint never sits in memory
+    whole (that form needs a dtype).
     """
-    shapes = {
-        name: (v.shape if isinstance(v, np.ndarray) else tuple(v[0])) for name, v in tensors.items()
-    }
+    shapes, kinds = {}, {}
+    for name, v in tensors.items():
+        array = isinstance(v, np.ndarray)
+        shapes[name] = v.shape if array else tuple(v[0])
+        kinds[name] = _stored_dtype(v, dtype) if array else dtype
     entries, offset = {}, 0
     for name, shape in shapes.items():
-        n = int(np.prod(shape)) * DTYPES[dtype][1]
-        entries[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        n = int(np.prod(shape)) * DTYPES[kinds[name]][1]
+        entries[name] = {
+            "dtype": kinds[name],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + n],
+        }
         offset += n
     if metadata:
         entries["__metadata__"] = metadata
     header = json.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
     tmp = Path(str(path) + ".part")
-    with open(tmp, "wb") as f:
-        f.write(len(header).to_bytes(8, "little"))
-        f.write(header)
-        for name, value in tensors.items():
-            arr = value if isinstance(value, np.ndarray) else value[1]()
-            if tuple(arr.shape) != shapes[name]:
-                raise ValueError(f"{name}: made shape {arr.shape}, declared {shapes[name]}")
-            if dtype == "BF16":
-                data = f32_to_bf16(arr)
-            else:
-                data = np.ascontiguousarray(arr, dtype=DTYPES[dtype][0])
-            f.write(data.tobytes())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(len(header).to_bytes(8, "little"))
+            f.write(header)
+            for name, value in tensors.items():
+                arr = value if isinstance(value, np.ndarray) else value[1]()
+                if tuple(arr.shape) != shapes[name]:
+                    raise ValueError(f"{name}: made shape {arr.shape}, declared {shapes[name]}")
+                kind = kinds[name]
+                if kind == "BF16" and arr.dtype != np.uint16:
+                    data = f32_to_bf16(arr)
+                else:
+                    data = np.ascontiguousarray(arr, dtype=DTYPES[kind][0])
+                f.write(memoryview(data).cast("B"))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -41,6 +41,31 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="kernel threads (default: all)")
 
 
+def _add_image_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="attach an image (repeatable; images go before the text, in this order)",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=None,
+        help="pixel budget per image: fewer pixels = fewer image tokens = faster "
+        "(default: the checkpoint's preprocessor_config.json)",
+    )
+
+
+def _prompt(args, model):
+    """The prompt (ids, 3D positions, rope delta) with the --image files prepared."""
+    from .prompt import build_prompt
+
+    images = [model.vision.prepare(path, args.max_pixels) for path in args.image]
+    return build_prompt(model.tokenizer, model.config, args.prompt, images, system=args.system)
+
+
 def cmd_info(args) -> int:
     from .checkpoint import Checkpoint
     from .config import load_config
@@ -141,15 +166,17 @@ def format_profile(p) -> str:
 
 def cmd_generate(args) -> int:
     from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
-    from .prompt import chat_prompt_ids
 
     model = _load(args)
-    prompt = chat_prompt_ids(model.tokenizer, args.prompt, system=args.system)
+    prompt = _prompt(args, model)
     request = GenerationRequest(
-        prompt_ids=prompt,
+        prompt_ids=prompt.ids,
         sampling=_sampling(args, model),
         max_new_tokens=args.max_new_tokens,
         ignore_eos=args.ignore_eos,
+        positions=prompt.positions,
+        rope_delta=prompt.rope_delta,
+        images=prompt.images,
     )
     out = sys.stdout
     for event in generate(model, request, max_context=args.max_context):
@@ -180,8 +207,9 @@ def cmd_generate(args) -> int:
         elif isinstance(event, Finished):
             out.write("\n")
             t = event.totals
+            vision = f"vision {t['vision_ms']:.0f} ms, " if t.get("vision_ms") else ""
             print(
-                f"[{event.reason}: {t['generated_tokens']} tokens, "
+                f"[{event.reason}: {t['generated_tokens']} tokens, {vision}"
                 f"prefill {t['prefill_ms']:.0f} ms, {t['tokens_per_s']:.1f} tok/s]",
                 file=sys.stderr,
             )
@@ -189,17 +217,19 @@ def cmd_generate(args) -> int:
 
 
 def cmd_logits(args) -> int:
-    from .prompt import chat_prompt_ids
-    from .rope import text_positions
-
-    model = _load(args)
-    prompt = chat_prompt_ids(model.tokenizer, args.prompt, system=args.system)
     from .generate import check_prompt
 
+    model = _load(args)
+    built = _prompt(args, model)
+    prompt = built.ids
     check_prompt(model, prompt, model.max_context)
+    image_kw = {}
+    if built.images:
+        inputs = model.vision.prompt_inputs(prompt, built.images)
+        image_kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
     cache = model.new_cache(len(prompt))
     logits = model.text.forward(
-        np.asarray(prompt), text_positions(0, len(prompt)), cache, logits="all"
+        np.asarray(prompt), built.positions, cache, logits="all", **image_kw
     )
     out = Path(args.out)
     try:
@@ -223,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p)
     p.add_argument("prompt", metavar="PROMPT")
     p.add_argument("--system", default=None, help="system prompt")
+    _add_image_args(p)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--max-context", type=int, default=None, help="context budget in tokens")
     p.add_argument("--temperature", type=float, default=None, help="0 = greedy")
@@ -246,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p)
     p.add_argument("prompt", metavar="PROMPT")
     p.add_argument("--system", default=None)
+    _add_image_args(p)
     p.add_argument("--out", required=True, help="FILE.npy")
     p.set_defaults(func=cmd_logits)
     return parser

@@ -65,6 +65,7 @@ class VisionConfig:
     num_position_embeddings: int
     deepstack_visual_indexes: tuple[int, ...]
     hidden_act: str = "gelu_pytorch_tanh"
+    rope_theta: float = 10000.0  # vision 2D RoPE; 5.x writes rope_parameters.rope_theta
 
     @property
     def head_dim(self) -> int:
@@ -256,7 +257,17 @@ def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
         num_position_embeddings=int(vision.get("num_position_embeddings", 2304)),
         deepstack_visual_indexes=tuple(indexes),
         hidden_act=str(vision.get("hidden_act", "gelu_pytorch_tanh")),
+        rope_theta=_vision_theta(vision, path),
     )
+
+
+def _vision_theta(vision: dict, path: Path) -> float:
+    params = vision.get("rope_parameters")
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    theta = vision.get("rope_theta", 10000.0) if theta is None else theta
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
+        raise CheckpointError(f"{path}: vision rope_theta must be a number > 1, got {theta!r}.")
+    return float(theta)
 
 
 def read_json(path: Path, what: str) -> dict:

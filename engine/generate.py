@@ -18,7 +18,7 @@ from .errors import InputError
 from .kv_cache import KVCache
 from .model import Model
 from .profile import StepProfile, StepTimer
-from .rope import text_positions
+from .rope import mrope_positions, text_positions
 from .sampling import Sampler, SamplingParams
 from .tokenizer import StreamDecoder
 
@@ -52,8 +52,9 @@ class GenerationRequest:
     sampling: SamplingParams
     max_new_tokens: int = 512
     ignore_eos: bool = False
-    positions: np.ndarray | None = None  # [3, N]; None -> text positions
+    positions: np.ndarray | None = None  # [3, N]; None -> text (or image) positions
     rope_delta: int = 0  # decode position = cache index + rope_delta
+    images: list = field(default_factory=list)  # PreparedImage per image, in prompt order
 
 
 def check_prompt(model: Model, prompt_ids: list[int], max_context: int) -> None:
@@ -92,13 +93,31 @@ def generate(
     # prefill
     n = len(request.prompt_ids)
     positions = request.positions
+    rope_delta = request.rope_delta
+    if positions is None and request.images:
+        positions, rope_delta = mrope_positions(
+            request.prompt_ids,
+            model.config.image_token_id,
+            [im.grid_thw for im in request.images],
+            request.images[0].merge_size,
+            start=cache.length,
+            delta=request.rope_delta,
+        )
     if positions is None:
         positions = text_positions(cache.length, n, request.rope_delta)
-    timer = StepTimer()
+    timer = StepTimer()  # the vision encoder's time shows in this step's "other"
     t0 = time.perf_counter()
-    logits = model.text.forward(np.asarray(request.prompt_ids), positions, cache, timer=timer)
-    prefill_ms = (time.perf_counter() - t0) * 1e3
-    yield PrefillDone(n_tokens=n, vision_ms=0.0, prefill_ms=prefill_ms)
+    vision_ms = 0.0
+    image_kw = {}
+    if request.images:
+        inputs = model.vision.prompt_inputs(request.prompt_ids, request.images)
+        vision_ms = inputs.vision_ms
+        image_kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
+    logits = model.text.forward(
+        np.asarray(request.prompt_ids), positions, cache, timer=timer, **image_kw
+    )
+    prefill_ms = (time.perf_counter() - t0) * 1e3 - vision_ms
+    yield PrefillDone(n_tokens=n, vision_ms=vision_ms, prefill_ms=prefill_ms)
     t_decode0 = time.perf_counter()
     reason = "max_tokens"
     step = 0
@@ -133,7 +152,7 @@ def generate(
             reason = "context_full"
             break
         timer = StepTimer()
-        pos = text_positions(cache.length, 1, request.rope_delta)
+        pos = text_positions(cache.length, 1, rope_delta)
         logits = model.text.forward(np.array([token]), pos, cache, timer=timer)
     tail = stream.flush()
     if tail:
@@ -146,6 +165,7 @@ def generate(
             "prompt_tokens": n,
             "generated_tokens": len(generated),
             "prefill_ms": round(prefill_ms, 3),
+            "vision_ms": round(vision_ms, 3),
             "decode_ms": round(decode_s * 1e3, 3),
             "tokens_per_s": round(len(generated) / decode_s, 3) if decode_s > 0 else 0.0,
             "token_ids": generated,

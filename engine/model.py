@@ -7,15 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import weight_cache
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config, read_json
 from .errors import CheckpointError, InputError
 from .kv_cache import KV_FORMATS, KVCache
+from .linear import WEIGHT_FORMATS
 from .sampling import SamplingParams
 from .text import TextModel, check_text_tensors, load_text_weights
 from .tokenizer import Tokenizer
-
-WEIGHT_FORMATS = ("f32",)
+from .vision.model import VisionModel, load_vision
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Model:
     weights_fmt: str
     load_s: float
     kv_fmt: str = "f32"
+    vision: VisionModel | None = None  # images; vision.require() raises why not if unusable
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
         """An empty KV cache in this model's KV format (max_tokens: the context budget)."""
@@ -125,7 +127,18 @@ def load_model(
     defaults = read_generation_defaults(folder, tokenizer)
     with Checkpoint(folder) as ckpt:
         check_text_tensors(ckpt, config)
-        weights_ = load_text_weights(ckpt, config, weights, progress)
+        # quantized weights are cached on disk (f32 would be 4x the checkpoint: not cached)
+        key = weight_cache.cache_key(ckpt, config, weights) if weights != "f32" else None
+        weights_ = weight_cache.load(key, config) if key else None
+        if weights_ is None:
+            weights_ = load_text_weights(ckpt, config, weights, progress)
+            if key:
+                if progress:
+                    progress(0.95, "saving the converted weights for the next start")
+                weight_cache.store(key, weights_)
+        if progress:
+            progress(0.97, "reading the vision encoder")
+        vision = load_vision(folder, ckpt, config)
     if progress:
         progress(1.0, "ready")
     return Model(
@@ -137,4 +150,5 @@ def load_model(
         weights_fmt=weights,
         load_s=time.perf_counter() - t0,
         kv_fmt=kv,
+        vision=vision,
     )

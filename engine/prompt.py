@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from .errors import InputError
-from .tokenizer import Tokenizer
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import InputError, TokenizerError
+from .rope import mrope_positions, text_positions
+from .tokenizer import Tokenizer, expand_image_pads
 
 
 def user_message(text: str, n_images: int = 0) -> dict:
@@ -21,3 +27,47 @@ def chat_prompt_ids(tokenizer: Tokenizer, user_text: str, system: str | None = N
         messages.append({"role": "system", "content": system})
     messages.append(user_message(user_text))
     return tokenizer.encode_chat(messages, add_generation_prompt=True)
+
+
+@dataclass
+class Prompt:
+    """Token ids of a chat prompt with its images' pads expanded, and its 3D positions.
+
+    positions: [3, N] int64 (t, h, w); rope_delta: decode position = cache index + rope_delta.
+    images: the PreparedImage of each image, in prompt order.
+    """
+
+    ids: list[int]
+    positions: np.ndarray
+    rope_delta: int
+    images: list = field(default_factory=list)
+
+
+def build_prompt(
+    tokenizer: Tokenizer,
+    config,
+    user_text: str,
+    images: Sequence = (),
+    system: str | None = None,
+) -> Prompt:
+    """One user turn, images first then the text (as the reference chat template renders it),
+    each image's `<|image_pad|>` expanded to its t*h*w/merge**2 tokens, positions as
+    transformers' get_rope_index. config: the model's ModelConfig; images: PreparedImage."""
+    images = list(images)
+    messages = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append(user_message(user_text, len(images)))
+    ids = tokenizer.encode_chat(messages, add_generation_prompt=True)
+    if not images:
+        return Prompt(ids, text_positions(0, len(ids)), 0)
+    pad = config.image_token_id
+    if tokenizer.token_id("<|image_pad|>") != pad:
+        raise TokenizerError(
+            f"the tokenizer's <|image_pad|> is id {tokenizer.token_id('<|image_pad|>')} but "
+            f"config.json says image_token_id {pad}; tokenizer and weights do not belong together."
+        )
+    ids = expand_image_pads(ids, pad, [im.n_tokens for im in images])
+    merge = config.vision.spatial_merge_size if config.vision else images[0].merge_size
+    positions, delta = mrope_positions(ids, pad, [im.grid_thw for im in images], merge)
+    return Prompt(ids, positions, delta, images)

@@ -21,8 +21,9 @@ from .kernels.attention import attention
 from .kernels.norm import rmsnorm
 from .kernels.rope import apply_rope
 from .kv_cache import KVCache
-from .linear import make_linear
+from .linear import F32Linear, QLinear, quantizable
 from .profile import StepTimer
+from .quant import BLOCK, QTensor, quantize
 from .rope import MRope
 
 PREFIX = "model.language_model."
@@ -42,7 +43,7 @@ class LayerWeights:
 
 @dataclass
 class TextWeights:
-    embed: np.ndarray  # [V, D] f32 lookup table
+    embed: object  # Linear [V, D]; .rows(ids) is the lookup
     layers: list[LayerWeights]
     norm: np.ndarray  # [D]
     lm_head: object  # Linear [V, D]
@@ -62,7 +63,8 @@ class TextWeights:
             )
             + self.norm.nbytes
         )
-        return sum(m.nbytes for m in self.matrices()) + norms + self.embed[0].nbytes
+        embed_row = self.embed.nbytes // self.embed.out_features
+        return sum(m.nbytes for m in self.matrices()) + norms + embed_row
 
 
 def expected_text_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -108,46 +110,84 @@ def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
             )
 
 
+# Head (and embedding) format per weights format, chosen by measurement (docs/benchmarks.md):
+# the head is 18% of a 2B decode's bytes and the most sensitive matrix, so q4 blocks keep a
+# q8 head, as llama.cpp keeps a 6-bit head in its 4-bit files.
+HEAD_FORMAT = {"f32": "f32", "q8": "q8", "q4": "q8"}
+CHUNK_WEIGHTS = 1 << 22  # rows are converted in chunks of about this many weights
+
+
+def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str):
+    """The rows of `names` stacked into one matrix in `fmt`, converted chunk by chunk so that
+    no full f32 copy of a large tensor (or of the fused matrix) ever exists. A matrix whose
+    input size is not a multiple of the 32-weight block stays f32."""
+    shapes = [ckpt.info(n).shape for n in names]
+    k = shapes[0][1]
+    n_out = sum(s[0] for s in shapes)
+    step = max(1, CHUNK_WEIGHTS // k)
+    if fmt == "f32" or not quantizable(k):
+        w = np.empty((n_out, k), np.float32)
+        o = 0
+        for name, (rows, _) in zip(names, shapes):
+            for r0 in range(0, rows, step):
+                r1 = min(rows, r0 + step)
+                w[o + r0 : o + r1] = ckpt.read_f32_rows(name, r0, r1)
+            ckpt.release(name)
+            o += rows
+        return F32Linear(w)
+    qs = np.empty((n_out, k if fmt == "q8" else k // 2), np.int8 if fmt == "q8" else np.uint8)
+    scales = np.empty((n_out, k // BLOCK), np.uint16)
+    o = 0
+    for name, (rows, _) in zip(names, shapes):
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            qt = quantize(ckpt.read_f32_rows(name, r0, r1), fmt)
+            qs[o + r0 : o + r1] = qt.qs
+            scales[o + r0 : o + r1] = qt.scales
+        ckpt.release(name)
+        o += rows
+    return QLinear(QTensor(fmt, qs, scales))
+
+
 def load_text_weights(
     ckpt: Checkpoint,
     cfg: ModelConfig,
     fmt: str = "f32",
     progress: Callable[[float, str], None] | None = None,
 ) -> TextWeights:
-    """Read tensor by tensor (peak memory: the final weights plus one layer in flight)."""
+    """Read and convert tensor by tensor: peak memory stays near the final weights."""
     check_text_tensors(ckpt, cfg)
     t = cfg.text
+    head_fmt = HEAD_FORMAT[fmt]
+    verb = "reading" if fmt == "f32" else "quantizing"
 
-    def get(name):
+    def vec(name):
         return ckpt.read_f32(name)
 
     layers = []
     for i in range(t.num_hidden_layers):
         if progress:
-            progress(i / (t.num_hidden_layers + 1), f"reading layer {i + 1}/{t.num_hidden_layers}")
+            progress(i / (t.num_hidden_layers + 1), f"{verb} layer {i + 1}/{t.num_hidden_layers}")
         p = f"{PREFIX}layers.{i}."
-        qkv = np.concatenate([get(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
-        gate_up = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")])
         layers.append(
             LayerWeights(
-                input_norm=get(p + "input_layernorm.weight"),
-                qkv=make_linear(qkv, fmt),
-                o=make_linear(get(p + "self_attn.o_proj.weight"), fmt),
-                q_norm=get(p + "self_attn.q_norm.weight"),
-                k_norm=get(p + "self_attn.k_norm.weight"),
-                post_norm=get(p + "post_attention_layernorm.weight"),
-                gate_up=make_linear(gate_up, fmt),
-                down=make_linear(get(p + "mlp.down_proj.weight"), fmt),
+                input_norm=vec(p + "input_layernorm.weight"),
+                qkv=build_matrix(ckpt, [p + f"self_attn.{n}_proj.weight" for n in "qkv"], fmt),
+                o=build_matrix(ckpt, [p + "self_attn.o_proj.weight"], fmt),
+                q_norm=vec(p + "self_attn.q_norm.weight"),
+                k_norm=vec(p + "self_attn.k_norm.weight"),
+                post_norm=vec(p + "post_attention_layernorm.weight"),
+                gate_up=build_matrix(
+                    ckpt, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"], fmt
+                ),
+                down=build_matrix(ckpt, [p + "mlp.down_proj.weight"], fmt),
             )
         )
-        del qkv, gate_up
     if progress:
-        progress(t.num_hidden_layers / (t.num_hidden_layers + 1), "reading embeddings")
-    embed = get(PREFIX + "embed_tokens.weight")
-    head = embed if cfg.tie_word_embeddings else get("lm_head.weight")
-    return TextWeights(
-        embed=embed, layers=layers, norm=get(PREFIX + "norm.weight"), lm_head=make_linear(head, fmt)
-    )
+        progress(t.num_hidden_layers / (t.num_hidden_layers + 1), f"{verb} embeddings")
+    embed = build_matrix(ckpt, [PREFIX + "embed_tokens.weight"], head_fmt)
+    head = embed if cfg.tie_word_embeddings else build_matrix(ckpt, ["lm_head.weight"], head_fmt)
+    return TextWeights(embed=embed, layers=layers, norm=vec(PREFIX + "norm.weight"), lm_head=head)
 
 
 class TextModel:
@@ -185,7 +225,7 @@ class TextModel:
         n = len(ids)
         start = cache.length
         cache.reserve(start + n)
-        x = self.w.embed[np.asarray(ids)]  # [N, D] (a copy)
+        x = self.w.embed.rows(np.asarray(ids))  # [N, D] f32 (a copy)
         if embeds is not None:
             x[embed_rows] = embeds
         cos, sin = self.rope.cos_sin(positions)

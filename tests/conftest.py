@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# converted weights go to a per-run folder, never to the user's cache
+os.environ["MERLIN_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="merlin-weights-")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFERENCE_DIRS = sorted(p for p in FIXTURES.glob("ref_*") if (p / "reference.npz").is_file())

@@ -1,4 +1,4 @@
-"""Make the text-decoder parity fixtures under tests/fixtures/ref_*/ with Hugging Face transformers.
+"""Make the parity fixtures under tests/fixtures/ (text and images) with Hugging Face transformers.
 
 NOT needed by the test suite: the fixtures it writes are committed, and the tests only read them
 with NumPy. This script (and only this script) needs torch + transformers; it does not import
@@ -24,6 +24,26 @@ What each fixture is (see tests/fixtures/README.md for the table):
   forward, positions 0..n-1), greedy_ids int64 [16] (16 greedy tokens continuing the prompt,
   no stop token), description (0-d str: the JSON of reference.json);
 * reference.json: versions, config summary and a few statistics of the reference.
+
+Images (tests/fixtures/vision_images/, shared by the model fixtures):
+
+* deterministic images made by this script (PNG; CMYK as an uncompressed TIFF): tiny (upscaled
+  to min_pixels), very wide, very tall, one above the max-pixels cap, one needing no resize,
+  RGBA, LA, P with a transparent index, L, CMYK, EXIF-rotated, and a 16-bit grey one;
+* preprocessor_config.json: the hub file's keys with a small pixel budget (4096..16384 pixels,
+  so 4..16 tokens per image) and per-channel mean/std that differ;
+* pixels.npz: `<name>_pixel_values` float32 [N, 1536] and `<name>_image_grid_thw` int64 [3]
+  from transformers' `Qwen2VLImageProcessorPil` (spec section 10) on the decoded file (EXIF
+  orientation applied for exif.png); none for the 16-bit image (transformers clips it to 8
+  bits, Merlin scales it); images.json describes each image.
+
+For the fixtures with `vision_prompts` (ref_tied_bf16_v457, ref_untied_f16_gqa4), also
+preprocessor_config.json (the same file) and vision_reference.npz/.json: per prompt k (one
+image, then two images), `p<k>_input_ids` (the image pads already expanded to t*h*w/4 each),
+`p<k>_images`, `p<k>_image_grid_thw`, `p<k>_position_ids` [3, n] and `p<k>_rope_delta` from
+`model.model.get_rope_index`, `p<k>_image_embeds` / `p<k>_deepstack` from get_image_features,
+`p<k>_logits` [n, 2048] (one forward with pixel_values, image_grid_thw, mm_token_type_ids) and
+`p<k>_greedy_ids` [16] (generate, greedy, no stop token).
 
 The weights are re-drawn with a large spread (matrices ~ N(0, 1/fan_in), norm weights
 1 + 0.1 N(0,1), biases 0.05 N(0,1)) so that a wrong op moves the logits visibly. The reference
@@ -100,6 +120,9 @@ FIXTURES = [
         max_shard_size=None,
         spelling="4.57",
         prompt_len=29,
+        # Image prompts (vision_reference.npz): one image hitting the max-pixels cap; two
+        # images, very wide and very tall.
+        vision_prompts=[["cap"], ["wide", "tall"]],
     ),
     dict(
         # Untied head, f32 storage, sharded (3 shards + index.json); MHA (4/4) with
@@ -138,6 +161,8 @@ FIXTURES = [
         max_shard_size=None,
         spelling="5.x",
         prompt_len=37,
+        # One tiny (upscaled) image; two images, one needing no resize and one with alpha.
+        vision_prompts=[["tiny"], ["exact", "rgba"]],
     ),
 ]
 
@@ -220,14 +245,16 @@ def to_v457_spelling(folder: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def write_npz(path: Path, arrays: dict) -> None:
+def write_npz(path: Path, arrays: dict, compress: bool = False) -> None:
     """np.savez without timestamps, so a rerun writes identical bytes."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "w", compression=method) as zf:
         for key, arr in arrays.items():
             buf = io.BytesIO()
             np.lib.format.write_array(buf, np.asarray(arr), allow_pickle=False)
             info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
+            info.compress_type = method
             zf.writestr(info, buf.getvalue())
 
 
@@ -394,7 +421,271 @@ def make_fixture(fx: dict, out_root: Path) -> dict:
             "description": np.array(text),
         },
     )
+    if fx.get("vision_prompts"):
+        make_vision_reference(fx, folder, model, out_root / IMAGES_DIR)
     return description
+
+
+# ---- images ---------------------------------------------------------------------------------
+
+IMAGES_DIR = "vision_images"
+
+# The fixture's preprocessor_config.json: the hub file's keys with a small pixel budget (4..16
+# merged tokens per image, so the fixtures stay small and the max-pixels cap is easy to hit) and
+# per-channel mean/std that differ (a channel mix-up shows; the hub uses 0.5 for all three).
+PREPROCESSOR = {
+    "size": {"longest_edge": 16384, "shortest_edge": 4096},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "rescale_factor": 0.00392156862745098,
+    "processor_class": "Qwen3VLProcessor",
+    "image_processor_type": "Qwen2VLImageProcessor",
+}
+
+# name -> (file, width, height, what it exercises, expected grid (t, h, w) or None).
+# A grid of None: no transformers reference (see "gray16").
+IMAGES = {
+    "tiny": ("tiny.png", 20, 12, "RGB, below min_pixels: upscaled (ceil branch)", (1, 4, 6)),
+    "wide": ("wide.png", 400, 30, "RGB 13:1, round(12.5) -> 12 (half to even)", (1, 2, 24)),
+    "tall": ("tall.png", 30, 300, "RGB 1:10", (1, 18, 2)),
+    "cap": ("cap.png", 200, 120, "RGB above max_pixels: downscaled (floor branch)", (1, 6, 10)),
+    "exact": ("exact.png", 64, 96, "RGB, multiple of 32 within the limits: no resize", (1, 6, 4)),
+    "rgba": ("rgba.png", 72, 56, "RGBA, alpha 0..255: composited on white", (1, 4, 4)),
+    "la": ("la.png", 56, 72, "LA: composited on white", (1, 4, 4)),
+    "palette": ("palette.png", 64, 48, "P with a transparent index (tRNS)", (1, 4, 4)),
+    "gray": ("gray.png", 50, 40, "L, upscaled", (1, 4, 6)),
+    "cmyk": ("cmyk.tiff", 48, 64, "CMYK (uncompressed TIFF)", (1, 4, 4)),
+    "exif": ("exif.png", 80, 48, "RGB, EXIF orientation 6 (rotate 90): 48x80 after", (1, 4, 4)),
+    "gray16": ("gray16.png", 40, 50, "I;16: Merlin scales to 8 bits, transformers clips", None),
+}
+
+
+def _texture(h: int, w: int, seed: int, channels: int = 3) -> np.ndarray:
+    """Smooth waves + a ramp + noise, uint8 [h, w, channels]: resampling errors show."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    out = []
+    for _ in range(channels):
+        fy, fx = rng.uniform(0.05, 0.5, 2)
+        phase = rng.uniform(0, 2 * np.pi)
+        v = 127.5 + 70 * np.sin(fy * y + phase) * np.cos(fx * x)
+        v += 40 * (x / max(w - 1, 1) - y / max(h - 1, 1)) + rng.normal(0, 10, (h, w))
+        out.append(v)
+    return np.clip(np.rint(np.stack(out, -1)), 0, 255).astype(np.uint8)
+
+
+def _make_image(name: str, w: int, h: int):
+    from PIL import Image
+
+    seed = 7000 + sorted(IMAGES).index(name)
+    if name == "rgba":
+        a = np.tile(np.linspace(0, 255, w).round().astype(np.uint8), (h, 1))
+        a[: h // 4, : w // 4] = 0
+        a[-h // 4 :, -w // 4 :] = 255
+        return Image.fromarray(np.dstack([_texture(h, w, seed), a]), "RGBA")
+    if name == "la":
+        t = _texture(h, w, seed, 2)
+        t[..., 1] = np.tile(np.linspace(0, 255, h).round().astype(np.uint8)[:, None], (1, w))
+        return Image.fromarray(t, "LA")
+    if name == "palette":
+        idx = (_texture(h, w, seed, 1)[..., 0] // 16).astype(np.uint8)  # 16 colours
+        im = Image.fromarray(idx, "L").convert("P")
+        pal = np.random.default_rng(seed).integers(0, 256, (256, 3)).astype(np.uint8)
+        im.putpalette(pal.ravel().tolist())
+        im.info["transparency"] = 3
+        return im
+    if name == "gray":
+        return Image.fromarray(_texture(h, w, seed, 1)[..., 0], "L")
+    if name == "cmyk":
+        return Image.fromarray(_texture(h, w, seed, 4), "CMYK")
+    if name == "gray16":
+        y, x = np.mgrid[0:h, 0:w]
+        v = (x * 65535 // (w - 1) + y * 97) % 65536
+        return Image.fromarray(v.astype(np.uint16))  # mode I;16
+    return Image.fromarray(_texture(h, w, seed), "RGB")
+
+
+def hf_image_processor():
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    keys = ("size", "patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std")
+    keys += ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "rescale_factor")
+    return Qwen2VLImageProcessorPil(**{k: PREPROCESSOR[k] for k in keys})
+
+
+def open_for_reference(path: Path):
+    """What a transformers user hands the processor: the decoded file, EXIF orientation applied
+    (as transformers.image_utils.load_image does, but without its convert("RGB"), which would
+    drop alpha instead of letting the processor composite it on white)."""
+    from PIL import Image, ImageOps
+
+    im = Image.open(path)
+    im.load()
+    return ImageOps.exif_transpose(im) if name_of(path) == "exif" else im
+
+
+def name_of(path: Path) -> str:
+    return Path(path).stem
+
+
+def make_images(folder: Path) -> dict:
+    """Write the images, preprocessor_config.json, pixels.npz (transformers' PIL-processor
+    pixel_values + image_grid_thw per image) and images.json. Returns name -> reference."""
+    import transformers
+    from PIL import Image
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    (folder / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
+    proc = hf_image_processor()
+    arrays, refs, table = {}, {}, {}
+    for name, (file, w, h, what, grid) in IMAGES.items():
+        im = _make_image(name, w, h)
+        assert im.size == (w, h), (name, im.size)
+        path = folder / file
+        if name == "exif":
+            exif = Image.Exif()
+            exif[0x0112] = 6  # Orientation: rotate 90 CW to display
+            im.save(path, exif=exif)
+        elif name == "cmyk":
+            im.save(path, compression=None)
+        else:
+            im.save(path, optimize=False)
+        loaded = open_for_reference(path)
+        table[name] = {"file": file, "size": [w, h], "mode": loaded.mode, "what": what}
+        if grid is None:
+            continue
+        out = proc(images=[loaded], return_tensors="np")
+        pv = np.asarray(out["pixel_values"])
+        thw = np.asarray(out["image_grid_thw"])[0].astype(np.int64)
+        assert pv.dtype == np.float32 and pv.shape == (int(np.prod(thw)), 1536), (name, pv.shape)
+        assert tuple(thw.tolist()) == grid, (name, thw, grid)
+        if name == "exif":
+            assert loaded.size == (h, w), loaded.size  # the rotation was applied
+        arrays[f"{name}_pixel_values"] = pv
+        arrays[f"{name}_image_grid_thw"] = thw
+        refs[name] = (pv, thw)
+        table[name]["grid_thw"] = list(grid)
+        table[name]["tokens"] = int(np.prod(thw)) // 4
+    description = {
+        "made_by": "tests/make_reference.py",
+        "versions": {
+            "transformers": transformers.__version__,
+            "pillow": Image.__version__,
+            "numpy": np.__version__,
+        },
+        "processor": "transformers Qwen2VLImageProcessorPil(**preprocessor_config.json), "
+        "called on the decoded file (EXIF orientation applied for exif.png)",
+        "images": table,
+    }
+    text = json.dumps(description, indent=2) + "\n"
+    (folder / "images.json").write_text(text)
+    write_npz(folder / "pixels.npz", arrays | {"description": np.array(text)}, compress=True)
+    return refs
+
+
+def make_vision_reference(fx: dict, folder: Path, model, images_dir: Path) -> None:
+    """vision_reference.npz/.json and preprocessor_config.json in a model fixture folder."""
+    import torch
+
+    (folder / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
+    pixels = np.load(images_dir / "pixels.npz")
+    rng = np.random.default_rng(fx["seed"] + 1)
+    arrays, prompts = {}, []
+    for k, names in enumerate(fx["vision_prompts"]):
+        pv = np.concatenate([pixels[f"{n}_pixel_values"] for n in names])
+        grid = np.stack([pixels[f"{n}_image_grid_thw"] for n in names])
+        counts = [int(np.prod(g)) // 4 for g in grid]
+        user, nl, assistant = (int(i) for i in rng.integers(0, FIRST_SPECIAL_ID, 3))
+        ids = [IM_START_ID, user, nl]
+        for c in counts:
+            ids += [VISION_START_ID] + [IMAGE_PAD_ID] * c + [VISION_END_ID]
+        ids += rng.integers(0, FIRST_SPECIAL_ID, 6).tolist()
+        ids += [IM_END_ID, nl, IM_START_ID, assistant, nl]
+        input_ids = np.array(ids, np.int64)
+        t_ids = torch.from_numpy(input_ids)[None]
+        mm = (t_ids == IMAGE_PAD_ID).to(torch.int64)
+        t_pv, t_grid = torch.from_numpy(pv), torch.from_numpy(grid)
+        kw = dict(pixel_values=t_pv, image_grid_thw=t_grid)
+        with torch.no_grad():
+            pos, delta = model.model.get_rope_index(
+                t_ids, mm_token_type_ids=mm, image_grid_thw=t_grid
+            )
+            feats = model.model.get_image_features(t_pv, t_grid)
+            embeds = torch.cat(feats.pooler_output).numpy()
+            deep = np.stack([torch.cat(f).numpy() for f in feats.deepstack_features])
+            model.model.rope_deltas = None
+            logits = model(input_ids=t_ids, mm_token_type_ids=mm, **kw).logits[0].numpy()
+            model.model.rope_deltas = None
+            out = model.generate(
+                input_ids=t_ids,
+                attention_mask=torch.ones_like(t_ids),
+                mm_token_type_ids=mm,
+                max_new_tokens=N_GREEDY,
+                **kw,
+            )
+            greedy = out[0, len(input_ids) :].numpy().astype(np.int64)
+            assert greedy.shape == (N_GREEDY,), greedy.shape
+            # Self-check as for the text reference: one forward over prompt + greedy tokens.
+            full = torch.from_numpy(np.concatenate([input_ids, greedy[:-1]]))[None]
+            mm_full = (full == IMAGE_PAD_ID).to(torch.int64)
+            model.model.rope_deltas = None
+            full_logits = model(input_ids=full, mm_token_type_ids=mm_full, **kw).logits[0].numpy()
+            model.model.rope_deltas = None
+        np.testing.assert_allclose(full_logits[: len(ids)], logits, rtol=0, atol=1e-5)
+        steps = full_logits[len(ids) - 1 :]
+        assert (steps.argmax(-1) == greedy).all(), (fx["name"], k)
+        top2 = np.sort(steps, axis=-1)[:, -2:]
+        position_ids = pos[:, 0, :].numpy().astype(np.int64)
+        assert position_ids.shape == (3, len(ids))
+        p = f"p{k}_"
+        arrays |= {
+            p + "input_ids": input_ids,
+            p + "images": np.array(names),
+            p + "image_grid_thw": grid.astype(np.int64),
+            p + "position_ids": position_ids,
+            p + "rope_delta": np.array(int(delta.reshape(-1)[0]), np.int64),
+            p + "image_embeds": embeds.astype(np.float32),
+            p + "deepstack": deep.astype(np.float32),
+            p + "logits": logits.astype(np.float32),
+            p + "greedy_ids": greedy,
+        }
+        prompts.append(
+            {
+                "images": names,
+                "image_grid_thw": grid.tolist(),
+                "image_tokens": counts,
+                "prompt_len": len(ids),
+                "rope_delta": int(delta.reshape(-1)[0]),
+                "logits_abs_max": float(np.abs(logits).max()),
+                "greedy_top1_minus_top2_min": float((top2[:, 1] - top2[:, 0]).min()),
+                "greedy_ids": greedy.tolist(),
+            }
+        )
+    description = {
+        "fixture": fx["name"],
+        "made_by": "tests/make_reference.py",
+        "how": "input_ids = <im_start> u nl [<vs> <image_pad>*n <ve>]... 6 random ids <im_end> "
+        "nl <im_start> a nl, with n = t*h*w/4 per image; pixel_values and image_grid_thw from "
+        f"{IMAGES_DIR}/pixels.npz; mm_token_type_ids = 1 at the pads. position_ids/rope_delta "
+        "= model.model.get_rope_index; image_embeds/deepstack = get_image_features; logits = "
+        "one forward; greedy_ids = generate(do_sample=False, eos_token_id=None, "
+        f"max_new_tokens={N_GREEDY}); float32, eager attention, weights as stored.",
+        "prompts": prompts,
+    }
+    text = json.dumps(description, indent=2) + "\n"
+    (folder / "vision_reference.json").write_text(text)
+    write_npz(folder / "vision_reference.npz", arrays | {"description": np.array(text)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown fixture name in {args.only}; known: {known}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
+    images = make_images(args.out / IMAGES_DIR)
+    print(f"{IMAGES_DIR}: {len(IMAGES)} images, {len(images)} with HF pixel_values")
     for fx in wanted:
         d = make_fixture(fx, args.out)
         r = d["reference"]

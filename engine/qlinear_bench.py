@@ -1,0 +1,288 @@
+"""Roofline benchmark of the weight kernels (temporary; to be folded into `python -m engine.bench`).
+
+    python -m engine.qlinear_bench [--threads 2] [--repeats 7] [--quick] [--json PATH]
+
+In one run, because the shared host's bandwidth moves by 2x from minute to minute:
+  1. the machine's read bandwidth: best of a NumPy float32 matrix-vector dot over 1 GB and a
+     Numba read-only sum with 64 lane accumulators, measured before and after the decode runs;
+  2. decode (N = 1) and verify (N = 2, 4, 5, 8) products on Qwen3-VL-2B shapes for f32, q8 and
+     q4 weights: GB/s of weight bytes, fraction of the bandwidth, V(N)/T(1);
+  3. prefill (N = 512) GFLOP/s against NumPy sgemm of the same shape;
+  4. quantization speed (seconds per 100 M weights) and, with --scale-dtypes, bf16 vs f32
+     block scales.
+
+Weights are cycled through enough copies (>= 320 MB per configuration) that every call reads
+them from DRAM, as in a real decode step; repeats are interleaved across configurations and
+the median is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .kernels.linear import matmul_f32
+from .kernels.qlinear import (
+    matmul_q4,
+    matmul_q4_prefill,
+    matmul_q8,
+    matmul_q8_prefill,
+    prefill_tile_rows,
+)
+from .quant import bf16_round_up, quantize_q4, quantize_q8
+
+# (name, O, K): the decoder's fused linears and the tied lm_head of Qwen3-VL-2B
+SHAPES = [
+    ("qkv", 3072, 2048),
+    ("o", 2048, 2048),
+    ("gate_up", 12288, 2048),
+    ("down", 2048, 6144),
+    ("lm_head", 151936, 2048),
+]
+NS = (1, 2, 4, 5, 8)
+FORMATS = ("f32", "q8", "q4")
+MIN_BYTES = 320e6  # per configuration, well beyond the last-level cache
+
+
+# --------------------------------------------------------------------------- bandwidth
+
+
+@njit(nogil=True, cache=True, fastmath=True, parallel=True)
+def read_sum(a):
+    """Sum of a [M, 64] f32, 64 lane accumulators per task: a pure streaming read."""
+    m = a.shape[0]
+    n_tasks = 256
+    chunk = (m + n_tasks - 1) // n_tasks
+    parts = np.zeros(n_tasks, np.float32)
+    for t in prange(n_tasks):
+        acc = np.zeros(64, np.float32)
+        for r in range(t * chunk, min(m, (t + 1) * chunk)):
+            for j in range(64):
+                acc[j] += a[r, j]
+        parts[t] = acc.sum()
+    return parts.sum()
+
+
+def _median_time(fn, repeats):
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts)), float(min(ts))
+
+
+def measure_bandwidth(nbytes=1 << 30, repeats=5) -> dict:
+    a = np.ones(nbytes // 4, np.float32)
+    v = np.ones(1024, np.float32)
+    mat = a.reshape(-1, 1024)
+    lanes = a.reshape(-1, 64)
+    read_sum(lanes)
+    mat @ v
+    res = {}
+    for name, fn in (("numpy_gemv", lambda: mat @ v), ("numba_sum", lambda: read_sum(lanes))):
+        med, best = _median_time(fn, repeats)
+        res[name] = {"median_GBps": a.nbytes / med / 1e9, "best_GBps": a.nbytes / best / 1e9}
+    res["GBps"] = max(r["median_GBps"] for r in res.values())
+    return res
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def _random_weights(fmt, o, k, rng, scale_dtype="bf16"):
+    """A weight in the given format with random contents (timing does not depend on them)."""
+    if fmt == "f32":
+        return (rng.standard_normal((o, k), dtype=np.float32) * 0.02,)
+    s = rng.uniform(1e-4, 1e-3, (o, k // 32)).astype(np.float32)
+    s = bf16_round_up(s) if scale_dtype == "bf16" else s
+    if fmt == "q8":
+        return rng.integers(-127, 128, (o, k), dtype=np.int8), s
+    return rng.integers(0, 256, (o, k // 2), dtype=np.uint8), s
+
+
+def _copies(fmt, o, k, rng, scale_dtype="bf16"):
+    first = _random_weights(fmt, o, k, rng, scale_dtype)
+    nbytes = sum(a.nbytes for a in first)
+    n = max(1, int(np.ceil(MIN_BYTES / nbytes)))
+    return [first] + [_random_weights(fmt, o, k, rng, scale_dtype) for _ in range(n - 1)], nbytes
+
+
+def _small_n_fn(fmt):
+    return {"f32": matmul_f32, "q8": matmul_q8, "q4": matmul_q4}[fmt]
+
+
+def _prefill_call(fmt, x, w, out, scratch):
+    """A no-argument call of the prefill product (BLAS sgemm for f32 weights)."""
+    if fmt == "f32":
+        return lambda: np.matmul(x, w[0].T, out=out)
+    fn = matmul_q8_prefill if fmt == "q8" else matmul_q4_prefill
+    return lambda: fn(x, *w, out, scratch)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def bench_decode(shapes, formats, ns, repeats, rng, scale_dtype="bf16") -> list[dict]:
+    rows = []
+    for name, o, k in shapes:
+        for fmt in formats:
+            mats, nbytes = _copies(fmt, o, k, rng, scale_dtype)
+            fn = _small_n_fn(fmt)
+            xs = {n: rng.standard_normal((n, k), dtype=np.float32) for n in ns}
+            outs = {n: np.empty((n, o), np.float32) for n in ns}
+            for n in ns:  # compile / warm up
+                fn(xs[n], *mats[0], outs[n])
+            times = {n: [] for n in ns}
+            for _ in range(repeats):  # interleaved so drift hits every N alike
+                for n in ns:
+                    t0 = time.perf_counter()
+                    for m in mats:
+                        fn(xs[n], *m, outs[n])
+                    times[n].append((time.perf_counter() - t0) / len(mats))
+            t1 = float(np.median(times[ns[0]]))
+            for n in ns:
+                t = float(np.median(times[n]))
+                rows.append(
+                    {
+                        "shape": name,
+                        "O": o,
+                        "K": k,
+                        "fmt": fmt,
+                        "scales": scale_dtype if fmt != "f32" else "-",
+                        "N": n,
+                        "ms": t * 1e3,
+                        "bytes": nbytes,
+                        "GBps": nbytes / t / 1e9,
+                        "V_over_T": t / t1,
+                    }
+                )
+            del mats
+    return rows
+
+
+def bench_prefill(shapes, formats, n, repeats, rng) -> list[dict]:
+    rows = []
+    for name, o, k in shapes:
+        x = rng.standard_normal((n, k), dtype=np.float32)
+        out = np.empty((n, o), np.float32)
+        weights = {fmt: _random_weights(fmt, o, k, rng) for fmt in ("f32",) + tuple(formats)}
+        scratch = np.empty(prefill_tile_rows(o, k) * k, np.float32)
+        fns = {fmt: _prefill_call(fmt, x, w, out, scratch) for fmt, w in weights.items()}
+        for fn in fns.values():
+            fn()
+        times = {fmt: [] for fmt in fns}
+        for _ in range(repeats):
+            for fmt, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[fmt].append(time.perf_counter() - t0)
+        flops = 2.0 * n * o * k
+        sgemm = flops / float(np.median(times["f32"])) / 1e9
+        for fmt in fns:
+            g = flops / float(np.median(times[fmt])) / 1e9
+            rows.append({"shape": name, "fmt": fmt, "N": n, "GFLOPs": g, "of_sgemm": g / sgemm})
+    return rows
+
+
+def bench_quantize(rng, o=12288, k=2048) -> dict:
+    w = rng.standard_normal((o, k), dtype=np.float32) * 0.02
+    res = {}
+    for name, fn in (("q8", quantize_q8), ("q4", quantize_q4)):
+        med, _ = _median_time(lambda fn=fn: fn(w), 3)
+        res[name] = {"s_per_100M": med / w.size * 1e8}
+    return res
+
+
+def run(threads=None, repeats=7, quick=False, scale_dtypes=False, prefill=True) -> dict:
+    if threads:
+        numba.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    shapes = SHAPES if not quick else [s for s in SHAPES if s[0] in ("gate_up", "down")]
+    result = {"threads": numba.get_num_threads(), "repeats": repeats}
+    result["bandwidth_before"] = measure_bandwidth()
+    result["decode"] = bench_decode(shapes, FORMATS, NS, repeats, rng)
+    if scale_dtypes:
+        result["decode_f32_scales"] = bench_decode(
+            shapes, ("q8", "q4"), (1, 4), repeats, rng, scale_dtype="f32"
+        )
+    result["bandwidth_after"] = measure_bandwidth()
+    bw = max(result["bandwidth_before"]["GBps"], result["bandwidth_after"]["GBps"])
+    result["bandwidth_GBps"] = bw
+    for key in ("decode", "decode_f32_scales"):
+        for row in result.get(key, []):
+            row["of_bandwidth"] = row["GBps"] / bw
+    if prefill:
+        pshapes = [s for s in shapes if s[0] != "lm_head"]
+        result["prefill"] = bench_prefill(pshapes, ("q8", "q4"), 512, max(3, repeats // 2), rng)
+    result["quantize"] = bench_quantize(rng)
+    return result
+
+
+def format_report(r: dict) -> str:
+    lines = []
+    b0, b1 = r["bandwidth_before"], r["bandwidth_after"]
+    lines.append(
+        f"threads {r['threads']}, repeats {r['repeats']} (medians)\n"
+        f"read bandwidth: before {b0['GBps']:.1f} GB/s"
+        f" (numpy gemv {b0['numpy_gemv']['median_GBps']:.1f},"
+        f" numba sum {b0['numba_sum']['median_GBps']:.1f}), after {b1['GBps']:.1f} GB/s"
+        f" -> reference {r['bandwidth_GBps']:.1f} GB/s"
+    )
+    for key, title in (("decode", "decode / verify"), ("decode_f32_scales", "f32 block scales")):
+        if key not in r:
+            continue
+        lines.append(f"\n{title}: GB/s of weight bytes (fraction of bandwidth) and V(N)/T(1)")
+        lines.append(
+            f"{'shape':<9}{'fmt':<5}{'MB':>7}  " + "".join(f"{'N=' + str(n):>22}" for n in NS)
+        )
+        groups = {}
+        for row in r[key]:
+            groups.setdefault((row["shape"], row["fmt"]), []).append(row)
+        for (shape, fmt), rows in groups.items():
+            cells = {row["N"]: row for row in rows}
+            text = ""
+            for n in NS:
+                if n in cells:
+                    c = cells[n]
+                    text += f"{c['GBps']:7.1f} ({c['of_bandwidth']:4.0%}) {c['V_over_T']:5.2f}x"
+                else:
+                    text += " " * 22
+            lines.append(f"{shape:<9}{fmt:<5}{rows[0]['bytes'] / 1e6:7.1f}  {text}")
+    if "prefill" in r:
+        lines.append("\nprefill N=512: GFLOP/s (fraction of sgemm of the same shape)")
+        for row in r["prefill"]:
+            lines.append(
+                f"{row['shape']:<9}{row['fmt']:<5}{row['GFLOPs']:8.1f} ({row['of_sgemm']:4.0%})"
+            )
+    q = r["quantize"]
+    lines.append(
+        f"\nquantize: q8 {q['q8']['s_per_100M']:.2f} s, q4 {q['q4']['s_per_100M']:.2f} s"
+        " per 100 M weights (NumPy, one thread)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="gate_up and down shapes only")
+    p.add_argument("--scale-dtypes", action="store_true", help="also time f32 block scales")
+    p.add_argument("--no-prefill", action="store_true")
+    p.add_argument("--json", help="write the figures to this file")
+    a = p.parse_args(argv)
+    r = run(a.threads, a.repeats, a.quick, a.scale_dtypes, not a.no_prefill)
+    print(format_report(r))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

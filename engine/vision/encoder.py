@@ -1,0 +1,473 @@
+"""Qwen3-VL vision encoder (spec section 4): pixel patches -> image embeddings + DeepStack.
+
+patch embed (Conv3d == one matmul) + bilinearly interpolated learned position embeddings ->
+depth x [LayerNorm, qkv, 2D RoPE, bidirectional attention within each image, proj, LayerNorm,
+fc1, tanh-GELU, fc2] -> 2x2 patch merger (LayerNorm, fc1, erf-GELU, fc2); the DeepStack mergers
+take the outputs of the blocks listed in deepstack_visual_indexes (LayerNorm after the 2x2
+shuffle). Tokens stay in 2x2-merge-block order throughout, the order of the pixel patches.
+
+All matrix products are NumPy BLAS calls (the encoder is compute-bound); the element-wise work
+between them is in engine/vision/kernels.py. Activations are float32.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..checkpoint import Checkpoint
+from ..config import VisionConfig
+from ..errors import CheckpointError
+from .kernels import (
+    POW2,
+    add_bias,
+    add_bias_residual,
+    bias_gelu_erf,
+    bias_gelu_tanh,
+    layernorm,
+    split_heads_rope,
+)
+
+PREFIX = "model.visual."
+LN_EPS = 1e-6
+ROPE_THETA = 10000.0
+ATTN_CHUNK_ELEMS = 1 << 20  # score rows per chunk ~ this / keys: 4 MB of scores stay in cache
+MLP_CHUNK_ROWS = 2048  # bounds the [rows, intermediate] activation
+
+
+def expected_vision_tensors(v: VisionConfig) -> dict[str, tuple[int, ...]]:
+    """Checkpoint name -> shape for every vision tensor."""
+    vd, vi, out = v.hidden_size, v.intermediate_size, v.out_hidden_size
+    m = vd * v.spatial_merge_size**2
+    names: dict[str, tuple[int, ...]] = {
+        PREFIX + "patch_embed.proj.weight": (
+            vd,
+            v.in_channels,
+            v.temporal_patch_size,
+            v.patch_size,
+            v.patch_size,
+        ),
+        PREFIX + "patch_embed.proj.bias": (vd,),
+        PREFIX + "pos_embed.weight": (v.num_position_embeddings, vd),
+    }
+    for i in range(v.depth):
+        p = f"{PREFIX}blocks.{i}."
+        names.update(
+            {
+                p + "norm1.weight": (vd,),
+                p + "norm1.bias": (vd,),
+                p + "norm2.weight": (vd,),
+                p + "norm2.bias": (vd,),
+                p + "attn.qkv.weight": (3 * vd, vd),
+                p + "attn.qkv.bias": (3 * vd,),
+                p + "attn.proj.weight": (vd, vd),
+                p + "attn.proj.bias": (vd,),
+                p + "mlp.linear_fc1.weight": (vi, vd),
+                p + "mlp.linear_fc1.bias": (vi,),
+                p + "mlp.linear_fc2.weight": (vd, vi),
+                p + "mlp.linear_fc2.bias": (vd,),
+            }
+        )
+    mergers = [PREFIX + "merger."] + [
+        f"{PREFIX}deepstack_merger_list.{k}." for k in range(len(v.deepstack_visual_indexes))
+    ]
+    for k, p in enumerate(mergers):
+        norm = vd if k == 0 else m  # the main merger normalises before the 2x2 shuffle
+        names.update(
+            {
+                p + "norm.weight": (norm,),
+                p + "norm.bias": (norm,),
+                p + "linear_fc1.weight": (m, m),
+                p + "linear_fc1.bias": (m,),
+                p + "linear_fc2.weight": (out, m),
+                p + "linear_fc2.bias": (out,),
+            }
+        )
+    return names
+
+
+def vision_tensor_problem(ckpt: Checkpoint, v: VisionConfig) -> str | None:
+    """Why the vision weights cannot be loaded (missing or mis-shaped tensors), or None."""
+    expected = expected_vision_tensors(v)
+    missing = [n for n in expected if n not in ckpt]
+    if missing:
+        if len(missing) == len(expected):
+            return (
+                f"{ckpt.folder} has no vision weights (no {PREFIX}* tensors), so this model "
+                "cannot look at images. Use a full Qwen3-VL checkpoint to ask about images; "
+                "text chat works as it is."
+            )
+        return (
+            f"{ckpt.folder}: {len(missing)} of {len(expected)} vision tensors are missing "
+            f"(first: {missing[0]!r}); the weights are incomplete. Download the checkpoint "
+            "again to ask about images; text chat works as it is."
+        )
+    for name, shape in expected.items():
+        info = ckpt.info(name)
+        if info.shape != shape:
+            return (
+                f"{info.file}: vision tensor {name!r} has shape {list(info.shape)} but "
+                f"config.json implies {list(shape)}; the vision config does not match the "
+                "weights. Use the config.json that came with these weights to ask about images."
+            )
+    return None
+
+
+@dataclass
+class BlockWeights:
+    norm1_w: np.ndarray
+    norm1_b: np.ndarray
+    qkv_w: np.ndarray  # [3VD, VD]
+    qkv_b: np.ndarray
+    proj_w: np.ndarray  # [VD, VD]
+    proj_b: np.ndarray
+    norm2_w: np.ndarray
+    norm2_b: np.ndarray
+    fc1_w: np.ndarray  # [I, VD]
+    fc1_b: np.ndarray
+    fc2_w: np.ndarray  # [VD, I]
+    fc2_b: np.ndarray
+
+
+@dataclass
+class MergerWeights:
+    norm_w: np.ndarray  # [VD] (main merger) or [4VD] (DeepStack: after the shuffle)
+    norm_b: np.ndarray
+    fc1_w: np.ndarray  # [4VD, 4VD]
+    fc1_b: np.ndarray
+    fc2_w: np.ndarray  # [out, 4VD]
+    fc2_b: np.ndarray
+
+
+@dataclass
+class VisionWeights:
+    patch_w: np.ndarray  # [VD, C*T*P*P]
+    patch_b: np.ndarray
+    pos_embed: np.ndarray  # [num_position_embeddings, VD]
+    blocks: list[BlockWeights]
+    merger: MergerWeights
+    deepstack: list[MergerWeights]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.patch_w, self.patch_b, self.pos_embed]
+        for b in self.blocks:
+            arrays += list(vars(b).values())
+        for m in [self.merger, *self.deepstack]:
+            arrays += list(vars(m).values())
+        return sum(a.nbytes for a in arrays)
+
+
+def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
+    """Read every vision tensor as float32, each shape checked against the config."""
+    problem = vision_tensor_problem(ckpt, v)
+    if problem:
+        raise CheckpointError(problem)
+    shapes = expected_vision_tensors(v)
+
+    def get(name):
+        return ckpt.read_f32(PREFIX + name, shapes[PREFIX + name])
+
+    def merger(p):
+        return MergerWeights(
+            norm_w=get(p + "norm.weight"),
+            norm_b=get(p + "norm.bias"),
+            fc1_w=get(p + "linear_fc1.weight"),
+            fc1_b=get(p + "linear_fc1.bias"),
+            fc2_w=get(p + "linear_fc2.weight"),
+            fc2_b=get(p + "linear_fc2.bias"),
+        )
+
+    blocks = []
+    for i in range(v.depth):
+        p = f"blocks.{i}."
+        blocks.append(
+            BlockWeights(
+                norm1_w=get(p + "norm1.weight"),
+                norm1_b=get(p + "norm1.bias"),
+                qkv_w=get(p + "attn.qkv.weight"),
+                qkv_b=get(p + "attn.qkv.bias"),
+                proj_w=get(p + "attn.proj.weight"),
+                proj_b=get(p + "attn.proj.bias"),
+                norm2_w=get(p + "norm2.weight"),
+                norm2_b=get(p + "norm2.bias"),
+                fc1_w=get(p + "mlp.linear_fc1.weight"),
+                fc1_b=get(p + "mlp.linear_fc1.bias"),
+                fc2_w=get(p + "mlp.linear_fc2.weight"),
+                fc2_b=get(p + "mlp.linear_fc2.bias"),
+            )
+        )
+    patch_w = get("patch_embed.proj.weight")
+    return VisionWeights(
+        patch_w=np.ascontiguousarray(patch_w.reshape(v.hidden_size, -1)),
+        patch_b=get("patch_embed.proj.bias"),
+        pos_embed=get("pos_embed.weight"),
+        blocks=blocks,
+        merger=merger("merger."),
+        deepstack=[
+            merger(f"deepstack_merger_list.{k}.") for k in range(len(v.deepstack_visual_indexes))
+        ],
+    )
+
+
+@dataclass
+class VisionTimer:
+    gemm: float = 0.0  # seconds in weight matrix products
+    attn: float = 0.0  # seconds in attention (score and value products, softmax)
+
+
+@dataclass
+class VisionOutput:
+    """embeds: [M, out_hidden] rows for the image pads (all images in order); deepstack: one
+    [M, out_hidden] per DeepStack level, added after decoder layers 0, 1, ...; counts: tokens
+    per image."""
+
+    embeds: np.ndarray
+    deepstack: list[np.ndarray]
+    counts: list[int]
+    ms: float = 0.0
+    gemm_ms: float = 0.0
+    attn_ms: float = 0.0
+    flops: dict = field(default_factory=dict)
+
+
+def merge_block_rows_cols(h: int, w: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Patch (row, col) of each token of an h x w grid in merge-block order (bh, bw, mh, mw)."""
+    bh, bw, mh, mw = np.meshgrid(
+        np.arange(h // m), np.arange(w // m), np.arange(m), np.arange(m), indexing="ij"
+    )
+    return (bh * m + mh).ravel(), (bw * m + mw).ravel()
+
+
+class VisionEncoder:
+    def __init__(self, cfg: VisionConfig, weights: VisionWeights):
+        self.cfg = cfg
+        self.w = weights
+        self.side = math.isqrt(cfg.num_position_embeddings)
+        if self.side * self.side != cfg.num_position_embeddings:
+            raise CheckpointError(
+                f"vision num_position_embeddings ({cfg.num_position_embeddings}) is not a "
+                "square number; Qwen3-VL's learned position grid is square."
+            )
+        hd = cfg.head_dim
+        theta = float(getattr(cfg, "rope_theta", ROPE_THETA))
+        sd = hd // 2
+        exps = np.arange(0, sd, 2, dtype=np.float32) / np.float32(sd)
+        self.inv_freq = (np.float32(1.0) / (np.float32(theta) ** exps)).astype(np.float32)
+        self.scale = np.float32(hd**-0.5)
+        self._grid_cache: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+
+    # ---- per-grid tables ---------------------------------------------------------------------
+
+    def _grid_tables(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pos_embed [h*w, VD], cos [h*w, HD/2], sin) for one frame in merge-block order."""
+        key = (h, w)
+        hit = self._grid_cache.get(key)
+        if hit is not None:
+            return hit
+        m = self.cfg.spatial_merge_size
+        rows, cols = merge_block_rows_cols(h, w, m)
+        pe = self._interpolated_pos_embed(rows, cols, h, w)
+        f_r = rows.astype(np.float32)[:, None] * self.inv_freq
+        f_c = cols.astype(np.float32)[:, None] * self.inv_freq
+        freqs = np.concatenate([f_r, f_c], axis=1)  # [S, HD/2]
+        out = (pe, np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32))
+        if len(self._grid_cache) > 16:
+            self._grid_cache.clear()
+        self._grid_cache[key] = out
+        return out
+
+    def _interpolated_pos_embed(self, rows, cols, h: int, w: int) -> np.ndarray:
+        """Bilinear, align-corners resampling of the square learned grid to h x w, computed as
+        transformers 5.x does (float32 source coordinates, ceil index clamped to the edge)."""
+        side = self.side
+        table = self.w.pos_embed
+
+        def taps(index, size):
+            src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
+            lo = np.floor(src)
+            t0 = lo.astype(np.int64)
+            t1 = np.minimum(t0 + 1, side - 1)
+            w0 = np.maximum(np.float32(1) - np.abs(src - lo), 0).astype(np.float32)
+            w1 = np.maximum(np.float32(1) - np.abs(src - lo - np.float32(1)), 0).astype(np.float32)
+            return (np.minimum(t0, side - 1), t1), (w0, w1)
+
+        (r0, r1), (wr0, wr1) = taps(rows, h)
+        (c0, c1), (wc0, wc1) = taps(cols, w)
+        pe = table[r0 * side + c0] * (wr0 * wc0)[:, None]
+        pe += table[r0 * side + c1] * (wr0 * wc1)[:, None]
+        pe += table[r1 * side + c0] * (wr1 * wc0)[:, None]
+        pe += table[r1 * side + c1] * (wr1 * wc1)[:, None]
+        return pe.astype(np.float32)
+
+    # ---- cost ---------------------------------------------------------------------------------
+
+    def flops(self, grids) -> dict:
+        """Floating-point operations (2 per multiply-add) of one forward over these grids:
+        'gemm' = weight matrix products, 'attn' = score and value products."""
+        c = self.cfg
+        vd, vi, m = c.hidden_size, c.intermediate_size, c.spatial_merge_size**2
+        n = sum(t * h * w for t, h, w in grids)
+        patch_dim = self.w.patch_w.shape[1]
+        gemm = 2 * n * patch_dim * vd
+        gemm += c.depth * 2 * n * (3 * vd * vd + vd * vd + 2 * vd * vi)
+        merged = n // m
+        gemm += (
+            (1 + len(c.deepstack_visual_indexes))
+            * 2
+            * merged
+            * ((m * vd) ** 2 + m * vd * c.out_hidden_size)
+        )
+        attn = c.depth * sum(t * 4 * (h * w) ** 2 * vd for t, h, w in grids)
+        return {"gemm": gemm, "attn": attn, "total": gemm + attn}
+
+    # ---- forward -----------------------------------------------------------------------------
+
+    def forward(self, pixel_values: np.ndarray, grids) -> VisionOutput:
+        """pixel_values: [N, C*T*P*P] f32 (images concatenated, reference patch order);
+        grids: [(t, h, w)] per image. Returns merged embeddings and DeepStack features."""
+        c = self.cfg
+        t_start = time.perf_counter()
+        perf = time.perf_counter
+        timer = VisionTimer()
+        grids = [tuple(int(v) for v in g) for g in grids]
+        m2 = c.spatial_merge_size**2
+        n = sum(t * h * w for t, h, w in grids)
+        x_in = np.ascontiguousarray(pixel_values, dtype=np.float32)
+        if x_in.shape != (n, self.w.patch_w.shape[1]):
+            raise ValueError(
+                f"pixel_values {x_in.shape} do not match grids {grids} "
+                f"(expected [{n}, {self.w.patch_w.shape[1]}])"
+            )
+        vd, nh, hd = c.hidden_size, c.num_heads, c.head_dim
+
+        # patch embed + position embeddings, rope tables; spans of each frame (attention unit)
+        t0 = perf()
+        x = np.matmul(x_in, self.w.patch_w.T)
+        timer.gemm += perf() - t0
+        add_bias(x, self.w.patch_b)
+        cos = np.empty((n, hd // 2), np.float32)
+        sin = np.empty_like(cos)
+        spans = []
+        s0 = 0
+        for t, h, w in grids:
+            pe, cs, sn = self._grid_tables(h, w)
+            for _ in range(t):
+                x[s0 : s0 + h * w] += pe
+                cos[s0 : s0 + h * w] = cs
+                sin[s0 : s0 + h * w] = sn
+                spans.append((s0, s0 + h * w))
+                s0 += h * w
+
+        hbuf = np.empty_like(x)
+        qkv = np.empty((n, 3 * vd), np.float32)
+        q = np.empty((nh, n, hd), np.float32)
+        k = np.empty_like(q)
+        v = np.empty_like(q)
+        attn = np.empty((n, vd), np.float32)
+        proj = np.empty_like(x)
+        mlp_rows = min(n, MLP_CHUNK_ROWS)
+        act = np.empty((mlp_rows, c.intermediate_size), np.float32)
+        deepstack = []
+        for i, b in enumerate(self.w.blocks):
+            layernorm(x, b.norm1_w, b.norm1_b, LN_EPS, hbuf)
+            t0 = perf()
+            np.matmul(hbuf, b.qkv_w.T, out=qkv)
+            timer.gemm += perf() - t0
+            split_heads_rope(qkv, b.qkv_b, cos, sin, q, k, v)
+            t0 = perf()
+            self._attention(q, k, v, spans, attn)
+            t1 = perf()
+            np.matmul(attn, b.proj_w.T, out=proj)
+            timer.attn += t1 - t0
+            timer.gemm += perf() - t1
+            add_bias_residual(x, proj, b.proj_b)
+            layernorm(x, b.norm2_w, b.norm2_b, LN_EPS, hbuf)
+            for r0 in range(0, n, mlp_rows):
+                r1 = min(n, r0 + mlp_rows)
+                a = act[: r1 - r0]
+                t0 = perf()
+                np.matmul(hbuf[r0:r1], b.fc1_w.T, out=a)
+                timer.gemm += perf() - t0
+                bias_gelu_tanh(a, b.fc1_b, POW2)
+                t0 = perf()
+                np.matmul(a, b.fc2_w.T, out=proj[r0:r1])
+                timer.gemm += perf() - t0
+            add_bias_residual(x, proj, b.fc2_b)
+            if i in c.deepstack_visual_indexes:
+                j = c.deepstack_visual_indexes.index(i)
+                deepstack.append(self._merge(x, self.w.deepstack[j], True, timer))
+        embeds = self._merge(x, self.w.merger, False, timer)
+        counts = [t * h * w // m2 for t, h, w in grids]
+        ms = (time.perf_counter() - t_start) * 1e3
+        return VisionOutput(
+            embeds=embeds,
+            deepstack=deepstack,
+            counts=counts,
+            ms=ms,
+            gemm_ms=timer.gemm * 1e3,
+            attn_ms=timer.attn * 1e3,
+            flops=self.flops(grids),
+        )
+
+    def _merge(self, x: np.ndarray, mw: MergerWeights, postshuffle: bool, timer) -> np.ndarray:
+        """2x2 patch merger: [N, VD] -> [N/4, out]. Main merger: LayerNorm per token then
+        shuffle; DeepStack mergers: shuffle then LayerNorm over 4*VD."""
+        m2 = self.cfg.spatial_merge_size**2
+        n, vd = x.shape
+        if postshuffle:
+            g = x.reshape(n // m2, m2 * vd)
+            h = np.empty_like(g)
+            layernorm(g, mw.norm_w, mw.norm_b, LN_EPS, h)
+        else:
+            h = np.empty_like(x)
+            layernorm(x, mw.norm_w, mw.norm_b, LN_EPS, h)
+            h = h.reshape(n // m2, m2 * vd)
+        t0 = time.perf_counter()
+        a = np.matmul(h, mw.fc1_w.T)
+        timer.gemm += time.perf_counter() - t0
+        bias_gelu_erf(a, mw.fc1_b)
+        t0 = time.perf_counter()
+        out = np.matmul(a, mw.fc2_w.T)
+        timer.gemm += time.perf_counter() - t0
+        add_bias(out, mw.fc2_b)
+        return out
+
+    def _attention(self, q, k, v, spans, out) -> None:
+        """Bidirectional attention inside each span; q, k, v: [H, S, HD]; out: [S, H*HD].
+
+        NumPy only, one head and one chunk of query rows at a time so the scores stay in
+        cache: BLAS q@k.T (q pre-scaled), row max, exp, then BLAS p@[v, 1], whose last column
+        is the softmax denominator, so the division runs on HD columns instead of S. No Numba
+        kernel runs between these BLAS calls: a parallel Numba region right before a BLAS call
+        leaves OpenMP threads spinning on the cores BLAS needs, which made this loop ~10x
+        slower on a 2-core machine.
+        """
+        nh, _, hd = q.shape
+        for s0, s1 in spans:
+            n = s1 - s0
+            rows = int(min(n, max(16, ATTN_CHUNK_ELEMS // n)))
+            buf = np.empty(rows * n, np.float32)
+            row_max = np.empty((rows, 1), np.float32)
+            o_aug = np.empty((rows, hd + 1), np.float32)
+            v_aug = np.ones((n, hd + 1), np.float32)
+            for h in range(nh):
+                q_h = q[h, s0:s1] * self.scale
+                k_t = k[h, s0:s1].T
+                v_aug[:, :hd] = v[h, s0:s1]
+                for r0 in range(0, n, rows):
+                    r1 = min(n, r0 + rows)
+                    sc = buf[: (r1 - r0) * n].reshape(r1 - r0, n)
+                    np.matmul(q_h[r0:r1], k_t, out=sc)
+                    mx = row_max[: r1 - r0]
+                    np.max(sc, axis=1, keepdims=True, out=mx)
+                    np.subtract(sc, mx, out=sc)
+                    np.exp(sc, out=sc)
+                    o = o_aug[: r1 - r0]
+                    np.matmul(sc, v_aug, out=o)
+                    np.divide(
+                        o[:, :hd], o[:, hd:], out=out[s0 + r0 : s0 + r1, h * hd : (h + 1) * hd]
+                    )

@@ -1,0 +1,128 @@
+"""Numba kernels of the vision encoder: the element-wise work between the BLAS products.
+
+The big matrix products (patch embed, qkv, proj, MLP, mergers, attention scores and values) go
+to NumPy's BLAS; these kernels do what NumPy would need several passes over memory for, once
+per block (never inside the attention loop, see VisionEncoder._attention). Each one is
+parallel over rows and never splits a row's reduction across threads.
+
+`_exp` is a vectorisable exp (range reduction to 2^k * 2^f, a degree-6 polynomial for 2^f and
+a table for 2^k): Numba's own exp is a scalar libm call that stops LLVM from vectorising the
+loop (tanh-GELU was ~4x slower with it). Relative error below 2e-7 for arguments in [-87, 87];
+below that it returns tiny positive numbers instead of 0, harmless in the logistic of
+tanh-GELU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..kernels import FASTMATH
+
+POW2 = np.ldexp(np.float32(1.0), np.arange(-126, 128)).astype(np.float32)  # 2^k, k = -126..127
+_LOG2E = np.float32(1.4426950408889634)
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _exp(x, pow2):
+    t = x * _LOG2E
+    t = min(max(t, np.float32(-125.0)), np.float32(125.0))
+    ki = np.int32(t + np.float32(126.5))  # floor(t + 0.5) + 126; the argument is positive
+    f = t - np.float32(ki - 126)  # in [-0.5, 0.5]
+    p = np.float32(1.5403530393381606e-4)
+    p = p * f + np.float32(1.3333558146428443e-3)
+    p = p * f + np.float32(9.618129107628477e-3)
+    p = p * f + np.float32(5.550410866482158e-2)
+    p = p * f + np.float32(2.402265069591007e-1)
+    p = p * f + np.float32(6.931471805599453e-1)
+    p = p * f + np.float32(1.0)
+    return p * pow2[ki]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+def layernorm(x, w, b, eps, out):
+    """out = (x - mean) / sqrt(var + eps) * w + b over the last axis. x, out: [R, D] f32."""
+    n_rows, dim = x.shape
+    for r in prange(n_rows):
+        s = 0.0
+        for d in range(dim):
+            s += x[r, d]
+        mean = s / dim
+        ss = 0.0
+        for d in range(dim):
+            c = x[r, d] - mean
+            ss += c * c
+        inv = 1.0 / math.sqrt(ss / dim + eps)
+        m32 = np.float32(mean)
+        i32 = np.float32(inv)
+        for d in range(dim):
+            out[r, d] = (x[r, d] - m32) * i32 * w[d] + b[d]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+def add_bias(x, b):
+    """x[r, :] += b, in place. x: [R, D] f32."""
+    n_rows, dim = x.shape
+    for r in prange(n_rows):
+        for d in range(dim):
+            x[r, d] += b[d]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+def add_bias_residual(x, y, b):
+    """x += y + b, in place. x, y: [R, D] f32."""
+    n_rows, dim = x.shape
+    for r in prange(n_rows):
+        for d in range(dim):
+            x[r, d] += y[r, d] + b[d]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+def split_heads_rope(qkv, b, cos, sin, q, k, v):
+    """qkv: [S, 3*H*HD] (x @ Wqkv.T, bias not yet added), b: [3*H*HD];
+    cos/sin: [S, HD/2]; q, k, v: [H, S, HD] outputs. Adds the bias, splits the heads and
+    rotates q and k (half-split pairs i, i + HD/2, as rotate_half in transformers)."""
+    n_heads, seq, head_dim = q.shape
+    half = head_dim // 2
+    width = n_heads * head_dim
+    for s in prange(seq):
+        for h in range(n_heads):
+            base = h * head_dim
+            for i in range(half):
+                c = cos[s, i]
+                sn = sin[s, i]
+                a = qkv[s, base + i] + b[base + i]
+                z = qkv[s, base + half + i] + b[base + half + i]
+                q[h, s, i] = a * c - z * sn
+                q[h, s, half + i] = z * c + a * sn
+                a = qkv[s, width + base + i] + b[width + base + i]
+                z = qkv[s, width + base + half + i] + b[width + base + half + i]
+                k[h, s, i] = a * c - z * sn
+                k[h, s, half + i] = z * c + a * sn
+            for i in range(head_dim):
+                v[h, s, i] = qkv[s, 2 * width + base + i] + b[2 * width + base + i]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+def bias_gelu_tanh(x, b, pow2):
+    """In place x = gelu_tanh(x + b) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))),
+    computed as z / (1 + exp(-2 sqrt(2/pi) (z + 0.044715 z^3))), the same function."""
+    n_rows, dim = x.shape
+    for r in prange(n_rows):
+        for d in range(dim):
+            z = x[r, d] + b[d]
+            u = np.float32(-1.5957691216057308) * (z + np.float32(0.044715) * z * z * z)
+            x[r, d] = z / (np.float32(1.0) + _exp(u, pow2))
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+def bias_gelu_erf(x, b):
+    """In place x = gelu(x + b) with the exact erf form (torch.nn.GELU())."""
+    n_rows, dim = x.shape
+    for r in prange(n_rows):
+        for d in range(dim):
+            z = x[r, d] + b[d]
+            e = math.erf(z * np.float32(0.7071067811865476))
+            x[r, d] = np.float32(0.5) * z * (np.float32(1.0) + e)

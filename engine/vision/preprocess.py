@@ -1,0 +1,396 @@
+"""Image file -> pixel patches, exactly as transformers' PIL image processor makes them.
+
+The reference is `Qwen2VLImageProcessorPil` (transformers 5.x; the 4.57 "slow" class is the
+same): convert to RGB with transparency composited on white, `smart_resize` to multiples of
+patch_size * merge_size within [min_pixels, max_pixels], PIL bicubic resize, rescale by 1/255,
+normalize with the checkpoint's mean/std, duplicate the frame to temporal_patch_size frames and
+flatten into patches in 2x2-merge-block order. transformers' default *fast* processor resizes
+with torchvision instead, which differs from PIL bicubic by a few uint8 levels on some pixels;
+Merlin matches the PIL processor (docs/vision.md says why).
+
+What Merlin adds in front of the reference (it receives files, not decoded images): EXIF
+orientation is applied (as transformers' `load_image` does), only the first frame of an
+animation is used, 16-bit and float images are scaled to 8 bits instead of being clipped, and
+every way a file can be unusable ends in an InputError that names the file and says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from ..errors import CheckpointError, InputError
+
+PREPROCESSOR_FILE = "preprocessor_config.json"
+MAX_ASPECT_RATIO = 200  # smart_resize refuses anything longer than this, as transformers does
+MIN_SIDE = 2  # a 1-pixel-wide image carries no picture; refuse it with a message
+RESAMPLE = Image.Resampling.BICUBIC
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """The fields of preprocessor_config.json that shape the pixels. Defaults: Qwen3-VL hub."""
+
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    min_pixels: int = 65536
+    max_pixels: int = 16777216
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    rescale_factor: float = 1 / 255
+    do_resize: bool = True
+    do_rescale: bool = True
+    do_normalize: bool = True
+    source: str = field(default="defaults", compare=False)
+
+    @property
+    def factor(self) -> int:
+        """Side lengths are multiples of this: one merged token covers factor x factor pixels."""
+        return self.patch_size * self.merge_size
+
+    @property
+    def patch_dim(self) -> int:
+        return 3 * self.temporal_patch_size * self.patch_size * self.patch_size
+
+    def with_max_pixels(self, max_pixels: int | None) -> PreprocessConfig:
+        """This config with the user's pixel budget (detail vs speed); None keeps the file's."""
+        if max_pixels is None:
+            return self
+        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int):
+            raise InputError(f"max-pixels must be a whole number, got {max_pixels!r}.")
+        if max_pixels < self.factor * self.factor:
+            raise InputError(
+                f"max-pixels {max_pixels} is too small: one image token covers "
+                f"{self.factor}x{self.factor} = {self.factor**2} pixels. "
+                f"Use at least {self.factor**2}."
+            )
+        return replace(self, max_pixels=max_pixels, min_pixels=min(self.min_pixels, max_pixels))
+
+    def tokens_for(self, width: int, height: int) -> int:
+        """Vision tokens an image of this size becomes (after smart_resize)."""
+        h, w = smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+        return (h // self.factor) * (w // self.factor)
+
+
+def _num(raw: dict, key: str, default, kind, path: Path, positive: bool = True):
+    value = raw.get(key, default)
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or not positive)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and (value > 0 or not positive)
+    if not ok:
+        raise CheckpointError(f"{path}: '{key}' must be a positive number, got {value!r}.")
+    return kind(value)
+
+
+def parse_preprocess_config(raw: dict, path: Path) -> PreprocessConfig:
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: expected a JSON object.")
+    d = PreprocessConfig()
+    size = raw.get("size") or {}
+    if not isinstance(size, dict):
+        raise CheckpointError(f"{path}: 'size' must be an object.")
+    # transformers: size.shortest_edge / longest_edge are min/max pixels; the older spelling is
+    # top-level min_pixels / max_pixels, which wins when present (as in the processor __init__).
+    min_px = raw.get("min_pixels", size.get("shortest_edge", size.get("min_pixels", d.min_pixels)))
+    max_px = raw.get("max_pixels", size.get("longest_edge", size.get("max_pixels", d.max_pixels)))
+    cfg = PreprocessConfig(
+        patch_size=_num(raw, "patch_size", d.patch_size, int, path),
+        temporal_patch_size=_num(raw, "temporal_patch_size", d.temporal_patch_size, int, path),
+        merge_size=_num(raw, "merge_size", d.merge_size, int, path),
+        min_pixels=_num({"min_pixels": min_px}, "min_pixels", 0, int, path),
+        max_pixels=_num({"max_pixels": max_px}, "max_pixels", 0, int, path),
+        image_mean=_triple(raw, "image_mean", d.image_mean, path),
+        image_std=_triple(raw, "image_std", d.image_std, path),
+        rescale_factor=_num(raw, "rescale_factor", d.rescale_factor, float, path),
+        do_resize=bool(raw.get("do_resize", True)),
+        do_rescale=bool(raw.get("do_rescale", True)),
+        do_normalize=bool(raw.get("do_normalize", True)),
+        source=str(path),
+    )
+    if any(s <= 0 for s in cfg.image_std):
+        raise CheckpointError(f"{path}: 'image_std' values must be positive.")
+    if cfg.max_pixels < cfg.min_pixels:
+        raise CheckpointError(
+            f"{path}: max pixels ({cfg.max_pixels}) is below min pixels ({cfg.min_pixels})."
+        )
+    return cfg
+
+
+def _triple(raw: dict, key: str, default, path: Path) -> tuple[float, float, float]:
+    value = raw.get(key, list(default))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value] * 3
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        raise CheckpointError(f"{path}: '{key}' must be three numbers, got {value!r}.")
+    return tuple(float(v) for v in value)
+
+
+def load_preprocess_config(folder: Path | str) -> PreprocessConfig:
+    """preprocessor_config.json of a checkpoint folder; the Qwen3-VL hub values if absent."""
+    path = Path(folder) / PREPROCESSOR_FILE
+    if not path.is_file():
+        return PreprocessConfig(source=f"{path} (missing: Qwen3-VL defaults)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e}).") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror}).") from None
+    return parse_preprocess_config(raw, path)
+
+
+# ---- geometry --------------------------------------------------------------------------------
+
+
+def smart_resize(
+    height: int, width: int, factor: int = 32, min_pixels: int = 65536, max_pixels: int = 16777216
+) -> tuple[int, int]:
+    """(height, width) rounded to multiples of factor with the pixel count in [min, max].
+
+    transformers' `smart_resize`, operation for operation: Python's round() (half to even:
+    80/32 = 2.5 -> 2), then scale down (floor) above max_pixels or up (ceil) below min_pixels.
+    Raises ValueError above an aspect ratio of 200; callers turn it into an InputError.
+    """
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, "
+            f"got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+# ---- decoding --------------------------------------------------------------------------------
+
+
+def _name(source) -> str:
+    return str(source) if source is not None else "the image"
+
+
+def open_image(path: Path | str) -> Image.Image:
+    """Decode an image file fully (first frame), EXIF orientation applied.
+
+    Every failure becomes an InputError naming the file: missing, unreadable, not an image,
+    truncated or corrupt, or larger than Pillow's decompression-bomb limit.
+    """
+    path = Path(path).expanduser()
+    name = str(path)
+    if not path.exists():
+        raise InputError(f"{name}: no such file. Check the path of the image.")
+    if path.is_dir():
+        raise InputError(f"{name} is a folder, not an image file. Choose an image file.")
+    try:
+        with warnings.catch_warnings():
+            # Between Pillow's warning and error limits an image is big but legitimate (a
+            # 100-megapixel photo): decode it; smart_resize brings it down to max_pixels.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                im.seek(0)  # first frame of an animation
+                im.load()
+                oriented = ImageOps.exif_transpose(im)
+                image = oriented if oriented is not im else im.copy()
+    except Image.DecompressionBombError:
+        raise InputError(
+            f"{name}: the image is too large to open safely (more than "
+            f"{2 * (Image.MAX_IMAGE_PIXELS or 0) // 1_000_000} megapixels, Pillow's "
+            "decompression-bomb limit). Scale it down or crop it, then attach it again."
+        ) from None
+    except UnidentifiedImageError:
+        raise InputError(
+            f"{name}: not an image file Merlin can read (or the file is damaged). Attach a PNG, "
+            "JPEG, WebP, GIF, BMP or TIFF image."
+        ) from None
+    except PermissionError:
+        raise InputError(f"{name}: permission denied. Check that the file is readable.") from None
+    except MemoryError:
+        raise InputError(
+            f"{name}: not enough memory to decode the image. Scale it down and attach it again."
+        ) from None
+    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError) as e:
+        # Pillow reports truncated or corrupt data as OSError ("image file is truncated",
+        # "broken data stream"), SyntaxError (bad header), ValueError or EOFError.
+        detail = str(e).strip() or type(e).__name__
+        raise InputError(
+            f"{name}: the image file is truncated or corrupt ({detail}). Open it in an image "
+            "viewer to check it, or export it again."
+        ) from None
+    return image
+
+
+def to_rgb(image: Image.Image, source=None) -> Image.Image:
+    """Any Pillow mode -> RGB, as transformers' convert_to_rgb does for 8-bit images: a band
+    named A or a transparency entry means composite on white, otherwise Image.convert("RGB").
+
+    16-bit and 32-bit integer / float grey images (I;16*, I, F) are scaled to 0..255 first;
+    Pillow's own conversion clips them (a 16-bit PNG would come out nearly white).
+    """
+    mode = image.mode
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        image = _high_depth_to_l(image)
+        mode = image.mode
+    try:
+        has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
+        if has_alpha:
+            rgba = image.convert("RGBA")
+            background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            return Image.alpha_composite(background, rgba).convert("RGB")
+        return image.convert("RGB")
+    except (ValueError, OSError) as e:
+        raise InputError(
+            f"{_name(source)}: cannot convert its colour mode {mode!r} to RGB ({e}). "
+            "Export the image as an ordinary RGB PNG or JPEG."
+        ) from None
+
+
+def _high_depth_to_l(image: Image.Image) -> Image.Image:
+    a = np.asarray(image)
+    if image.mode == "F":
+        a = a.astype(np.float64)
+        top = 1.0 if np.nanmax(a, initial=0.0) <= 1.0 else 255.0
+        a = np.nan_to_num(a, nan=0.0) * (255.0 / top)
+        return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
+    a = a.astype(np.int64)
+    if image.mode == "I" and a.max(initial=0) <= 255 and a.min(initial=0) >= 0:
+        return Image.fromarray(a.astype(np.uint8), "L")  # 8-bit data stored as I
+    a = np.clip(a, 0, 65535)
+    return Image.fromarray(((a * 255 + 32767) // 65535).astype(np.uint8), "L")
+
+
+# ---- pixels ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PreparedImage:
+    """One image ready for the vision encoder.
+
+    pixel_values: [t*h*w, 3*T*P*P] float32 in the reference patch order; grid_thw: (t, h, w)
+    in patches; n_tokens: vision tokens (image pads) it becomes = t*h*w / merge_size**2.
+    """
+
+    pixel_values: np.ndarray
+    grid_thw: tuple[int, int, int]
+    merge_size: int
+    source: str
+    original_size: tuple[int, int]  # (width, height) after EXIF orientation
+    resized_size: tuple[int, int]  # (width, height) fed to the encoder
+    preprocess_ms: float = 0.0
+
+    @property
+    def n_tokens(self) -> int:
+        t, h, w = self.grid_thw
+        return t * h * w // (self.merge_size * self.merge_size)
+
+
+def _lut(cfg: PreprocessConfig) -> np.ndarray:
+    """[3, 256] float32: uint8 value -> normalised value, rounded exactly as transformers:
+    rescale in float64 then cast to float32, normalise in float32."""
+    v = np.arange(256, dtype=np.float64)
+    if cfg.do_rescale:
+        v = v * cfg.rescale_factor
+    v = v.astype(np.float32)
+    out = np.empty((3, 256), np.float32)
+    for c in range(3):
+        if cfg.do_normalize:
+            out[c] = (v - np.float32(cfg.image_mean[c])) / np.float32(cfg.image_std[c])
+        else:
+            out[c] = v
+    return out
+
+
+def patchify(chw: np.ndarray, cfg: PreprocessConfig) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """[3, H, W] float32 -> ([gh*gw, 3*T*P*P] float32, (1, gh, gw)) in the reference order:
+    merge blocks (bh, bw) row-major, inside a block (mh, mw), each patch flattened (C, T, y, x)
+    with the still frame repeated T times."""
+    c, height, width = chw.shape
+    p, m, t = cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size
+    gh, gw = height // p, width // p
+    a = chw.reshape(c, gh // m, m, p, gw // m, m, p).transpose(1, 4, 2, 5, 0, 3, 6)
+    a = np.broadcast_to(a[:, :, :, :, :, None], (*a.shape[:5], t, p, p))
+    return np.ascontiguousarray(a).reshape(gh * gw, c * t * p * p), (1, gh, gw)
+
+
+def prepare_pil(image: Image.Image, cfg: PreprocessConfig, source=None) -> PreparedImage:
+    """A decoded Pillow image (EXIF already applied) -> PreparedImage."""
+    import time
+
+    t0 = time.perf_counter()
+    name = _name(source)
+    width, height = image.size
+    if min(width, height) < MIN_SIDE:
+        raise InputError(
+            f"{name}: the image is only {width}x{height} pixels; there is nothing to see. "
+            "Attach a larger image."
+        )
+    if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+        raise InputError(
+            f"{name}: the image is {width}x{height} pixels, an aspect ratio of "
+            f"{max(width, height) / min(width, height):.0f}:1; Qwen3-VL accepts at most "
+            f"{MAX_ASPECT_RATIO}:1. Crop it or cut it into parts and attach those."
+        )
+    rgb = to_rgb(image, source)
+    if cfg.do_resize:
+        new_h, new_w = smart_resize(height, width, cfg.factor, cfg.min_pixels, cfg.max_pixels)
+    else:
+        new_h, new_w = height, width
+        if height % cfg.factor or width % cfg.factor:
+            raise InputError(
+                f"{name}: {width}x{height} is not a multiple of {cfg.factor} and the "
+                "preprocessor config turns resizing off. Resize the image first."
+            )
+    if (new_w, new_h) != (width, height):
+        rgb = rgb.resize((new_w, new_h), resample=RESAMPLE)
+    u8 = np.asarray(rgb, dtype=np.uint8)  # [H, W, 3]
+    lut = _lut(cfg)
+    chw = np.empty((3, new_h, new_w), np.float32)
+    for ch in range(3):
+        np.take(lut[ch], u8[:, :, ch], out=chw[ch])
+    pixels, grid = patchify(chw, cfg)
+    return PreparedImage(
+        pixel_values=pixels,
+        grid_thw=grid,
+        merge_size=cfg.merge_size,
+        source=name,
+        original_size=(width, height),
+        resized_size=(new_w, new_h),
+        preprocess_ms=(time.perf_counter() - t0) * 1e3,
+    )
+
+
+def prepare_image(
+    path: Path | str | os.PathLike, cfg: PreprocessConfig, max_pixels: int | None = None
+) -> PreparedImage:
+    """Image file -> PreparedImage. max_pixels: the user's detail/speed budget (None: config)."""
+    import time
+
+    t0 = time.perf_counter()
+    cfg = cfg.with_max_pixels(max_pixels)
+    image = open_image(path)
+    try:
+        prepared = prepare_pil(image, cfg, source=Path(path).expanduser())
+    finally:
+        image.close()
+    prepared.preprocess_ms = (time.perf_counter() - t0) * 1e3
+    return prepared

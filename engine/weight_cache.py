@@ -1,0 +1,154 @@
+"""Converted text weights cached on disk, so the second load of a checkpoint in a format is
+a memory map instead of a quantization pass.
+
+Key: the checkpoint's identity (config hash, each weights file's name, size and mtime), the
+format and the engine's quantization version. The file is safetensors (read by our own checked
+reader) with a CRC32 per tensor in its metadata; a file that fails any check is deleted and
+rebuilt. The folder is kept under a size cap by evicting the least recently used files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+from platformdirs import user_cache_dir
+
+from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
+from .config import ModelConfig
+from .errors import CheckpointError
+from .linear import linear_from_arrays
+from .text import LayerWeights, TextWeights
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1  # bump when the quantized layout or the file's naming changes
+DEFAULT_CAP_BYTES = 8 * 1024**3
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MERLIN_WEIGHT_CACHE") or Path(user_cache_dir("merlin")) / "weights")
+
+
+def cache_key(ckpt: Checkpoint, cfg: ModelConfig, fmt: str) -> str:
+    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ckpt.files)
+    blob = json.dumps([cfg.identity, files, fmt, CACHE_VERSION])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _crc(a: np.ndarray) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
+
+
+def _flatten(w: TextWeights) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    arrays, formats = {}, {}
+
+    def add_linear(name, lin):
+        formats[name] = lin.fmt
+        for part, a in lin.arrays().items():
+            arrays[f"{name}.{part}"] = a
+
+    for i, lw in enumerate(w.layers):
+        p = f"layers.{i}."
+        for n in ("qkv", "o", "gate_up", "down"):
+            add_linear(p + n, getattr(lw, n))
+        for n in ("input_norm", "q_norm", "k_norm", "post_norm"):
+            arrays[p + n] = getattr(lw, n)
+    add_linear("embed", w.embed)
+    if w.lm_head is not w.embed:
+        add_linear("lm_head", w.lm_head)
+    arrays["norm"] = w.norm
+    return arrays, formats
+
+
+def _unflatten(arrays: dict[str, np.ndarray], formats: dict[str, str], n_layers: int):
+    def linear(name):
+        prefix = name + "."
+        parts = {k[len(prefix) :]: a for k, a in arrays.items() if k.startswith(prefix)}
+        return linear_from_arrays(formats[name], parts)
+
+    layers = []
+    for i in range(n_layers):
+        p = f"layers.{i}."
+        layers.append(
+            LayerWeights(
+                input_norm=arrays[p + "input_norm"],
+                qkv=linear(p + "qkv"),
+                o=linear(p + "o"),
+                q_norm=arrays[p + "q_norm"],
+                k_norm=arrays[p + "k_norm"],
+                post_norm=arrays[p + "post_norm"],
+                gate_up=linear(p + "gate_up"),
+                down=linear(p + "down"),
+            )
+        )
+    embed = linear("embed")
+    head = linear("lm_head") if "lm_head" in formats else embed
+    return TextWeights(embed=embed, layers=layers, norm=arrays["norm"], lm_head=head)
+
+
+def load(key: str, cfg: ModelConfig) -> TextWeights | None:
+    """The cached weights, or None (missing, foreign or corrupt: corrupt files are deleted)."""
+    path = cache_dir() / f"{key}.safetensors"
+    if not path.is_file():
+        return None
+    try:
+        f = SafetensorsFile(path)
+        meta = f.metadata
+        if meta.get("key") != key:
+            raise CheckpointError("the file's key does not match its name")
+        crcs = json.loads(meta["crc32"])
+        formats = json.loads(meta["formats"])
+        arrays = {}
+        for name in f.tensors:
+            a = f.raw(name)
+            if _crc(a) != crcs.get(name):
+                raise CheckpointError(f"checksum mismatch in {name}")
+            arrays[name] = a
+        if set(crcs) != set(arrays):
+            raise CheckpointError("tensors are missing")
+        weights = _unflatten(arrays, formats, cfg.text.num_hidden_layers)
+    except (CheckpointError, KeyError, ValueError) as e:
+        log.warning("weight cache %s is unusable (%s); rebuilding it", path, e)
+        path.unlink(missing_ok=True)
+        return None
+    os.utime(path)  # recently used
+    return weights
+
+
+def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
+    """Write the cache file; a failure (disk full, read-only folder) is logged, not raised."""
+    folder = cache_dir()
+    arrays, formats = _flatten(weights)
+    meta = {
+        "key": key,
+        "formats": json.dumps(formats),
+        "crc32": json.dumps({n: _crc(a) for n, a in arrays.items()}),
+    }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_safetensors(folder / f"{key}.safetensors", arrays, dtype=None, metadata=meta)
+    except OSError as e:
+        log.warning(
+            "could not write the weight cache in %s (%s); the next load converts again",
+            folder,
+            e.strerror or e,
+        )
+        return
+    evict(folder, cap_bytes, keep=folder / f"{key}.safetensors")
+
+
+def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
+    files = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime)
+    total = sum(p.stat().st_size for p in files)
+    for p in files:
+        if total <= cap_bytes:
+            break
+        if p != keep:
+            total -= p.stat().st_size
+            p.unlink(missing_ok=True)
