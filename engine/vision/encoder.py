@@ -6,8 +6,9 @@ fc1, tanh-GELU, fc2] -> 2x2 patch merger (LayerNorm, fc1, erf-GELU, fc2); the De
 take the outputs of the blocks listed in deepstack_visual_indexes (LayerNorm after the 2x2
 shuffle). Tokens stay in 2x2-merge-block order throughout, the order of the pixel patches.
 
-All matrix products are NumPy BLAS calls (the encoder is compute-bound); the element-wise work
-between them is in engine/vision/kernels.py. Activations are float32.
+All matrix products are NumPy BLAS calls (the encoder is compute-bound; BLAS uses every core);
+the element-wise work between them is in single-threaded Numba kernels (engine/vision/kernels.py
+says why). Activations are float32.
 """
 
 from __future__ import annotations
@@ -169,7 +170,9 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
     shapes = expected_vision_tensors(v)
 
     def get(name):
-        return ckpt.read_f32(PREFIX + name, shapes[PREFIX + name])
+        arr = ckpt.read_f32(PREFIX + name, shapes[PREFIX + name])
+        ckpt.release(PREFIX + name)  # the file pages are not needed once converted
+        return arr
 
     def merger(p):
         return MergerWeights(
@@ -442,9 +445,8 @@ class VisionEncoder:
         NumPy only, one head and one chunk of query rows at a time so the scores stay in
         cache: BLAS q@k.T (q pre-scaled), row max, exp, then BLAS p@[v, 1], whose last column
         is the softmax denominator, so the division runs on HD columns instead of S. No Numba
-        kernel runs between these BLAS calls: a parallel Numba region right before a BLAS call
-        leaves OpenMP threads spinning on the cores BLAS needs, which made this loop ~10x
-        slower on a 2-core machine.
+        kernel runs between these BLAS calls (a parallel Numba softmax here, interleaved with
+        BLAS, was ~9x slower on a 2-core machine: see engine/vision/kernels.py).
         """
         nh, _, hd = q.shape
         for s0, s1 in spans:

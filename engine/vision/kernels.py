@@ -1,9 +1,12 @@
 """Numba kernels of the vision encoder: the element-wise work between the BLAS products.
 
 The big matrix products (patch embed, qkv, proj, MLP, mergers, attention scores and values) go
-to NumPy's BLAS; these kernels do what NumPy would need several passes over memory for, once
-per block (never inside the attention loop, see VisionEncoder._attention). Each one is
-parallel over rows and never splits a row's reduction across threads.
+to NumPy's BLAS, which uses every core; these kernels do what NumPy would need several passes
+over memory for, once per block. They are deliberately single-threaded: a parallel (OpenMP)
+Numba region between BLAS calls leaves libgomp's worker threads spinning on the cores the next
+BLAS call needs. Measured on the 2-core machine, 448x448 through the 2B encoder: 5.2-6.2 s with
+parallel kernels, 3.8-4.2 s with one thread (the element-wise part itself is memory-bound and
+gained little from a second thread); a tight loop alternating the two was ~9x slower.
 
 `_exp` is a vectorisable exp (range reduction to 2^k * 2^f, a degree-6 polynomial for 2^f and
 a table for 2^k): Numba's own exp is a scalar libm call that stops LLVM from vectorising the
@@ -17,7 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..kernels import FASTMATH
 
@@ -41,11 +44,11 @@ def _exp(x, pow2):
     return p * pow2[ki]
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
 def layernorm(x, w, b, eps, out):
     """out = (x - mean) / sqrt(var + eps) * w + b over the last axis. x, out: [R, D] f32."""
     n_rows, dim = x.shape
-    for r in prange(n_rows):
+    for r in range(n_rows):
         s = 0.0
         for d in range(dim):
             s += x[r, d]
@@ -61,25 +64,25 @@ def layernorm(x, w, b, eps, out):
             out[r, d] = (x[r, d] - m32) * i32 * w[d] + b[d]
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
 def add_bias(x, b):
     """x[r, :] += b, in place. x: [R, D] f32."""
     n_rows, dim = x.shape
-    for r in prange(n_rows):
+    for r in range(n_rows):
         for d in range(dim):
             x[r, d] += b[d]
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
 def add_bias_residual(x, y, b):
     """x += y + b, in place. x, y: [R, D] f32."""
     n_rows, dim = x.shape
-    for r in prange(n_rows):
+    for r in range(n_rows):
         for d in range(dim):
             x[r, d] += y[r, d] + b[d]
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
 def split_heads_rope(qkv, b, cos, sin, q, k, v):
     """qkv: [S, 3*H*HD] (x @ Wqkv.T, bias not yet added), b: [3*H*HD];
     cos/sin: [S, HD/2]; q, k, v: [H, S, HD] outputs. Adds the bias, splits the heads and
@@ -87,7 +90,7 @@ def split_heads_rope(qkv, b, cos, sin, q, k, v):
     n_heads, seq, head_dim = q.shape
     half = head_dim // 2
     width = n_heads * head_dim
-    for s in prange(seq):
+    for s in range(seq):
         for h in range(n_heads):
             base = h * head_dim
             for i in range(half):
@@ -105,23 +108,23 @@ def split_heads_rope(qkv, b, cos, sin, q, k, v):
                 v[h, s, i] = qkv[s, 2 * width + base + i] + b[2 * width + base + i]
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
 def bias_gelu_tanh(x, b, pow2):
     """In place x = gelu_tanh(x + b) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))),
     computed as z / (1 + exp(-2 sqrt(2/pi) (z + 0.044715 z^3))), the same function."""
     n_rows, dim = x.shape
-    for r in prange(n_rows):
+    for r in range(n_rows):
         for d in range(dim):
             z = x[r, d] + b[d]
             u = np.float32(-1.5957691216057308) * (z + np.float32(0.044715) * z * z * z)
             x[r, d] = z / (np.float32(1.0) + _exp(u, pow2))
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
 def bias_gelu_erf(x, b):
     """In place x = gelu(x + b) with the exact erf form (torch.nn.GELU())."""
     n_rows, dim = x.shape
-    for r in prange(n_rows):
+    for r in range(n_rows):
         for d in range(dim):
             z = x[r, d] + b[d]
             e = math.erf(z * np.float32(0.7071067811865476))

@@ -206,7 +206,8 @@ def open_image(path: Path | str) -> Image.Image:
         with warnings.catch_warnings():
             # Between Pillow's warning and error limits an image is big but legitimate (a
             # 100-megapixel photo): decode it; smart_resize brings it down to max_pixels.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            # Plugin warnings about odd tags are noise for the user: errors still raise.
+            warnings.simplefilter("ignore")
             with Image.open(path) as im:
                 im.seek(0)  # first frame of an animation
                 im.load()
@@ -229,9 +230,10 @@ def open_image(path: Path | str) -> Image.Image:
         raise InputError(
             f"{name}: not enough memory to decode the image. Scale it down and attach it again."
         ) from None
-    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError) as e:
+    except Exception as e:
         # Pillow reports truncated or corrupt data as OSError ("image file is truncated",
-        # "broken data stream"), SyntaxError (bad header), ValueError or EOFError.
+        # "broken data stream"), SyntaxError (bad header), ValueError, EOFError, struct.error
+        # and more, depending on the format plugin: every one of them is a damaged file.
         detail = str(e).strip() or type(e).__name__
         raise InputError(
             f"{name}: the image file is truncated or corrupt ({detail}). Open it in an image "
@@ -258,7 +260,7 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             return Image.alpha_composite(background, rgba).convert("RGB")
         return image.convert("RGB")
-    except (ValueError, OSError) as e:
+    except Exception as e:
         raise InputError(
             f"{_name(source)}: cannot convert its colour mode {mode!r} to RGB ({e}). "
             "Export the image as an ordinary RGB PNG or JPEG."
