@@ -1,4 +1,5 @@
-"""python -m engine.bench [decode] [prefill] [--weights f32,q8,q4] [--kv f32,q8] [--json PATH]
+"""python -m engine.bench [decode] [prefill] [vision] [--weights f32,q8,q4] [--kv f32,q8]
+[--json PATH]
 
 Builds (once, cached) a random-weight checkpoint with the exact Qwen3-VL-2B shapes in the real
 format, measures the machine's read bandwidth and sgemm in the same run, then runs each
@@ -114,7 +115,9 @@ def print_table(report: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
-    p.add_argument("what", nargs="*", default=[], help="decode prefill (default: both)")
+    p.add_argument(
+        "what", nargs="*", default=[], help="decode prefill vision (default: decode prefill)"
+    )
     p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
     p.add_argument("--kv", default=",".join(KV_FORMATS))
     p.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
@@ -136,6 +139,17 @@ def main(argv=None) -> int:
     from .machine import read_bandwidth, sgemm_gflops
 
     threads = set_threads(args.threads)
+    report: dict = {"threads": threads}
+    if "vision" in what:
+        from ..vision import bench as vision_bench
+
+        report["vision"] = vision_bench.run(progress=lambda m: print(m, file=sys.stderr))
+        print(vision_bench.report(report["vision"]))
+        what = [w for w in what if w != "vision"]
+    if not what:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return 0
     model = Path(args.model) if args.model else None
     if model is None:
         print("building the 2B-shaped random checkpoint (once, cached)...", file=sys.stderr)
@@ -147,9 +161,8 @@ def main(argv=None) -> int:
             print(f"running {weights} weights / {kv} KV...", file=sys.stderr)
             runs.append(run_child(model, weights, kv, what, args.contexts))
     after = read_bandwidth()
-    report = {
+    report |= {
         "model": str(model),
-        "threads": threads,
         "machine": {
             "before": before,
             "after": after,
