@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MerlinError
+from .speculative import MAX_K, SPEC_MODES, SpecPolicy
 
 EXIT_USER_ERROR = 2
 
@@ -174,11 +175,16 @@ def cmd_generate(args) -> int:
         sampling=_sampling(args, model),
         max_new_tokens=args.max_new_tokens,
         ignore_eos=args.ignore_eos,
+        spec=args.spec,
+        spec_k=args.spec_k,
         positions=prompt.positions,
         rope_delta=prompt.rope_delta,
         images=prompt.images,
     )
     out = sys.stdout
+    _, notice = SpecPolicy.or_off(args.spec, args.spec_k)
+    if notice:
+        print(f"merlin-cli: warning: {notice}", file=sys.stderr)
     for event in generate(model, request, max_context=args.max_context):
         if args.profile and isinstance(event, Tokens) and event.ids:
             print(format_profile(event.profile), file=sys.stderr)
@@ -266,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ignore-eos", action="store_true", help="generate eos tokens like any other token"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per event per line")
+    p.add_argument(
+        "--spec",
+        default="auto",
+        help=f"speculative decoding: {'|'.join(SPEC_MODES)} (default: auto)",
+    )
+    p.add_argument("--spec-k", type=int, default=4, help=f"drafts per verify, 1..{MAX_K}")
     p.add_argument(
         "--profile",
         action="store_true",

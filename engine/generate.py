@@ -20,6 +20,7 @@ from .model import Model
 from .profile import StepProfile, StepTimer
 from .rope import mrope_positions, text_positions
 from .sampling import Sampler, SamplingParams
+from .speculative import Drafter, SpecPolicy, SpecStats, accept_greedy, accept_sampled
 from .tokenizer import StreamDecoder
 
 FINISH_REASONS = ("stop_token", "max_tokens", "cancelled", "context_full", "error")
@@ -55,6 +56,8 @@ class GenerationRequest:
     positions: np.ndarray | None = None  # [3, N]; None -> text (or image) positions
     rope_delta: int = 0  # decode position = cache index + rope_delta
     images: list = field(default_factory=list)  # PreparedImage per image, in prompt order
+    spec: str = "off"  # speculative decoding: off | on | auto
+    spec_k: int = 4  # drafts per verify (the maximum, in auto mode)
 
 
 def check_prompt(model: Model, prompt_ids: list[int], max_context: int) -> None:
@@ -77,17 +80,25 @@ def generate(
     cache: KVCache | None = None,
     max_context: int | None = None,
     cancel: threading.Event | None = None,
+    drafter: Drafter | None = None,
 ) -> Iterator[PrefillDone | Tokens | Finished]:
-    """Run one answer. `cache` may hold a shared prefix already (prompt_ids continue it)."""
+    """Run one answer. `cache` may hold a shared prefix already (prompt_ids continue it);
+    `drafter` may carry the earlier history for speculative drafts."""
     max_context = min(max_context or model.max_context, model.max_context)
     if cache is None:
         cache = model.new_cache(max_context)
     check_prompt(model, request.prompt_ids, max_context - cache.length)
+    policy, spec_notice = SpecPolicy.or_off(request.spec, request.spec_k)
     sampler = Sampler(request.sampling)
+    exact_greedy = request.sampling.greedy and request.sampling.repetition_penalty == 1.0
     stream = StreamDecoder(model.tokenizer)
+    if drafter is None:
+        drafter = Drafter(exclude={model.config.image_token_id, model.config.video_token_id})
+        drafter.extend(request.prompt_ids)
     history = list(request.prompt_ids)
     generated: list[int] = []
     text_parts: list[str] = []
+    stats = SpecStats()
     bytes_per_token = model.bytes_per_token
 
     # prefill
@@ -119,41 +130,88 @@ def generate(
     prefill_ms = (time.perf_counter() - t0) * 1e3 - vision_ms
     yield PrefillDone(n_tokens=n, vision_ms=vision_ms, prefill_ms=prefill_ms)
     t_decode0 = time.perf_counter()
-    reason = "max_tokens"
+    stats.forwards = 1
+    reason = None
     step = 0
+    new_tokens = [sampler.sample(logits[-1], history)]  # decided by the last forward
+    rows, drafted, accepted, round_start = n, 0, 0, 0
     while True:
-        token = sampler.sample(logits[-1], history)
-        is_eos = token in model.eos_ids and not request.ignore_eos
-        text = "" if is_eos else stream.push(token)
+        # emit what the last forward decided, up to a stop token or the token budget
+        emit = []
+        for token in new_tokens:
+            if token in model.eos_ids and not request.ignore_eos:
+                reason = "stop_token"
+                break
+            emit.append(token)
+            if len(generated) + len(emit) >= request.max_new_tokens:
+                reason = "max_tokens"
+                break
+        if drafted:
+            # a verify cached the fed token and the accepted drafts: keep only emitted ones
+            cache.truncate(round_start + 1 + min(len(emit), accepted))
+        text = "".join(stream.push(t) for t in emit)
+        generated += emit
+        history += emit
+        drafter.extend(emit)
+        text_parts.append(text)
+        stats.emitted += len(emit)
+        spec = {}
+        if policy.mode != "off":
+            spec = {"mode": policy.mode, "k": drafted, "accepted": accepted, **stats.to_dict()}
         prof = timer.finish(
             StepProfile(
                 step=step,
                 context=cache.length,
-                n_tokens=n if step == 0 else 1,
-                emitted=1,
+                n_tokens=rows,
+                emitted=len(emit),
                 weight_bytes=bytes_per_token,
                 kv_bytes=cache.length * cache.bytes_per_token(),
+                spec=spec,
             )
         )
-        if is_eos:
-            reason = "stop_token"
-            break
-        generated.append(token)
-        history.append(token)
-        text_parts.append(text)
-        yield Tokens(text=text, ids=[token], profile=prof)
+        if emit:
+            yield Tokens(text=text, ids=emit, profile=prof)
         step += 1
-        if len(generated) >= request.max_new_tokens:
-            break
-        if cancel is not None and cancel.is_set():
+        if reason is None and cancel is not None and cancel.is_set():
             reason = "cancelled"
-            break
-        if cache.length + 1 > max_context:
+        if reason is None and cache.length + 1 > max_context:
             reason = "context_full"
+        if reason is not None:
             break
+        # next forward: one token, or the last token plus verified drafts
+        last = generated[-1]
+        room = min(request.max_new_tokens - len(generated) - 1, max_context - cache.length - 1)
+        drafts = drafter.draft(min(policy.k_max, room)) if policy.mode != "off" else []
+        k = policy.choose_k(len(drafts))
+        drafts = drafts[:k]
         timer = StepTimer()
-        pos = text_positions(cache.length, 1, rope_delta)
-        logits = model.text.forward(np.array([token]), pos, cache, timer=timer)
+        round_start = cache.length
+        feed = np.array([last, *drafts])
+        logits = model.text.forward(
+            feed,
+            text_positions(round_start, len(feed), rope_delta),
+            cache,
+            timer=timer,
+            logits="all" if drafts else "last",
+        )
+        forward_s = time.perf_counter() - timer._t0
+        stats.forwards += 1
+        rows, drafted = len(feed), len(drafts)
+        if not drafts:
+            accepted = 0
+            policy.record_step(forward_s)
+            new_tokens = [sampler.sample(logits[-1], history)]
+            continue
+        if exact_greedy:
+            accepted, new_tokens = accept_greedy(logits, drafts)
+        else:
+            accepted, new_tokens = accept_sampled(logits, drafts, sampler, history)
+        policy.record_verify(drafted, accepted, forward_s)
+        stats.tries += 1
+        stats.drafted += drafted
+        stats.hits += accepted
+        stats.kv_rolls += drafted - accepted
+        cache.truncate(round_start + 1 + accepted)
     tail = stream.flush()
     if tail:
         text_parts.append(tail)
@@ -168,6 +226,9 @@ def generate(
             "vision_ms": round(vision_ms, 3),
             "decode_ms": round(decode_s * 1e3, 3),
             "tokens_per_s": round(len(generated) / decode_s, 3) if decode_s > 0 else 0.0,
+            "cached_tokens": cache.length,
+            "spec": {"mode": policy.mode, **stats.to_dict()},
+            "notices": [spec_notice] if spec_notice else [],
             "token_ids": generated,
             "text": "".join(text_parts),
         },

@@ -147,6 +147,15 @@ class SpecPolicy:
     and re-probes every `reprobe` plain steps.
     """
 
+    @classmethod
+    def or_off(cls, mode: str, k: int) -> tuple[SpecPolicy, str | None]:
+        """The policy asked for, or speculation off with the reason when it cannot be served
+        (the output is the same either way; only the speed differs)."""
+        try:
+            return cls(mode, k), None
+        except InputError as e:
+            return cls("off"), f"{e} Speculative decoding is off for this answer."
+
     def __init__(self, mode: str = "auto", k: int = 4, patience: int = 4, reprobe: int = 16):
         if mode not in SPEC_MODES:
             raise InputError(
