@@ -10,6 +10,11 @@ NUMBA_CACHE_DIR is set: upgrades never load stale kernels and read-only installs
 
 import os
 
+# OpenMP threads that spin after a parallel kernel hold the cores that NumPy's BLAS (prefill)
+# and the next kernel need; on a shared or busy machine that made decode matvecs up to 20x
+# slower here. Sleeping at once costs a few microseconds of wake-up per kernel instead.
+os.environ.setdefault("GOMP_SPINCOUNT", "0")
+
 if "NUMBA_CACHE_DIR" not in os.environ:
     from platformdirs import user_cache_dir
 
