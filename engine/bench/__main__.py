@@ -116,7 +116,7 @@ def print_table(report: dict) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
     p.add_argument(
-        "what", nargs="*", default=[], help="decode prefill vision (default: decode prefill)"
+        "what", nargs="*", default=[], help="decode prefill vision spec (default: decode prefill)"
     )
     p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
     p.add_argument("--kv", default=",".join(KV_FORMATS))
@@ -146,6 +146,19 @@ def main(argv=None) -> int:
         report["vision"] = vision_bench.run(progress=lambda m: print(m, file=sys.stderr))
         print(vision_bench.report(report["vision"]))
         what = [w for w in what if w != "vision"]
+    if "spec" in what:
+        from ..demo import QWEN3VL_2B as _2b
+        from ..demo import ensure_random_checkpoint as _ensure
+        from . import spec as spec_bench
+
+        folder = Path(args.model) if args.model else _ensure(_2b)
+        formats = [w for w in args.weights.split(",") if w != "f32"] or ["q4"]
+        report["spec"] = []
+        for weights in formats:
+            print(f"speculative decoding, {weights} weights...", file=sys.stderr)
+            report["spec"].append(spec_bench.run(folder, weights))
+        print(spec_bench.report(report["spec"]))
+        what = [w for w in what if w != "spec"]
     if not what:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))

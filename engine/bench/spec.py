@@ -1,0 +1,94 @@
+"""Speculative decoding figures: V(K)/T and tokens/s with speculation off, on and auto.
+
+Random weights do not copy their prompt, so "an answer that repeats its input" is made the
+way it happens in a chat: the drafter's history already holds an earlier answer to the same
+question (a regenerate, or a follow-up that quotes the answer). The free-form case drafts
+from the prompt alone. Every run is greedy, and the token ids of on and auto are checked
+against off.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..generate import Finished, GenerationRequest, generate
+from ..model import load_model
+from ..prompt import chat_prompt_ids
+from ..sampling import SamplingParams
+from ..speculative import Drafter
+from .decode import fill_cache, verify_cost
+
+GREEDY = SamplingParams(temperature=0.0)
+MODES = ("off", "on", "auto")
+
+
+def _run(model, prompt, mode, k, n, history):
+    drafter = Drafter(exclude={model.config.image_token_id, model.config.video_token_id})
+    drafter.extend(history + prompt)
+    request = GenerationRequest(
+        prompt_ids=prompt, sampling=GREEDY, max_new_tokens=n, ignore_eos=True, spec=mode, spec_k=k
+    )
+    for event in generate(model, request, drafter=drafter):
+        if isinstance(event, Finished):
+            return event.totals
+
+
+def scenario(model, prompt, n, k, history_of) -> dict:
+    plain = _run(model, prompt, "off", k, n, [])
+    history = history_of(plain["token_ids"])
+    out = {}
+    for mode in MODES:
+        totals = _run(model, prompt, mode, k, n, history)
+        out[mode] = {
+            "tokens_per_s": totals["tokens_per_s"],
+            "identical_to_off": totals["token_ids"] == plain["token_ids"],
+            **totals["spec"],
+        }
+    off = out["off"]["tokens_per_s"]
+    for mode in ("on", "auto"):
+        out[mode]["speedup"] = out[mode]["tokens_per_s"] / off
+    return out
+
+
+def run(folder, weights: str, n: int = 64, k: int = 4) -> dict:
+    import numpy as np
+
+    t0 = time.perf_counter()
+    model = load_model(folder, weights=weights, kv="q8")
+    result = {"weights": weights, "load_s": time.perf_counter() - t0}
+    cache = model.new_cache(256)
+    fill_cache(cache, 128, np.random.default_rng(0))
+    result["verify"] = verify_cost(model, cache, 128)
+    tok = model.tokenizer
+    repeat = chat_prompt_ids(tok, "Copy this list exactly: apples, pears, plums, figs, dates.")
+    free = chat_prompt_ids(tok, "Write a short story about a lighthouse keeper.")
+    # (a) the earlier answer to the same question is in the history: drafts are right
+    result["repeat"] = scenario(model, repeat, n, k, lambda ans: repeat + ans)
+    # (b) drafts only from the prompt
+    result["free"] = scenario(model, free, n, k, lambda ans: [])
+    return result
+
+
+def report(results: list[dict]) -> str:
+    lines = []
+    for r in results:
+        v = r["verify"]
+        lines.append(
+            f"{r['weights']}: T = {v['T_ms']:.1f} ms, V(K)/T for K=1..8: "
+            + " ".join(f"{v[f'V({k})/T']:.2f}" for k in range(1, 9))
+        )
+        for name in ("repeat", "free"):
+            s = r[name]
+            parts = []
+            for mode in MODES:
+                m = s[mode]
+                part = f"{mode} {m['tokens_per_s']:.1f} tok/s"
+                if mode != "off":
+                    part += (
+                        f" (x{m['speedup']:.2f}, hit {m['hit_rate']:.0%}, "
+                        f"{m['tokens_per_forward']:.2f} tok/fwd, "
+                        f"identical: {'yes' if m['identical_to_off'] else 'NO'})"
+                    )
+                parts.append(part)
+            lines.append(f"  {name:6s}: " + "; ".join(parts))
+    return "\n".join(lines)
