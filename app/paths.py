@@ -1,0 +1,32 @@
+"""Where Merlin keeps its files: the user data folder (chats, images, settings) and resources.
+
+`MERLIN_DATA_DIR` overrides the data folder (tests and `--demo-screenshot` use a temporary one,
+so they never touch the user's chats).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformdirs import user_data_path
+
+ENV_DATA_DIR = "MERLIN_DATA_DIR"
+APP_NAME = "merlin"
+
+
+def data_dir() -> Path:
+    """The folder for chats, stored images and settings (created on first use)."""
+    override = os.environ.get(ENV_DATA_DIR)
+    folder = Path(override).expanduser() if override else user_data_path(APP_NAME, appauthor=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def resources_dir() -> Path:
+    """Icons and other files made by the project (resources/ at the top of the source tree)."""
+    return Path(__file__).resolve().parent.parent / "resources"
+
+
+def icon_path(name: str) -> Path:
+    return resources_dir() / "icons" / f"{name}.svg"

@@ -1,0 +1,335 @@
+"""Conversations in SQLite: versioned schema, WAL, every change its own committed transaction.
+
+Qt-free. Durability: `synchronous=FULL` in WAL mode, so a committed message survives a crash or
+a power cut; the app commits each user message before its answer is generated and the answer
+while it streams (at most every half second), so a crash loses at most the last second of an
+answer. A message whose answer was streaming when the process died is marked `interrupted` the
+next time the store opens. Images are content-addressed files under `images/` next to the
+database, written atomically (temp file, fsync, rename) before the row that uses them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+DB_NAME = "chats.sqlite3"
+IMAGE_DIR = "images"
+MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
+
+_SCHEMA_V1 = """
+CREATE TABLE conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a replaced answer gets a new id
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    text TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'done',
+    stats TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE message_images (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    ext TEXT NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (message_id, position)
+);
+CREATE INDEX message_images_by_sha ON message_images(sha256);
+"""
+
+# version -> SQL that brings a database from version-1 to version
+_MIGRATIONS = {1: _SCHEMA_V1}
+
+
+class StoreError(Exception):
+    """The chat store cannot be used; the message is meant for the user."""
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image kept by the store: content hash, file extension, the name the user saw."""
+
+    sha256: str
+    ext: str
+    name: str
+
+
+@dataclass
+class MessageRow:
+    id: int
+    conversation_id: int
+    role: str
+    text: str
+    state: str = "done"
+    stats: dict = field(default_factory=dict)
+    images: list[ImageRef] = field(default_factory=list)
+
+
+@dataclass
+class ConversationRow:
+    id: int
+    title: str
+    updated: float
+
+
+class Store:
+    """The chat database of one data folder. Use from one thread (the GUI thread)."""
+
+    def __init__(self, folder: Path | str | None):
+        """folder: the data folder; None keeps everything in memory (nothing is saved)."""
+        self.folder = Path(folder) if folder is not None else None
+        self.image_dir = (
+            self.folder / IMAGE_DIR
+            if self.folder
+            else Path(tempfile.mkdtemp(prefix="merlin-images-"))
+        )
+        self.interrupted = 0  # answers found half-written when the store opened
+        try:
+            if self.folder:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            self.image_dir.mkdir(parents=True, exist_ok=True)
+            path = str(self.folder / DB_NAME) if self.folder else ":memory:"
+            self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            if self.folder:
+                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{path}: the database cannot use write-ahead logging.")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._migrate()
+            self.interrupted = self._recover()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"The chat database in {self.folder} cannot be opened ({e}). Move the file "
+                f"{DB_NAME} aside to start with an empty history; nothing else was changed."
+            ) from None
+        except OSError as e:
+            raise StoreError(
+                f"The data folder {self.folder} cannot be used ({e.strerror or e}). Check that "
+                "it exists and is writable."
+            ) from None
+
+    # ---- schema --------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"The chat database in {self.folder} was written by a newer Merlin (schema "
+                f"{version}, this one knows {SCHEMA_VERSION}). Update Merlin to open it."
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            with self._transaction():
+                for statement in _MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {target}")
+
+    @property
+    def schema_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _recover(self) -> int:
+        with self._transaction() as db:
+            cur = db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
+            return cur.rowcount
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+
+    # ---- conversations -------------------------------------------------------------------
+
+    def create_conversation(self, title: str) -> int:
+        now = time.time()
+        with self._transaction() as db:
+            cur = db.execute(
+                "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                (title, now, now),
+            )
+            return int(cur.lastrowid)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self.collect_images()
+
+    def conversations(self, search: str = "") -> list[ConversationRow]:
+        """Most recently updated first; search matches titles and message text."""
+        if search.strip():
+            like = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%") + "%"
+            like = like.replace("_", "\\_")
+            rows = self._db.execute(
+                "SELECT id, title, updated FROM conversations c WHERE title LIKE ? ESCAPE '\\' "
+                "OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
+                "AND m.text LIKE ? ESCAPE '\\') ORDER BY updated DESC, id DESC",
+                (like, like),
+            )
+        else:
+            rows = self._db.execute(
+                "SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC"
+            )
+        return [ConversationRow(*r) for r in rows.fetchall()]
+
+    def conversation(self, conversation_id: int) -> ConversationRow | None:
+        row = self._db.execute(
+            "SELECT id, title, updated FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        return ConversationRow(*row) if row else None
+
+    # ---- messages ------------------------------------------------------------------------
+
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        text: str,
+        images: Sequence[ImageRef] = (),
+        state: str = "done",
+    ) -> int:
+        """Insert and commit one message (its images must be imported already)."""
+        now = time.time()
+        with self._transaction() as db:
+            cur = db.execute(
+                "INSERT INTO messages (conversation_id, role, text, state, created, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, text, state, now, now),
+            )
+            mid = int(cur.lastrowid)
+            db.executemany(
+                "INSERT INTO message_images (message_id, position, sha256, ext, name) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(mid, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+            )
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+        return mid
+
+    def update_message(
+        self,
+        message_id: int,
+        text: str | None = None,
+        state: str | None = None,
+        stats: dict | None = None,
+    ) -> None:
+        sets, args = ["updated = ?"], [time.time()]
+        if text is not None:
+            sets.append("text = ?")
+            args.append(text)
+        if state is not None:
+            sets.append("state = ?")
+            args.append(state)
+        if stats is not None:
+            sets.append("stats = ?")
+            args.append(json.dumps(stats))
+        with self._transaction() as db:
+            db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
+
+    def delete_messages_from(self, conversation_id: int, message_id: int) -> int:
+        """Delete message_id and every later message of the conversation; returns the count."""
+        with self._transaction() as db:
+            cur = db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
+                (conversation_id, message_id),
+            )
+            return cur.rowcount
+
+    def messages(self, conversation_id: int) -> list[MessageRow]:
+        rows = self._db.execute(
+            "SELECT id, conversation_id, role, text, state, stats FROM messages "
+            "WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
+        ).fetchall()
+        images: dict[int, list[ImageRef]] = {}
+        for mid, sha, ext, name in self._db.execute(
+            "SELECT mi.message_id, mi.sha256, mi.ext, mi.name FROM message_images mi "
+            "JOIN messages m ON m.id = mi.message_id WHERE m.conversation_id = ? "
+            "ORDER BY mi.message_id, mi.position",
+            (conversation_id,),
+        ):
+            images.setdefault(mid, []).append(ImageRef(sha, ext, name))
+        out = []
+        for mid, cid, role, text, state, stats in rows:
+            try:
+                stats_d = json.loads(stats) if stats else {}
+            except json.JSONDecodeError:
+                stats_d = {}
+            out.append(MessageRow(mid, cid, role, text, state, stats_d, images.get(mid, [])))
+        return out
+
+    # ---- images --------------------------------------------------------------------------
+
+    def image_path(self, ref: ImageRef) -> Path:
+        return self.image_dir / f"{ref.sha256}.{ref.ext}"
+
+    def import_image(self, source: Path | str, name: str | None = None) -> ImageRef:
+        """Copy an image file into the store (content-addressed, atomic). Returns its ref."""
+        source = Path(source)
+        data = source.read_bytes()
+        return self.import_image_bytes(
+            data, source.suffix.lstrip(".") or "img", name or source.name
+        )
+
+    def import_image_bytes(self, data: bytes, ext: str, name: str) -> ImageRef:
+        ext = "".join(ch for ch in ext.lower() if ch.isalnum())[:8] or "img"
+        sha = hashlib.sha256(data).hexdigest()
+        ref = ImageRef(sha, ext, name)
+        target = self.image_path(ref)
+        if not target.is_file() or target.stat().st_size != len(data):
+            fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.image_dir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        return ref
+
+    def collect_images(self) -> int:
+        """Delete image files no message refers to (and leftovers of interrupted writes)."""
+        used = {
+            f"{sha}.{ext}"
+            for sha, ext in self._db.execute("SELECT DISTINCT sha256, ext FROM message_images")
+        }
+        removed = 0
+        for path in self.image_dir.iterdir():
+            if path.name not in used:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
+        return removed
