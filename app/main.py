@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -16,11 +17,39 @@ def parse_args(argv):
     )
     p.add_argument(
         "--weights",
-        choices=("f32", "q8", "q4"),
         default=None,
-        help="weights format (default: the last one used)",
+        help="weights format: f32, q8 or q4 (default: the last one used; with --warmup also "
+        "several, comma-separated, or all)",
     )
-    p.add_argument("--kv", choices=("f32", "q8"), default=None, help="KV cache format")
+    p.add_argument(
+        "--kv", default=None, help="KV cache format: f32 or q8 (with --warmup: also all)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="kernel threads (default: the settings' value; 0 = one per CPU in use)",
+    )
+    p.add_argument(
+        "--cpus",
+        default=None,
+        metavar="big|all|LIST",
+        help="CPUs to run on: big (the big cores of a big.LITTLE CPU, the default), all, or a "
+        "list like 0-3,6",
+    )
+    p.add_argument(
+        "--warmup",
+        action="store_true",
+        help="compile the kernels for --weights/--kv (default: the settings' formats) into the "
+        "cache, showing progress, then exit",
+    )
+    p.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="load the demo checkpoint, answer a question about an image, render the window "
+        "offscreen; exit 0 if all worked",
+    )
     p.add_argument("--fullscreen", action="store_true", help="kiosk: fill the screen")
     p.add_argument(
         "--demo-mode",
@@ -43,6 +72,19 @@ def parse_args(argv):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.warmup:
+        return _warmup(args)
+    for flag, value, choices in (("--weights", args.weights, WEIGHTS), ("--kv", args.kv, KVS)):
+        if value is not None and value not in choices:
+            print(f"merlin: {flag} must be one of {', '.join(choices)}", file=sys.stderr)
+            return 2
+    placement = _place(args)
+    if placement is None:
+        return 2
+    if args.self_test:
+        from .selftest import run as self_test
+
+        return self_test(weights=args.weights or "f32", kv=args.kv or "f32")
     if args.demo_screenshot:
         from .screenshot import run
 
@@ -73,6 +115,55 @@ def main(argv: list[str] | None = None) -> int:
     else:
         window.show()
     return app.exec()
+
+
+WEIGHTS = ("f32", "q8", "q4")
+KVS = ("f32", "q8")
+
+
+def _saved_settings():
+    """The user's settings (None when Qt is unusable: then only flags count)."""
+    try:
+        from .settings import load_settings
+
+        return load_settings()
+    except ImportError:
+        return None
+
+
+def _place(args):
+    """Pin to the CPUs of --cpus (or the settings, or MERLIN_CPUS; default the big cores) with
+    --threads kernel threads, before anything runs a kernel."""
+    from engine.cpu import place
+    from engine.errors import MerlinError
+
+    settings = _saved_settings() if args.cpus is None or args.threads is None else None
+    cpus = args.cpus or os.environ.get("MERLIN_CPUS") or (settings.cpus if settings else None)
+    threads = args.threads if args.threads is not None else (settings.threads if settings else 0)
+    try:
+        return place(cpus, threads or None)
+    except MerlinError as e:
+        print(f"merlin: {e}", file=sys.stderr)
+        return None
+
+
+def _warmup(args) -> int:
+    """`merlin --warmup`: compile the kernels with progress on the terminal (no window)."""
+    from engine import warmup
+    from engine.errors import MerlinError
+
+    settings = None if args.weights and args.kv else _saved_settings()
+    try:
+        return warmup.run(
+            args,
+            default_weights=settings.weights if settings else "f32",
+            default_kv=settings.kv if settings else "f32",
+        )
+    except MerlinError as e:
+        print(f"merlin: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ class AppSettings:
     repetition_penalty: float = 1.0
     max_new_tokens: int = 1024
     context_budget: int = 8192
-    threads: int = 0  # 0 = all cores
+    threads: int = 0  # 0 = one per CPU in use
+    cpus: str = "big"  # "big" (big cores of a big.LITTLE CPU), "all" or a list like "0-3"
     spec_mode: str = "auto"
     spec_k: int = 4
     image_max_pixels: int = 0  # 0 = the checkpoint's own limit
@@ -106,7 +107,23 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         s.weights = "f32"
     if s.kv not in KV_FORMATS:
         s.kv = "f32"
+    if not valid_cpus(s.cpus):
+        s.cpus = "big"
     return s
+
+
+def valid_cpus(text: str) -> bool:
+    """ "big", "all" or a CPU list such as "0-3,6" (engine.cpu applies it at start)."""
+    from engine.cpu import CPU_MODES, parse_cpu_list
+    from engine.errors import InputError
+
+    if text.strip().lower() in CPU_MODES:
+        return True
+    try:
+        parse_cpu_list(text)
+    except InputError:
+        return False
+    return True
 
 
 def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
@@ -176,6 +193,12 @@ class SettingsDialog(QDialog):
         app_form = QFormLayout(app_box)
         self.labels["language"] = QLabel()
         app_form.addRow(self.labels["language"], self.language)
+        self.cpus = QComboBox()
+        self.cpus.setEditable(True)  # or a list such as 0-3
+        self.cpus.addItems(["big", "all"])
+        self.cpus.setCurrentText(settings.cpus)
+        self.labels["cpus"] = QLabel()
+        app_form.addRow(self.labels["cpus"], self.cpus)
         layout.addWidget(app_box)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.Ok | QDialogButtonBox.Cancel | QDialogButtonBox.RestoreDefaults
@@ -207,6 +230,7 @@ class SettingsDialog(QDialog):
         self.max_new.setValue(d.max_new_tokens)
         self.context.setValue(d.context_budget)
         self.threads.setValue(d.threads)
+        self.cpus.setCurrentText(d.cpus)
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(d.spec_mode))
         self.spec_k.setValue(d.spec_k)
         self.max_pixels.setValue(d.image_max_pixels)
@@ -228,6 +252,9 @@ class SettingsDialog(QDialog):
             spec_k=self.spec_k.value(),
             image_max_pixels=self.max_pixels.value(),
             language=self.language.currentData(),
+            cpus=self.cpus.currentText().strip()
+            if valid_cpus(self.cpus.currentText())
+            else self._base.cpus,
         )
 
     def retranslate(self) -> None:
@@ -249,6 +276,7 @@ class SettingsDialog(QDialog):
             "spec_k": tr("Draft tokens K"),
             "max_pixels": tr("Image max pixels (0 = model default)"),
             "language": tr("Language"),
+            "cpus": tr("CPUs: big, all or a list like 0-3 (at the next start)"),
         }
         for key, label in self.labels.items():
             label.setText(text[key])

@@ -7,17 +7,13 @@ threading.Events the GUI sets directly, because the worker is busy when it matte
 
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import sys
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from engine import warmup
 from engine.errors import MerlinError
 
 from . import pyside_fixes
@@ -114,20 +110,29 @@ class EngineWorker(QObject):
         try:
             progress(0.0, "finding the checkpoint")
             folder = self._resolve(request.source, progress)
-            if request.warm_up:
-                # compile first (in a child): loading quantizes with the same kernels
-                progress(0.01, "compiling kernels (first start only)")
-                compile_kernels_in_child(folder, request.weights, request.kv, request.cancel)
+            base = 0.02
+            if request.warm_up and not warmup.is_warm(request.weights, request.kv):
+                # compile first, in a child (engine.warmup): compiling holds the GIL and
+                # would freeze the window; loading quantizes with the same kernels
+                base = 0.4
+                warmup.warm_up_in_child(
+                    request.weights,
+                    request.kv,
+                    lambda f, phase: progress(
+                        0.01 + 0.39 * f, f"compiling kernels (first start only): {phase}"
+                    ),
+                    request.cancel,
+                )
             model = load_model(
                 folder,
                 weights=request.weights,
                 kv=request.kv,
-                progress=lambda f, phase: progress(0.02 + 0.88 * f, phase),
+                progress=lambda f, phase: progress(base + (0.9 - base) * f, phase),
             )
             if request.warm_up:
                 self._warm_up(model, progress)
             progress(1.0, "ready")
-        except _LoadCancelled:
+        except (_LoadCancelled, warmup.WarmupCancelled):
             self.sig_load_cancelled.emit()
             return
         except MerlinError as e:
@@ -250,83 +255,3 @@ def _is_random_checkpoint(folder) -> bool:
         return any(spec.name in name for spec in (demo.DEMO, demo.QWEN3VL_2B))
     except Exception:
         return False
-
-
-# ---- kernel compilation in a child process ---------------------------------------------------
-#
-# Numba compiles a kernel the first time it runs and caches it on disk. Compiling holds the GIL
-# for up to half a second at a time (measured: 0.6 s stalls over a 35 s cold compile), which
-# would freeze the window. So when the kernels for a weights/KV format may not be compiled yet,
-# a child process (merlin-cli on the small demo checkpoint: same kernels, same types) compiles
-# them into Numba's disk cache first; the app process then only loads them.
-
-
-def kernel_stamp_dir():
-    from pathlib import Path
-
-    override = os.environ.get("MERLIN_KERNEL_STAMPS")
-    if override:
-        return Path(override)
-    from platformdirs import user_cache_path
-
-    return user_cache_path("merlin", appauthor=False) / "kernel-stamps"
-
-
-def kernel_stamp(weights: str, kv: str):
-    """A file that exists once the kernels of this engine source for (weights, kv) were
-    compiled; its name changes whenever an engine source file, Numba or Python changes."""
-    from importlib.metadata import version
-
-    from engine import __file__ as engine_init
-
-    root = os.path.dirname(engine_init)
-    h = hashlib.sha256()
-    numba_version = version("numba")  # (app/ never imports numba itself)
-    h.update(f"{sys.version}|{numba_version}|{os.environ.get('NUMBA_CACHE_DIR', '')}".encode())
-    for dirpath, _dirs, files in sorted(os.walk(root)):
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(dirpath, name))
-                h.update(f"{dirpath}/{name}|{st.st_mtime_ns}|{st.st_size}".encode())
-    return kernel_stamp_dir() / f"{h.hexdigest()[:20]}-{weights}-{kv}"
-
-
-def compile_kernels_in_child(folder: str, weights: str, kv: str, cancel: threading.Event) -> bool:
-    """Run one short generation with an image in a child process (compiling into Numba's
-    disk cache) unless the stamp says it was done. Returns True if the child ran and succeeded.
-    Failures are reported on stderr and otherwise ignored: the in-process warm-up still runs."""
-    from engine import demo
-
-    stamp = kernel_stamp(weights, kv)
-    if stamp.exists():
-        return False
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    small = folder if _is_random_checkpoint(folder) and "2b" not in str(folder) else None
-    model_dir = small or str(demo.ensure_demo_checkpoint())
-    image = stamp.parent / "warm-up.png"
-    if not image.is_file():
-        from PIL import Image
-
-        Image.new("RGB", (64, 64), (120, 140, 160)).save(image)
-    cmd = [
-        sys.executable, "-m", "engine.cli", "generate", "--model", model_dir,
-        "--weights", weights, "--kv", kv, "--max-new-tokens", "4", "--ignore-eos",
-        "--temperature", "0", "--image", str(image), "--max-pixels", "4096", "warm up",
-    ]  # fmt: skip
-    import tempfile
-
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        while proc.poll() is None:
-            if cancel.is_set():
-                proc.kill()
-                proc.wait()
-                raise _LoadCancelled
-            time.sleep(0.05)  # sleeping releases the GIL: the window stays responsive
-        if proc.returncode != 0:
-            err.seek(0)
-            tail = err.read().decode(errors="replace")[-2000:]
-            print(f"merlin: kernel warm-up in a child process failed:\n{tail}", file=sys.stderr)
-            return False
-    stamp.touch()
-    return True

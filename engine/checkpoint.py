@@ -18,7 +18,11 @@ import numpy as np
 
 from .errors import CheckpointError
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors package uses the same cap
+# The safetensors package allows 100 MB. Real headers are far smaller (Qwen3-VL-8B: ~110 kB
+# over 4 shards), and Python's JSON parser can build ~25 bytes of objects per header byte
+# (`[{},{},...]`), so a smaller cap bounds what a hostile header can make the parser allocate
+# (~200 MB at most, tests/robustness/test_fuzz_safetensors.py).
+MAX_HEADER_BYTES = 8 * 1024 * 1024
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 
@@ -72,6 +76,8 @@ class SafetensorsFile:
             raise CheckpointError(f"{self.path}: file is missing.") from None
         except OSError as e:
             raise CheckpointError(f"{self.path}: cannot open ({e.strerror}).") from None
+        except (UnicodeError, ValueError) as e:  # a name no file system can hold
+            raise CheckpointError(f"{self.path!r}: not a usable file name ({e}).") from None
         try:
             self.tensors, self.metadata = self._read_header()
             self._map = None
@@ -101,6 +107,8 @@ class SafetensorsFile:
             header = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
         except (UnicodeDecodeError, ValueError) as e:
             raise self._fail(f"header is not valid JSON ({e})") from None
+        except RecursionError:  # `[[[[...` nested deeper than the parser's stack
+            raise self._fail("header is not valid JSON (nested too deeply)") from None
         if not isinstance(header, dict):
             raise self._fail("header is not a JSON object")
         self._data_start = 8 + n
@@ -141,9 +149,12 @@ class SafetensorsFile:
                 f"tensor {name!r} data_offsets [{begin}, {end}] lie outside the "
                 f"{self._data_size} data bytes (truncated file?)"
             )
-        count = 1
+        count = nonzero = 1
         for s in shape:
             count *= s  # Python ints: no overflow
+            nonzero *= s or 1
+        if nonzero * DTYPES[dtype][1] > 2**62:  # even with a 0 in it, NumPy cannot make it
+            raise self._fail(f"tensor {name!r} has an impossible shape {shape}")
         if count * DTYPES[dtype][1] != end - begin:
             raise self._fail(
                 f"tensor {name!r}: shape {shape} x {dtype} needs {count * DTYPES[dtype][1]} "
@@ -242,7 +253,12 @@ class Checkpoint:
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: 'weight_map' is missing or empty.")
         for name, file in weight_map.items():
-            if not isinstance(file, str) or "/" in file or "\\" in file or file.startswith("."):
+            if (
+                not isinstance(file, str)
+                or not file
+                or any(c in file for c in "/\\\0")
+                or file.startswith(".")
+            ):
                 raise CheckpointError(f"{index}: shard name {file!r} for {name!r} is not valid.")
         for file in sorted(set(weight_map.values())):
             self._open_file(self.folder / file)

@@ -1,4 +1,4 @@
-"""merlin-cli: headless use of the engine (info, generate, logits).
+"""merlin-cli: headless use of the engine (info, generate, chat, logits).
 
 The flags are used by checks outside the test suite; keep them stable. Every error a user can
 cause ends in one line on stderr and a non-zero exit, never a traceback.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -28,10 +29,10 @@ def _model_dir(arg: str | None) -> Path:
 
 
 def _load(args):
+    from .cpu import place
     from .model import load_model
-    from .threads import set_threads
 
-    set_threads(args.threads)
+    place(getattr(args, "cpus", None), args.threads)
     return load_model(_model_dir(args.model), weights=args.weights, kv=args.kv)
 
 
@@ -39,7 +40,15 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint folder (default: the built-in demo checkpoint)")
     p.add_argument("--weights", default="f32", help="weight format: f32")
     p.add_argument("--kv", default="f32", help="KV cache format: f32 or q8")
-    p.add_argument("--threads", type=int, default=None, help="kernel threads (default: all)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="kernel threads (default: one per CPU used)"
+    )
+    p.add_argument(
+        "--cpus",
+        default=None,
+        metavar="big|all|LIST",
+        help="CPUs to run on: big (big cores of a big.LITTLE CPU; the default), all, or 0-3,6",
+    )
 
 
 def _add_image_args(p: argparse.ArgumentParser) -> None:
@@ -112,6 +121,8 @@ def cmd_info(args) -> int:
         "params_text": matrices + vectors,
         "weight_bytes_per_token": per_token,
         "kv_bytes_per_token": {"f32": kv_per_token},
+        "cpus": _cpu_info(args),
+        "memory": _memory_info(folder),
     }
     if args.json:
         print(json.dumps(info))
@@ -127,11 +138,52 @@ def cmd_info(args) -> int:
         )
     print(f"parameters:   {n_total:,} total, {matrices + vectors:,} text decoder")
     print(f"stored as:    {', '.join(dtypes)}")
+    print(f"cpu:          {info['cpus']['topology']}")
+    print(f"threads:      {info['cpus']['placement']}")
     for fmt, b in per_token.items():
         print(
             f"bytes/token:  {b:,} weights ({fmt}) + {kv_per_token:,} KV ({fmt}) per context token"
         )
+    mem = info["memory"]
+    avail = f"{mem['available'] / 1e9:.1f} GB" if mem["available"] else "unknown"
+    print(f"memory:       needs, with a context of {mem['context']} tokens ({avail} available):")
+    for name, est in mem["estimates"].items():
+        print(f"  {name + ':':22}{est['total'] / 1e9:5.1f} GB")
     return 0
+
+
+def _memory_info(folder) -> dict:
+    """What loading needs per weights/KV format at the default context (engine.memory)."""
+    from .memory import available_memory, estimate_memory
+
+    estimates = {
+        f"{w} weights, {kv} KV": estimate_memory(folder, w, kv).to_dict()
+        for w in ("f32", "q8", "q4")
+        for kv in ("f32", "q8")
+    }
+    context = next(iter(estimates.values()))["context"]
+    return {"context": context, "available": available_memory(), "estimates": estimates}
+
+
+def _cpu_info(args) -> dict:
+    """What thread placement chose here (engine.cpu), for `info`."""
+    from .cpu import choose
+
+    placement = choose(args.cpus or os.environ.get("MERLIN_CPUS") or "big", args.threads)
+    return {
+        "topology": placement.topology.describe(),
+        "source": placement.topology.source,
+        "big_cores": list(placement.topology.big_cores()),
+        "cpus": list(placement.cpus),
+        "threads": placement.threads,
+        "placement": placement.describe(),
+    }
+
+
+def cmd_warmup(args) -> int:
+    from .warmup import run
+
+    return run(args)
 
 
 def _sampling(args, model):
@@ -246,18 +298,8 @@ def cmd_logits(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="merlin-cli", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("info", help="architecture, sizes and bytes per token of a checkpoint")
-    _add_model_args(p)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_info)
-
-    p = sub.add_parser("generate", help="stream an answer to PROMPT")
-    _add_model_args(p)
-    p.add_argument("prompt", metavar="PROMPT")
+def _add_generation_args(p: argparse.ArgumentParser) -> None:
+    """The options of `generate`, shared by `chat`."""
     p.add_argument("--system", default=None, help="system prompt")
     _add_image_args(p)
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -283,7 +325,51 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print one line per forward (gemm/attn/other ms, GB/s) to stderr",
     )
+
+
+def _cmd_chat(args) -> int:
+    from .chat_cli import cmd_chat
+
+    return cmd_chat(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="merlin-cli", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="architecture, sizes and bytes per token of a checkpoint")
+    _add_model_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("generate", help="stream an answer to PROMPT")
+    _add_model_args(p)
+    p.add_argument("prompt", metavar="PROMPT")
+    _add_generation_args(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "chat",
+        help="a conversation: user turns from stdin, one per line ('/image PATH' on its own "
+        "line attaches an image to the next turn); --session FILE continues it across runs",
+    )
+    _add_model_args(p)
+    _add_generation_args(p)
+    p.add_argument(
+        "--session",
+        default=None,
+        metavar="FILE",
+        help="restore the conversation from FILE if it matches the model; save after each turn",
+    )
+    p.set_defaults(func=_cmd_chat)
+
+    p = sub.add_parser(
+        "warmup", help="compile the kernels for the given formats ahead of time, with progress"
+    )
+    from .warmup import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser("logits", help="save prefill logits for every prompt position")
     _add_model_args(p)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CheckpointError
 
 SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
+# Layer and block counts drive loops over tensor names before any tensor is read; Qwen3-VL has
+# at most a few dozen, so anything above this is a damaged config, refused at once.
+MAX_LAYERS = 1024
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,11 @@ def _need(d: dict, key: str, kind, where: str, path: Path):
     return kind(value)
 
 
+def _opt_int(d: dict, key: str, default: int, where: str, path: Path) -> int:
+    """An optional positive integer field (the default when absent)."""
+    return _need({key: d.get(key, default)}, key, int, where, path)
+
+
 def _rope(text: dict, path: Path) -> tuple[float, tuple[int, int, int], bool]:
     """rope_theta/mrope_section from either spelling (4.57 rope_scaling or 5.x rope_parameters)."""
     params = text.get("rope_parameters")
@@ -122,7 +131,12 @@ def _rope(text: dict, path: Path) -> tuple[float, tuple[int, int, int], bool]:
             f"{path}: no rope_theta found (neither text_config.rope_theta nor "
             "text_config.rope_parameters.rope_theta)."
         )
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
+    if (
+        isinstance(theta, bool)
+        or not isinstance(theta, (int, float))
+        or not math.isfinite(theta)
+        or theta <= 1
+    ):
         raise CheckpointError(f"{path}: rope_theta must be a number > 1, got {theta!r}.")
     rope_type = merged.get("rope_type", merged.get("type", "default"))
     if rope_type not in ("default", "mrope"):
@@ -182,15 +196,21 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
     eps = text.get("rms_norm_eps", 1e-6)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise CheckpointError(f"{path}: rms_norm_eps must be a small positive number, got {eps!r}.")
+    n_layers = _need(text, "num_hidden_layers", int, w, path)
+    if n_layers > MAX_LAYERS:
+        raise CheckpointError(
+            f"{path}: 'text_config.num_hidden_layers' is {n_layers}; no Qwen3-VL model has more "
+            f"than {MAX_LAYERS}. The config is damaged."
+        )
     text_cfg = TextConfig(
         hidden_size=hidden,
-        num_hidden_layers=_need(text, "num_hidden_layers", int, w, path),
+        num_hidden_layers=n_layers,
         intermediate_size=_need(text, "intermediate_size", int, w, path),
         num_attention_heads=n_heads,
         num_key_value_heads=n_kv,
         head_dim=head_dim,
         vocab_size=_need(text, "vocab_size", int, w, path),
-        max_position_embeddings=int(text.get("max_position_embeddings", 262144)),
+        max_position_embeddings=_opt_int(text, "max_position_embeddings", 262144, w, path),
         rope_theta=theta,
         mrope_section=section,
         mrope_interleaved=interleaved,
@@ -203,6 +223,8 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
             f"text_config.hidden_size ({hidden})."
         )
     tie = raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    if not isinstance(tie, bool):
+        raise CheckpointError(f"{path}: 'tie_word_embeddings' must be true or false, got {tie!r}.")
 
     def token_id(key: str, default: int) -> int:
         value = raw.get(key, default)
@@ -231,6 +253,11 @@ def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
         raise CheckpointError(f"{path}: 'vision_config' must be an object.")
     w = "vision_config."
     depth = _need(vision, "depth", int, w, path)
+    if depth > MAX_LAYERS:
+        raise CheckpointError(
+            f"{path}: 'vision_config.depth' is {depth}; no Qwen3-VL model has more than "
+            f"{MAX_LAYERS}. The config is damaged."
+        )
     hidden = _need(vision, "hidden_size", int, w, path)
     heads = _need(vision, "num_heads", int, w, path)
     if hidden % heads or (hidden // heads) % 4:
@@ -249,12 +276,12 @@ def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
         hidden_size=hidden,
         intermediate_size=_need(vision, "intermediate_size", int, w, path),
         num_heads=heads,
-        patch_size=int(vision.get("patch_size", 16)),
-        temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
-        spatial_merge_size=int(vision.get("spatial_merge_size", 2)),
-        in_channels=int(vision.get("in_channels", 3)),
+        patch_size=_opt_int(vision, "patch_size", 16, w, path),
+        temporal_patch_size=_opt_int(vision, "temporal_patch_size", 2, w, path),
+        spatial_merge_size=_opt_int(vision, "spatial_merge_size", 2, w, path),
+        in_channels=_opt_int(vision, "in_channels", 3, w, path),
         out_hidden_size=_need(vision, "out_hidden_size", int, w, path),
-        num_position_embeddings=int(vision.get("num_position_embeddings", 2304)),
+        num_position_embeddings=_opt_int(vision, "num_position_embeddings", 2304, w, path),
         deepstack_visual_indexes=tuple(indexes),
         hidden_act=str(vision.get("hidden_act", "gelu_pytorch_tanh")),
         rope_theta=_vision_theta(vision, path),
@@ -265,7 +292,12 @@ def _vision_theta(vision: dict, path: Path) -> float:
     params = vision.get("rope_parameters")
     theta = params.get("rope_theta") if isinstance(params, dict) else None
     theta = vision.get("rope_theta", 10000.0) if theta is None else theta
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
+    if (
+        isinstance(theta, bool)
+        or not isinstance(theta, (int, float))
+        or not math.isfinite(theta)
+        or theta <= 1
+    ):
         raise CheckpointError(f"{path}: vision rope_theta must be a number > 1, got {theta!r}.")
     return float(theta)
 
@@ -279,8 +311,10 @@ def read_json(path: Path, what: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, or a 5000-digit number
         raise CheckpointError(f"{path}: {what} is not valid JSON ({e}).") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: {what} is not valid JSON (nested too deeply).") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read {what} ({e.strerror}).") from None
     if not isinstance(data, dict):

@@ -19,3 +19,7 @@ class TokenizerError(MerlinError):
 
 class InputError(MerlinError):
     """A prompt, image or option the user gave cannot be used."""
+
+
+class ResourceError(InputError):
+    """The machine lacks the memory (or disk) for what was asked; smaller settings may fit."""

@@ -58,6 +58,9 @@ class GenerationRequest:
     images: list = field(default_factory=list)  # PreparedImage per image, in prompt order
     spec: str = "off"  # speculative decoding: off | on | auto
     spec_k: int = 4  # drafts per verify (the maximum, in auto mode)
+    # precomputed image rows (engine.vision.ImageInputs: embeds, rows, deepstack, vision_ms),
+    # used instead of running the encoder on `images` (engine.session caches embeddings)
+    image_inputs: object | None = None
 
 
 def check_prompt(model: Model, prompt_ids: list[int], max_context: int) -> None:
@@ -118,16 +121,19 @@ def generate(
         positions = text_positions(cache.length, n, request.rope_delta)
     timer = StepTimer()  # the vision encoder's time shows in this step's "other"
     t0 = time.perf_counter()
-    vision_ms = 0.0
+    vision_ms = encoder_ms = 0.0  # encoder_ms: the part of vision_ms spent in this call
     image_kw = {}
-    if request.images:
-        inputs = model.vision.prompt_inputs(request.prompt_ids, request.images)
+    if request.image_inputs is not None or request.images:
+        inputs = request.image_inputs
+        if inputs is None:
+            inputs = model.vision.prompt_inputs(request.prompt_ids, request.images)
+            encoder_ms = inputs.vision_ms
         vision_ms = inputs.vision_ms
         image_kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
     logits = model.text.forward(
         np.asarray(request.prompt_ids), positions, cache, timer=timer, **image_kw
     )
-    prefill_ms = (time.perf_counter() - t0) * 1e3 - vision_ms
+    prefill_ms = (time.perf_counter() - t0) * 1e3 - encoder_ms
     yield PrefillDone(n_tokens=n, vision_ms=vision_ms, prefill_ms=prefill_ms)
     t_decode0 = time.perf_counter()
     stats.forwards = 1

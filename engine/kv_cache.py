@@ -4,13 +4,14 @@ Layout: V is [layers, kv_heads, capacity, head_dim]; K is stored transposed,
 [layers, kv_heads, head_dim, capacity], so attention scores are a vectorised sweep over keys.
 Formats: f32, or q8 (int8 with one f32 scale per (token, layer, head) row: 132 bytes per
 128 values instead of 512). Capacity grows in steps so a short chat does not reserve the whole
-context up front.
+context up front. save/load write the stored rows to a checked file (engine.arrayfile).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import arrayfile
 from .errors import InputError
 from .kernels.attention import quantize_rows_q8
 
@@ -97,3 +98,94 @@ class KVCache:
         if not 0 <= n <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} tokens to {n}")
         self.length = n
+
+    # ---- on disk ---------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        """What a saved cache must match to be loaded in place of this one."""
+        return {
+            "fmt": self.fmt,
+            "layers": self.n_layers,
+            "kv_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+            "length": self.length,
+        }
+
+    def array_specs(self, prefix: str = "kv.") -> list[arrayfile.ArraySpec]:
+        """The stored rows (not the spare capacity) as arrays to write, one layer at a time."""
+        n, nl, nkv, hd = self.length, self.n_layers, self.n_kv_heads, self.head_dim
+        specs = [
+            arrayfile.ArraySpec(
+                prefix + "k", self.dtype, (nl, nkv, hd, n), lambda: (k[..., :n] for k in self.k)
+            ),
+            arrayfile.ArraySpec(
+                prefix + "v", self.dtype, (nl, nkv, n, hd), lambda: (v[:, :n] for v in self.v)
+            ),
+        ]
+        if self.fmt == "q8":
+            for name in ("k_scale", "v_scale"):
+                arr = getattr(self, name)
+                specs.append(
+                    arrayfile.ArraySpec(
+                        prefix + name,
+                        np.float32,
+                        (nl, nkv, n),
+                        lambda arr=arr: (a[:, :n] for a in arr),
+                    )
+                )
+        return specs
+
+    @classmethod
+    def read_from(
+        cls, reader: arrayfile.Reader, desc: dict, max_tokens: int, prefix: str = "kv."
+    ) -> KVCache:
+        """A new cache holding the rows stored in `reader` (described by `desc`, from
+        describe()). Raises arrayfile.FileFormatError if anything is missing or damaged."""
+        try:
+            fmt, n = desc["fmt"], int(desc["length"])
+            nl, nkv, hd = int(desc["layers"]), int(desc["kv_heads"]), int(desc["head_dim"])
+        except (KeyError, TypeError, ValueError):
+            raise arrayfile.FileFormatError("it is damaged (no KV cache description)") from None
+        if fmt not in KV_FORMATS:
+            raise arrayfile.FileFormatError(f"it holds an unknown KV format {fmt!r}")
+        if n > max_tokens:
+            raise arrayfile.FileFormatError(
+                f"it holds {n} tokens, more than the context budget of {max_tokens}"
+            )
+        cache = cls(nl, nkv, hd, max_tokens, fmt)
+        expected = {"k": (nl, nkv, hd, n), "v": (nl, nkv, n, hd)}
+        if fmt == "q8":
+            expected |= {"k_scale": (nl, nkv, n), "v_scale": (nl, nkv, n)}
+        for name, shape in expected.items():
+            if reader.shape(prefix + name) != shape:
+                raise arrayfile.FileFormatError(
+                    f"it is damaged ({prefix + name} has shape {reader.shape(prefix + name)}, "
+                    f"expected {shape})"
+                )
+        cache.reserve(n)
+        for name in expected:
+            dest = getattr(cache, name)
+            for i, piece in enumerate(reader.iter_leading(prefix + name)):
+                if name == "k":
+                    dest[i][..., :n] = piece
+                else:
+                    dest[i][:, :n] = piece
+        cache.length = n
+        return cache
+
+    def save(self, path, meta: dict | None = None) -> int:
+        """Write the stored rows to `path` atomically; returns the file size. Raises
+        arrayfile.FileSaveError (disk full, unwritable folder) with the reason."""
+        return arrayfile.write(
+            path, "merlin-kv", {"kv": self.describe(), **(meta or {})}, self.array_specs()
+        )
+
+    @classmethod
+    def load(cls, path, max_tokens: int | None = None) -> tuple[KVCache, dict]:
+        """(cache, meta) from a file written by save(). Raises arrayfile.FileFormatError with
+        the reason when the file is missing, foreign, truncated or damaged."""
+        with arrayfile.Reader(path, "merlin-kv") as r:
+            desc = r.meta.get("kv") or {}
+            n = desc.get("length", 0) if isinstance(desc, dict) else 0
+            limit = max_tokens if max_tokens is not None else max(int(n or 0), 1)
+            return cls.read_from(r, desc, limit), r.meta

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import weight_cache
+from . import memory, weight_cache
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config, read_json
 from .errors import CheckpointError, InputError
@@ -36,6 +36,7 @@ class Model:
     load_s: float
     kv_fmt: str = "f32"
     vision: VisionModel | None = None  # images; vision.require() raises why not if unusable
+    memory: memory.MemoryEstimate | None = None  # what the guard estimated at load time
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
         """An empty KV cache in this model's KV format (max_tokens: the context budget)."""
@@ -82,11 +83,12 @@ def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDe
 
     def num(key, default, kind=float):
         value = raw.get(key, default)
-        return (
-            kind(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-            else default
-        )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return default
+        try:
+            return kind(value)
+        except (OverflowError, ValueError):  # int(inf), int(nan)
+            return default
 
     sampling = SamplingParams(
         temperature=0.0 if greedy else num("temperature", 0.7),
@@ -107,8 +109,14 @@ def load_model(
     weights: str = "f32",
     kv: str = "f32",
     progress: Callable[[float, str], None] | None = None,
+    *,
+    context: int | None = None,
+    check_memory: bool = True,
 ) -> Model:
-    """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message."""
+    """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message,
+    and ResourceError before converting anything when the model would not fit in the memory
+    available (engine.memory: weights in this format + KV for `context` tokens, default
+    memory.DEFAULT_CONTEXT, + working buffers)."""
     if weights not in WEIGHT_FORMATS:
         raise InputError(
             f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
@@ -127,6 +135,14 @@ def load_model(
     defaults = read_generation_defaults(folder, tokenizer)
     with Checkpoint(folder) as ckpt:
         check_text_tensors(ckpt, config)
+        usable = memory.vision_usable(ckpt, config)
+
+        def estimate(w, k, c):
+            return memory.estimate_for(config, folder, w, k, c, vision_usable=usable)
+
+        needs = estimate(weights, kv, context)
+        if check_memory:
+            memory.check_memory(needs, folder.name, alternative=estimate)
         # quantized weights are cached on disk (f32 would be 4x the checkpoint: not cached)
         key = weight_cache.cache_key(ckpt, config, weights) if weights != "f32" else None
         weights_ = weight_cache.load(key, config) if key else None
@@ -151,4 +167,5 @@ def load_model(
         load_s=time.perf_counter() - t0,
         kv_fmt=kv,
         vision=vision,
+        memory=needs,
     )

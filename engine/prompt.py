@@ -9,11 +9,44 @@ import numpy as np
 
 from .errors import InputError, TokenizerError
 from .rope import mrope_positions, text_positions
-from .tokenizer import Tokenizer, expand_image_pads
+from .tokenizer import Tokenizer, clean_text, expand_image_pads
+
+# The longest message Merlin accepts, in characters. About 32k tokens of English, 4x the
+# default context budget; encoding this much takes well under a second (tests/robustness), so a
+# huge paste is refused at once with a message instead of freezing the app while it tokenizes.
+MAX_MESSAGE_CHARS = 128_000
+
+
+def sanitize_user_text(text: str | bytes) -> str:
+    """Text as typed, pasted or read from a file -> text the tokenizer can always encode.
+
+    bytes are decoded as UTF-8 with each invalid sequence replaced by U+FFFD; in a str, lone
+    surrogates (a clipboard with broken UTF-16, a `surrogateescape`-decoded byte) become
+    U+FFFD and a surrogate pair becomes the character it encodes. Everything else, special-token
+    strings included, is kept as it is (the tokenizer makes those plain text)."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        raise InputError(f"a message must be text, got {type(text).__name__}.")
+    return clean_text(text)
+
+
+def check_user_text(text: str | bytes) -> str:
+    """sanitize_user_text, then refuse a message longer than MAX_MESSAGE_CHARS."""
+    text = sanitize_user_text(text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise InputError(
+            f"the message is {len(text):,} characters long; Merlin accepts at most "
+            f"{MAX_MESSAGE_CHARS:,} characters (about {MAX_MESSAGE_CHARS // 4:,} tokens) per "
+            "message. Shorten it or send it in parts."
+        )
+    return text
 
 
 def user_message(text: str, n_images: int = 0) -> dict:
-    """One user turn: images first, then the text, as the reference chat template renders it."""
+    """One user turn: images first, then the text, as the reference chat template renders it.
+    The text goes through check_user_text (InputError when too long)."""
+    text = check_user_text(text)
     if not text.strip() and n_images == 0:
         raise InputError("the message is empty; type a question first.")
     content = [{"type": "image"} for _ in range(n_images)]

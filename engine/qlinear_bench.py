@@ -11,7 +11,7 @@ In one run, because the shared host's bandwidth moves by 2x from minute to minut
   4. quantization speed (seconds per 100 M weights) and, with --scale-dtypes, bf16 vs f32
      block scales.
 
-Weights are cycled through enough copies (>= 320 MB per configuration) that every call reads
+Weights are cycled through enough copies (>= 256 MB per configuration) that every call reads
 them from DRAM, as in a real decode step; repeats are interleaved across configurations and
 the median is reported.
 """
@@ -46,7 +46,7 @@ SHAPES = [
 ]
 NS = (1, 2, 4, 5, 8)
 FORMATS = ("f32", "q8", "q4")
-MIN_BYTES = 320e6  # per configuration, well beyond the last-level cache
+MIN_BYTES = 256e6  # per configuration: 8x the last-level cache here
 
 
 # --------------------------------------------------------------------------- bandwidth
@@ -107,10 +107,11 @@ def _random_weights(fmt, o, k, rng, scale_dtype="bf16"):
 
 
 def _copies(fmt, o, k, rng, scale_dtype="bf16"):
+    """Enough distinct copies of one random weight that cycling through them reads DRAM."""
     first = _random_weights(fmt, o, k, rng, scale_dtype)
     nbytes = sum(a.nbytes for a in first)
     n = max(1, int(np.ceil(MIN_BYTES / nbytes)))
-    return [first] + [_random_weights(fmt, o, k, rng, scale_dtype) for _ in range(n - 1)], nbytes
+    return [first] + [tuple(a.copy() for a in first) for _ in range(n - 1)], nbytes
 
 
 def _small_n_fn(fmt):
@@ -129,25 +130,37 @@ def _prefill_call(fmt, x, w, out, scratch):
 
 
 def bench_decode(shapes, formats, ns, repeats, rng, scale_dtype="bf16") -> list[dict]:
+    """Per shape, all formats and N interleaved in every repeat, and a read-bandwidth probe
+    (Numba sum over MIN_BYTES) in the same repeat: `of_bandwidth` is the median of per-repeat
+    ratios, so a co-tenant that halves the bandwidth for a while moves both alike."""
+    probe = np.ones(int(MIN_BYTES) // 4, np.float32).reshape(-1, 64)
+    read_sum(probe)
     rows = []
     for name, o, k in shapes:
-        for fmt in formats:
-            mats, nbytes = _copies(fmt, o, k, rng, scale_dtype)
-            fn = _small_n_fn(fmt)
-            xs = {n: rng.standard_normal((n, k), dtype=np.float32) for n in ns}
-            outs = {n: np.empty((n, o), np.float32) for n in ns}
-            for n in ns:  # compile / warm up
-                fn(xs[n], *mats[0], outs[n])
-            times = {n: [] for n in ns}
-            for _ in range(repeats):  # interleaved so drift hits every N alike
+        sets = {fmt: _copies(fmt, o, k, rng, scale_dtype) for fmt in formats}
+        xs = {n: rng.standard_normal((n, k), dtype=np.float32) for n in ns}
+        outs = {n: np.empty((n, o), np.float32) for n in ns}
+        times = {(fmt, n): [] for fmt in formats for n in ns}
+        bw = []
+        for fmt, (mats, _) in sets.items():  # compile / warm up
+            for n in ns:
+                _small_n_fn(fmt)(xs[n], *mats[0], outs[n])
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            read_sum(probe)
+            bw.append(probe.nbytes / (time.perf_counter() - t0) / 1e9)
+            for fmt, (mats, _) in sets.items():
+                fn = _small_n_fn(fmt)
                 for n in ns:
                     t0 = time.perf_counter()
                     for m in mats:
                         fn(xs[n], *m, outs[n])
-                    times[n].append((time.perf_counter() - t0) / len(mats))
-            t1 = float(np.median(times[ns[0]]))
+                    times[fmt, n].append((time.perf_counter() - t0) / len(mats))
+        bw = np.array(bw)
+        for fmt, (_, nbytes) in sets.items():
+            t1 = float(np.median(times[fmt, ns[0]]))
             for n in ns:
-                t = float(np.median(times[n]))
+                ts = np.array(times[fmt, n])
                 rows.append(
                     {
                         "shape": name,
@@ -156,13 +169,15 @@ def bench_decode(shapes, formats, ns, repeats, rng, scale_dtype="bf16") -> list[
                         "fmt": fmt,
                         "scales": scale_dtype if fmt != "f32" else "-",
                         "N": n,
-                        "ms": t * 1e3,
+                        "ms": float(np.median(ts)) * 1e3,
                         "bytes": nbytes,
-                        "GBps": nbytes / t / 1e9,
-                        "V_over_T": t / t1,
+                        "GBps": nbytes / float(np.median(ts)) / 1e9,
+                        "probe_GBps": float(np.median(bw)),
+                        "of_bandwidth": float(np.median(nbytes / ts / 1e9 / bw)),
+                        "V_over_T": float(np.median(ts)) / t1,
                     }
                 )
-            del mats
+        del sets
     return rows
 
 
@@ -216,7 +231,7 @@ def run(threads=None, repeats=7, quick=False, scale_dtypes=False, prefill=True) 
     result["bandwidth_GBps"] = bw
     for key in ("decode", "decode_f32_scales"):
         for row in result.get(key, []):
-            row["of_bandwidth"] = row["GBps"] / bw
+            row["of_run_bandwidth"] = row["GBps"] / bw
     if prefill:
         pshapes = [s for s in shapes if s[0] != "lm_head"]
         result["prefill"] = bench_prefill(pshapes, ("q8", "q4"), 512, max(3, repeats // 2), rng)
@@ -237,7 +252,10 @@ def format_report(r: dict) -> str:
     for key, title in (("decode", "decode / verify"), ("decode_f32_scales", "f32 block scales")):
         if key not in r:
             continue
-        lines.append(f"\n{title}: GB/s of weight bytes (fraction of bandwidth) and V(N)/T(1)")
+        lines.append(
+            f"\n{title}: GB/s of weight bytes (fraction of the read bandwidth probed in the"
+            " same repeats) and V(N)/T(1)"
+        )
         lines.append(
             f"{'shape':<9}{'fmt':<5}{'MB':>7}  " + "".join(f"{'N=' + str(n):>22}" for n in NS)
         )

@@ -22,17 +22,19 @@ scales underflow for blocks of tiny weights, which occur in real checkpoints) an
 one shift, vectorisable on x86 and NEON alike; it costs 8 mantissa bits, i.e. at most a 0.4%
 larger step, far below the quantization error itself.
 
-Why this layout (measured on the dev box: 2-core AMD EPYC, AVX-512, see
-engine/qlinear_bench.py):
+Why this layout (dev box: 2-core AMD EPYC Zen 4, AVX-512; figures from
+engine/qlinear_bench.py, see the kernels' docstring):
   - separate, contiguous qs and scales arrays instead of llama.cpp's interleaved 34- or 18-byte
-    blocks: every vector load of weights is aligned to the block and the kernels need no byte
-    shuffling; the scale stream is 1/16 (q8) or 1/8 (q4) of the bytes and prefetches as well.
-  - row-major, not interleaved across output rows: the decode kernels keep 32-lane
-    accumulators per (activation row, output row) and need no horizontal sum per block, so
-    nothing is gained by interleaving rows, and the prefill path dequantizes plain row tiles.
-  - bf16 vs f32 scales: the kernels accept both (float32 scale arrays run the same kernels);
-    decode is memory-bound for q8, and for q4 f32 scales would add 11% bytes per weight for
-    no measurable gain in kernel speed (qlinear_bench prints both).
+    blocks: every weight load is a whole block at a fixed stride, the kernels need no byte
+    shuffling, and the scale stream (1/17 of the q8 bytes, 1/9 of q4) streams alongside.
+  - row-major, not repacked across output rows (llama.cpp's 4x8/8x8 ARM layouts): the decode
+    kernels keep 32-lane accumulators per (activation row, output row), so there is no
+    horizontal sum per block to amortise, and whole rows are what the prefill path dequantizes
+    for BLAS and the embedding lookup gathers. One weight row at a time is also what streamed
+    fastest from DRAM (reading two adjacent rows at once ran 2-3x slower at N = 1).
+  - bf16 (uint16) scales, not f32: the same kernels accept float32 scale arrays, and decode
+    speed did not differ measurably, so the 2 bytes per block are saved (q4: 0.5625 instead of
+    0.625 bytes per weight, 10% fewer bytes per token).
 
 Quantization is vectorised NumPy over chunks of rows (peak extra memory a few times the chunk,
 not the tensor), so a checkpoint can be quantized tensor by tensor while it loads.

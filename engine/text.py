@@ -96,6 +96,14 @@ def expected_text_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
     """Fail before loading anything if a text tensor is missing or has the wrong shape."""
+    layers = cfg.text.num_hidden_layers
+    if f"{PREFIX}layers.{layers - 1}.input_layernorm.weight" not in ckpt:
+        # checked first: listing every expected name of a config that claims 10**12 layers
+        # would never finish
+        raise CheckpointError(
+            f"{ckpt.folder}: config.json says {layers} decoder layers but the weights have no "
+            f"layer {layers - 1}. The config does not match the weights."
+        )
     for name, shape in expected_text_tensors(cfg).items():
         if name not in ckpt:
             hint = ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numba
 
 from .errors import InputError
@@ -11,11 +13,21 @@ def max_threads() -> int:
     return numba.config.NUMBA_NUM_THREADS
 
 
+def default_threads() -> int:
+    """One kernel thread per CPU this process may run on (engine.cpu pins it to the big cores
+    of a big.LITTLE CPU by default), at most Numba's pool size."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = max_threads()
+    return max(1, min(n, max_threads()))
+
+
 def set_threads(n: int | None) -> int:
-    """Use n kernel threads (None: all available). Returns the count in use."""
+    """Use n kernel threads (None: one per CPU the process may run on). Returns the count."""
     limit = max_threads()
     if n is None:
-        n = limit
+        n = default_threads()
     if n < 1:
         raise InputError(f"threads must be at least 1, got {n}.")
     numba.set_num_threads(min(n, limit))

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +27,7 @@ import jinja2
 import tokenizers
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError, safe_range
 
 from .errors import TokenizerError
 
@@ -47,6 +49,15 @@ _TEMPLATE_TOKEN_KEYS = (
 # Private-use code points for sentinels/markers; never produced by a tokenizer from real text.
 _PRIVATE_USE_START = 0xF0000
 _PRIVATE_USE_END = 0x10FFFD
+# A chat template is a program from the checkpoint folder. A damaged or hostile one must not
+# freeze or exhaust the app: rendering stops with a TokenizerError after this long, after this
+# many template operations (calls, lookups, operators, range() items), or when the output or a
+# value built by `*`, `+` grows past the limits below.
+RENDER_SECONDS = 10.0
+RENDER_MAX_OPS = 2_000_000
+RENDER_MAX_VALUE = 16 * 1024 * 1024  # chars (or items) of one value made by * or +
+RENDER_MIN_OUTPUT = 1024 * 1024  # chars of output allowed beyond twice the messages' text
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,8 +104,89 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _make_jinja_env() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+class _RenderBudget:
+    def __init__(self, max_output: int) -> None:
+        self.deadline = time.perf_counter() + RENDER_SECONDS
+        self.ops = 0
+        self.max_output = max_output
+
+    def charge(self, n: int = 1) -> None:
+        before = self.ops
+        self.ops += n
+        if self.ops > RENDER_MAX_OPS:
+            raise SecurityError(f"it ran more than {RENDER_MAX_OPS} operations")
+        if (before ^ self.ops) >> 10 and time.perf_counter() > self.deadline:
+            raise SecurityError(f"it ran longer than {RENDER_SECONDS:.0f} s")
+
+
+def _length(x: Any) -> int:
+    return len(x) if isinstance(x, (str, bytes, list, tuple)) else 0
+
+
+class _BudgetedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox transformers uses, plus a per-render budget (see RENDER_SECONDS)."""
+
+    intercepted_binops = frozenset(["*", "**", "+"])
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._local = threading.local()
+        self.globals["range"] = self._range
+
+    def _charge(self, n: int = 1) -> None:
+        budget = getattr(self._local, "budget", None)
+        if budget is not None:
+            budget.charge(n)
+
+    def _range(self, *args: int) -> range:
+        r = safe_range(*args)
+        self._charge(1 + len(r))
+        return r
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        self._charge()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        self._charge()
+        return super().getitem(obj, argument)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        __self._charge()
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        self._charge()
+        size = 0
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if _length(seq) and isinstance(n, int):
+                    size = _length(seq) * n
+        elif operator == "+":
+            size = _length(left) + _length(right)
+        elif isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+            size = right  # ** : the result has about `right` bits
+        if size > RENDER_MAX_VALUE:
+            raise SecurityError(f"it builds a value of {size} elements with {operator!r}")
+        return super().call_binop(context, operator, left, right)
+
+    def render_budgeted(self, template: jinja2.Template, max_output: int, variables: dict) -> str:
+        self._local.budget = budget = _RenderBudget(max_output)
+        try:
+            parts, size = [], 0
+            for chunk in template.generate(**variables):
+                size += len(chunk)
+                if size > budget.max_output:
+                    raise SecurityError(f"its output passed {budget.max_output} characters")
+                budget.charge()
+                parts.append(chunk)
+            return "".join(parts)
+        finally:
+            self._local.budget = None
+
+
+def _make_jinja_env() -> _BudgetedSandbox:
+    env = _BudgetedSandbox(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[_GenerationTag, "jinja2.ext.loopcontrols"],
@@ -103,6 +195,22 @@ def _make_jinja_env() -> ImmutableSandboxedEnvironment:
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
+
+
+def _library_error(e: BaseException) -> bool:
+    """An error the `tokenizers` library raised: a plain Exception with a message, or a Rust
+    panic, which pyo3 raises as PanicException, a BaseException (a tokenizer.json whose
+    continuing_subword_prefix is longer than a merge panics while loading)."""
+    return isinstance(e, Exception) or type(e).__name__ == "PanicException"
+
+
+def clean_text(text: str) -> str:
+    """`text` with what a str can hold but UTF-8 cannot (lone surrogates, e.g. from a
+    clipboard or a `surrogateescape`-decoded byte) replaced by U+FFFD; a surrogate pair left
+    over from UTF-16 becomes the character it encodes. Other text is returned unchanged."""
+    if not _SURROGATES.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +242,11 @@ def _read_json(path: Path) -> Any:
             "The file is probably truncated or edited; replace it with the original file from "
             "the model download."
         ) from e
+    except (ValueError, RecursionError) as e:  # a 5000-digit number; `[[[[...` too deep
+        raise TokenizerError(
+            f"{path} is not valid JSON ({e}). Replace it with the original file from the model "
+            "download."
+        ) from None
 
 
 def _token_content(value: Any) -> str | None:
@@ -253,6 +366,12 @@ class Tokenizer:
                     f"line {e.lineno}: {e.message}. Fix the template or replace the file with "
                     "the original from the model download."
                 ) from e
+            except Exception as e:  # e.g. `{% break %}` outside a loop compiles to bad Python
+                raise TokenizerError(
+                    f"The chat template in {chat_template_source} cannot be compiled "
+                    f"({type(e).__name__}: {e}). Fix the template or replace the file with the "
+                    "original from the model download."
+                ) from None
 
     # ---- loading ---------------------------------------------------------------------------
 
@@ -284,18 +403,28 @@ class Tokenizer:
             full = tokenizers.Tokenizer.from_str(json.dumps(tok_json))
             plain_json = dict(tok_json, added_tokens=[], post_processor=None)
             plain = tokenizers.Tokenizer.from_str(json.dumps(plain_json))
-        except Exception as e:  # the Rust side raises plain Exception with a message
+        except BaseException as e:  # the Rust side: Exception with a message, or a panic
+            if not _library_error(e):
+                raise
             raise TokenizerError(
                 f"{tok_path} cannot be loaded by the tokenizers library ({e}). Replace it with "
                 "the original tokenizer.json from the model download, or update `tokenizers`."
             ) from e
 
         special: dict[str, int] = {}
-        for entry in tok_json.get("added_tokens") or []:
+        added = tok_json.get("added_tokens") or []
+        if not isinstance(added, list):
+            raise TokenizerError(
+                f"{tok_path}: 'added_tokens' must be a list. Replace the file with the original "
+                "from the model download."
+            )
+        for entry in added:
             if not (
                 isinstance(entry, dict)
                 and isinstance(entry.get("content"), str)
                 and isinstance(entry.get("id"), int)
+                and not isinstance(entry.get("id"), bool)
+                and entry["id"] >= 0
             ):
                 raise TokenizerError(
                     f"{tok_path}: malformed entry in 'added_tokens': {entry!r:.120}. Replace "
@@ -425,7 +554,18 @@ class Tokenizer:
             raise TypeError(f"encode_text expects str, got {type(text).__name__}")
         if not text:
             return []
-        return self._plain.encode(text, add_special_tokens=False).ids
+        return self._encode_plain(clean_text(text))
+
+    def _encode_plain(self, text: str) -> list[int]:
+        try:
+            return self._plain.encode(text, add_special_tokens=False).ids
+        except BaseException as e:  # the Rust side: a tokenizer.json that loads, cannot encode
+            if not _library_error(e):
+                raise
+            raise TokenizerError(
+                f"{self.folder / TOKENIZER_FILE} cannot encode this text ({e}). Replace it with "
+                "the original tokenizer.json from the model download."
+            ) from None
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """Text of `ids`. Special tokens show as their strings unless `skip_special`.
@@ -436,7 +576,12 @@ class Tokenizer:
         id_list = [int(i) for i in ids]
         if skip_special:
             id_list = [i for i in id_list if i not in self._special_ids]
-        return self._full.decode(id_list, skip_special_tokens=False)
+        try:
+            return self._full.decode(id_list, skip_special_tokens=False)
+        except BaseException as e:  # the Rust side: e.g. an id beyond u32
+            if not _library_error(e):
+                raise
+            raise TokenizerError(f"cannot decode token ids ({e}).") from None
 
     def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
         return StreamDecoder(self, skip_special=skip_special)
@@ -487,6 +632,7 @@ class Tokenizer:
         turn at `</think>`): such text stays plain text. Keep reasoning out of `content`.
         """
         _check_messages(messages)
+        messages = self._map_texts(messages, clean_text)
         rendered = self._render(messages, add_generation_prompt, template_kwargs)
 
         texts: list[str] = []
@@ -544,8 +690,15 @@ class Tokenizer:
             documents=template_kwargs.get("documents"),
             add_generation_prompt=add_generation_prompt,
         )
+        written = sum(len(t) for t in self._all_texts(messages, None))
+        max_output = 2 * written + RENDER_MIN_OUTPUT
         try:
-            return self._template.render(**variables)
+            return self._template.environment.render_budgeted(self._template, max_output, variables)
+        except SecurityError as e:
+            raise TokenizerError(
+                f"The chat template ({self.chat_template_source}) was stopped: {e}. Replace it "
+                "with the original template from the model download."
+            ) from None
         except jinja2.TemplateError as e:
             raise TokenizerError(
                 f"The chat template ({self.chat_template_source}) rejected the conversation: {e}"
@@ -602,7 +755,7 @@ class Tokenizer:
             if unescape is not None:
                 text = text.translate(unescape)
             if text:
-                ids.extend(self._plain.encode(text, add_special_tokens=False).ids)
+                ids.extend(self._encode_plain(text))
 
         for text, by_template in segments:
             if not by_template or self._control_re is None:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import zlib
 from pathlib import Path
 
@@ -22,13 +23,17 @@ from platformdirs import user_cache_dir
 from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
-from .linear import linear_from_arrays
+from .linear import WEIGHT_FORMATS, linear_from_arrays
+from .quant import BLOCK
 from .text import LayerWeights, TextWeights
 
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1  # bump when the quantized layout or the file's naming changes
 DEFAULT_CAP_BYTES = 8 * 1024**3
+# A .part file not written to for this long is a write that was killed (kill -9, power loss):
+# evict() removes it. A write in progress touches its file every few milliseconds.
+STALE_PART_SECONDS = 600
 
 
 def cache_dir() -> Path:
@@ -92,8 +97,53 @@ def _unflatten(arrays: dict[str, np.ndarray], formats: dict[str, str], n_layers:
     return TextWeights(embed=embed, layers=layers, norm=arrays["norm"], lm_head=head)
 
 
+def _check_linear(name: str, lin, out_features: int, in_features: int) -> None:
+    """The arrays of a cached matrix have the dtypes and shapes the kernels index with (a
+    mis-shaped array would make a Numba kernel read out of bounds, not raise)."""
+    if lin.fmt == "f32":
+        arrays = {"w": (lin.w, (np.float32,), (out_features, in_features))}
+    else:
+        if in_features % BLOCK:
+            raise CheckpointError(f"{name} cannot be {lin.fmt}")
+        width = in_features if lin.fmt == "q8" else in_features // 2
+        qs_dtype = np.int8 if lin.fmt == "q8" else np.uint8
+        arrays = {
+            "qs": (lin.qt.qs, (qs_dtype,), (out_features, width)),
+            # bf16 bits; the kernels also take float32 scales
+            "scales": (
+                lin.qt.scales,
+                (np.uint16, np.float32),
+                (out_features, in_features // BLOCK),
+            ),
+        }
+    for part, (a, dtypes, shape) in arrays.items():
+        if a.dtype not in dtypes or a.shape != shape:
+            raise CheckpointError(f"{name}.{part} is {a.dtype}{list(a.shape)}, not {shape}")
+
+
+def _check_weights(w: TextWeights, cfg: ModelConfig) -> None:
+    t = cfg.text
+    d, hd = t.hidden_size, t.head_dim
+    for i, lw in enumerate(w.layers):
+        p = f"layers.{i}."
+        _check_linear(p + "qkv", lw.qkv, t.q_size + 2 * t.kv_size, d)
+        _check_linear(p + "o", lw.o, d, t.q_size)
+        _check_linear(p + "gate_up", lw.gate_up, 2 * t.intermediate_size, d)
+        _check_linear(p + "down", lw.down, d, t.intermediate_size)
+        for n, size in (("input_norm", d), ("q_norm", hd), ("k_norm", hd), ("post_norm", d)):
+            a = getattr(lw, n)
+            if a.dtype != np.float32 or a.shape != (size,):
+                raise CheckpointError(f"{p}{n} is {a.dtype}{list(a.shape)}")
+    _check_linear("embed", w.embed, t.vocab_size, d)
+    _check_linear("lm_head", w.lm_head, t.vocab_size, d)
+    if w.norm.dtype != np.float32 or w.norm.shape != (d,):
+        raise CheckpointError(f"norm is {w.norm.dtype}{list(w.norm.shape)}")
+
+
 def load(key: str, cfg: ModelConfig) -> TextWeights | None:
-    """The cached weights, or None (missing, foreign or corrupt: corrupt files are deleted)."""
+    """The cached weights, or None (missing, foreign or corrupt: corrupt files are deleted).
+
+    Never raises for a bad file: every check failure means "convert again"."""
     path = cache_dir() / f"{key}.safetensors"
     if not path.is_file():
         return None
@@ -104,6 +154,10 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
             raise CheckpointError("the file's key does not match its name")
         crcs = json.loads(meta["crc32"])
         formats = json.loads(meta["formats"])
+        if not isinstance(crcs, dict) or not isinstance(formats, dict):
+            raise CheckpointError("the metadata is damaged")
+        if not all(f in WEIGHT_FORMATS for f in formats.values()):
+            raise CheckpointError("unknown weight format")
         arrays = {}
         for name in f.tensors:
             a = f.raw(name)
@@ -113,11 +167,18 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
         if set(crcs) != set(arrays):
             raise CheckpointError("tensors are missing")
         weights = _unflatten(arrays, formats, cfg.text.num_hidden_layers)
-    except (CheckpointError, KeyError, ValueError) as e:
+        _check_weights(weights, cfg)
+    except (CheckpointError, KeyError, ValueError, TypeError, AttributeError) as e:
         log.warning("weight cache %s is unusable (%s); rebuilding it", path, e)
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as e2:  # read-only cache folder: the next store() fails and logs too
+            log.warning("could not delete %s (%s)", path, e2.strerror or e2)
         return None
-    os.utime(path)  # recently used
+    try:
+        os.utime(path)  # recently used
+    except OSError:
+        pass  # read-only cache folder: eviction order only
     return weights
 
 
@@ -140,10 +201,20 @@ def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) ->
             e.strerror or e,
         )
         return
-    evict(folder, cap_bytes, keep=folder / f"{key}.safetensors")
+    try:
+        evict(folder, cap_bytes, keep=folder / f"{key}.safetensors")
+    except OSError as e:  # another process removed a file meanwhile, or a read-only file
+        log.warning("could not trim the weight cache in %s (%s)", folder, e.strerror or e)
 
 
 def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
+    now = time.time()
+    for p in folder.glob("*.safetensors.part"):
+        try:
+            if now - p.stat().st_mtime > STALE_PART_SECONDS:
+                p.unlink()
+        except OSError:
+            pass  # another process finished or removed it meanwhile
     files = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime)
     total = sum(p.stat().st_size for p in files)
     for p in files:

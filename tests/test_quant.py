@@ -158,13 +158,14 @@ def test_small_n_kernels_match_reference(fmt, n, mats):
 
 
 @pytest.mark.parametrize("fmt", quant.FORMATS)
-def test_f32_scales_give_the_same_result(fmt, mats):
-    qt = mats[(70, 2048 + 32)][fmt]
-    x = rng.standard_normal((3, qt.in_features), dtype=np.float32)
-    a = np.empty((3, qt.out_features), np.float32)
+def test_f32_scales_give_the_same_weights(fmt, mats):
+    """Kernels also take float32 block scales (the layout benchmark times both); the decode
+    is the same intrinsic in every kernel, so the cheap dequantize kernel checks it."""
+    qt = mats[(33, 64)][fmt]
+    a = np.empty(qt.shape, np.float32)
     b = np.empty_like(a)
-    SMALL[fmt](x, qt.qs, qt.scales, a)
-    SMALL[fmt](x, qt.qs, quant.scales_f32(qt).copy(), b)
+    DEQUANT[fmt](qt.qs, qt.scales, 0, a)
+    DEQUANT[fmt](qt.qs, quant.scales_f32(qt).copy(), 0, b)
     assert np.array_equal(a, b)
 
 

@@ -597,6 +597,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
+      <source>CPUs: big, all or a list like 0-3 (at the next start)</source>
+      <translation>CPU：big（大核）、all（全部）或列表如 0-3（下次启动生效）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
       <source>Use the model's recommended values</source>
       <translation>使用模型推荐的值</translation>
     </message>

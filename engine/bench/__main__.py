@@ -1,5 +1,5 @@
-"""python -m engine.bench [decode] [prefill] [vision] [--weights f32,q8,q4] [--kv f32,q8]
-[--json PATH]
+"""python -m engine.bench [decode] [prefill] [vision] [spec] [session] [--weights f32,q8,q4]
+[--kv f32,q8] [--json PATH]
 
 Builds (once, cached) a random-weight checkpoint with the exact Qwen3-VL-2B shapes in the real
 format, measures the machine's read bandwidth and sgemm in the same run, then runs each
@@ -116,7 +116,10 @@ def print_table(report: dict) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
     p.add_argument(
-        "what", nargs="*", default=[], help="decode prefill vision spec (default: decode prefill)"
+        "what",
+        nargs="*",
+        default=[],
+        help="decode prefill vision spec session (default: decode prefill)",
     )
     p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
     p.add_argument("--kv", default=",".join(KV_FORMATS))
@@ -159,6 +162,19 @@ def main(argv=None) -> int:
             report["spec"].append(spec_bench.run(folder, weights))
         print(spec_bench.report(report["spec"]))
         what = [w for w in what if w != "spec"]
+    if "session" in what:
+        from . import session as session_bench
+
+        # one format pair: the given one, else q4 weights / f32 KV (a 2B prefill in f32 is slow)
+        w = args.weights if "," not in args.weights else "q4"
+        kv = args.kv if "," not in args.kv else "f32"
+        model_dir = Path(args.model) if args.model else None
+        s = session_bench.run(model_dir, w, kv, progress=lambda m: print(m, file=sys.stderr))
+        report["session"] = s
+        report["reuse_speedup"] = s["reuse_speedup"]
+        report["restore_speedup"] = s["restore_speedup"]
+        print(session_bench.report(s))
+        what = [w for w in what if w != "session"]
     if not what:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))

@@ -92,6 +92,12 @@ def expected_vision_tensors(v: VisionConfig) -> dict[str, tuple[int, ...]]:
 
 def vision_tensor_problem(ckpt: Checkpoint, v: VisionConfig) -> str | None:
     """Why the vision weights cannot be loaded (missing or mis-shaped tensors), or None."""
+    if v.depth > len(ckpt.tensors):  # before listing the names of 10**12 blocks
+        return (
+            f"{ckpt.folder}: config.json says the vision encoder has {v.depth} blocks, more "
+            "than the weights could hold; the vision config does not match the weights. Use "
+            "the config.json that came with these weights to ask about images."
+        )
     expected = expected_vision_tensors(v)
     missing = [n for n in expected if n not in ckpt]
     if missing:

@@ -31,6 +31,9 @@ from ..errors import CheckpointError, InputError
 PREPROCESSOR_FILE = "preprocessor_config.json"
 MAX_ASPECT_RATIO = 200  # smart_resize refuses anything longer than this, as transformers does
 MIN_SIDE = 2  # a 1-pixel-wide image carries no picture; refuse it with a message
+# Upper bound for min/max pixels (the Qwen3-VL hub value: 16 megapixels, 400 MB of patches): a
+# damaged config or setting must not make every image be resized to gigapixels.
+PIXEL_LIMIT = 16_777_216
 RESAMPLE = Image.Resampling.BICUBIC
 
 
@@ -66,6 +69,8 @@ class PreprocessConfig:
             return self
         if isinstance(max_pixels, bool) or not isinstance(max_pixels, int):
             raise InputError(f"max-pixels must be a whole number, got {max_pixels!r}.")
+        if max_pixels > PIXEL_LIMIT:
+            raise InputError(f"max-pixels {max_pixels} is too large; use at most {PIXEL_LIMIT}.")
         if max_pixels < self.factor * self.factor:
             raise InputError(
                 f"max-pixels {max_pixels} is too small: one image token covers "
@@ -80,13 +85,20 @@ class PreprocessConfig:
         return (h // self.factor) * (w // self.factor)
 
 
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        return False
+
+
 def _num(raw: dict, key: str, default, kind, path: Path, positive: bool = True):
     value = raw.get(key, default)
     if kind is int:
         ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or not positive)
     else:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = ok and (value > 0 or not positive)
+        ok = ok and _finite(value) and (value > 0 or not positive)
     if not ok:
         raise CheckpointError(f"{path}: '{key}' must be a positive number, got {value!r}.")
     return kind(value)
@@ -119,6 +131,16 @@ def parse_preprocess_config(raw: dict, path: Path) -> PreprocessConfig:
     )
     if any(s <= 0 for s in cfg.image_std):
         raise CheckpointError(f"{path}: 'image_std' values must be positive.")
+    if cfg.max_pixels > PIXEL_LIMIT or cfg.min_pixels > PIXEL_LIMIT:
+        raise CheckpointError(
+            f"{path}: min/max pixels ({cfg.min_pixels}/{cfg.max_pixels}) must be at most "
+            f"{PIXEL_LIMIT}."
+        )
+    if cfg.factor**2 > cfg.max_pixels:
+        raise CheckpointError(
+            f"{path}: one image token covers patch_size x merge_size = {cfg.factor} pixels "
+            f"squared, more than max pixels ({cfg.max_pixels})."
+        )
     if cfg.max_pixels < cfg.min_pixels:
         raise CheckpointError(
             f"{path}: max pixels ({cfg.max_pixels}) is below min pixels ({cfg.min_pixels})."
@@ -133,7 +155,9 @@ def _triple(raw: dict, key: str, default, path: Path) -> tuple[float, float, flo
     if (
         not isinstance(value, list)
         or len(value) != 3
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) for v in value
+        )
     ):
         raise CheckpointError(f"{path}: '{key}' must be three numbers, got {value!r}.")
     return tuple(float(v) for v in value)
@@ -146,8 +170,10 @@ def load_preprocess_config(folder: Path | str) -> PreprocessConfig:
         return PreprocessConfig(source=f"{path} (missing: Qwen3-VL defaults)")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, or a 5000-digit number
         raise CheckpointError(f"{path}: not valid JSON ({e}).") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: not valid JSON (nested too deeply).") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror}).") from None
     return parse_preprocess_config(raw, path)

@@ -1,0 +1,83 @@
+"""Print what the hot kernels compile to on this machine: per kernel and signature, the count
+of each vector instruction (NEON on aarch64, AVX on x86-64), and the full assembly in files.
+
+    python packaging/inspect_asm.py OUT_DIR
+
+Used by packaging/test-arm64.sh inside the emulated arm64 root (NUMBA_CPU_NAME=cortex-a76
+there shows what an RK3588's big core gets; the default is what LLVM detects, "generic" under
+qemu). Numba returns no assembly for kernels loaded from its disk cache, so run it with a
+fresh NUMBA_CACHE_DIR.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter
+
+import numpy as np
+
+VECTOR = re.compile(r"^\s*([a-z][a-z0-9.]*)\s+.*\b(v\d+\.\d*[bhsd]|[xyz]mm\d+)", re.M)
+WATCH = {
+    "aarch64": ("fmla", "fmul", "fadd", "scvtf", "ucvtf", "sshll", "ushll", "sxtl", "uxtl",
+                "sdot", "udot", "usdot", "smmla", "bfdot"),
+    "x86": ("vfmadd231ps", "vcvtdq2ps", "vpmovsxbd", "vpdpbusd", "vmulps"),
+}  # fmt: skip
+
+
+def main(out_dir: str) -> int:
+    from llvmlite import binding as llvm
+
+    from engine.kernels import attention as att
+    from engine.kernels import qlinear as ql
+    from engine.quant import quantize
+
+    os.makedirs(out_dir, exist_ok=True)
+    cpu = os.environ.get("NUMBA_CPU_NAME") or f"host ({llvm.get_host_cpu_name()})"
+    print(f"target cpu: {cpu}; cache {os.environ.get('NUMBA_CACHE_DIR')}")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    out = np.zeros((2, 64), np.float32)
+    for fmt, fn in (("q8", ql.matmul_q8), ("q4", ql.matmul_q4)):
+        qt = quantize(w, fmt)
+        fn(x, qt.qs, qt.scales, out)
+    # attention with the engine's own KV cache arrays: one short forward per KV format
+    from engine.demo import ensure_demo_checkpoint
+    from engine.model import load_model
+    from engine.warmup import run_question
+
+    model = load_model(ensure_demo_checkpoint(), weights="q8", kv="f32")
+    for kv in ("f32", "q8"):
+        run_question(model, kv, image=False)
+
+    watch = WATCH["x86" if "86" in os.uname().machine else "aarch64"]
+    found: Counter = Counter()
+    for name, fn in (
+        ("matmul_q8", ql.matmul_q8),
+        ("matmul_q4", ql.matmul_q4),
+        ("attention", att.attention),
+    ):
+        for i, sig in enumerate(fn.signatures):
+            asm = fn.inspect_asm(sig)
+            with open(os.path.join(out_dir, f"{name}-{i}.s"), "w") as f:
+                f.write(asm)
+            mnemonics = Counter(m.group(1) for m in VECTOR.finditer(asm))
+            found.update(mnemonics)
+            args = ", ".join(
+                f"{a.dtype}{'' if a.mutable else ' ro'}" if hasattr(a, "dtype") else str(a)
+                for a in sig
+            )
+            top = ", ".join(f"{m} {n}" for m, n in mnemonics.most_common(12))
+            print(f"{name}({args}): {len(asm.splitlines())} lines")
+            print(f"    vector instructions: {top or 'none (cached code? use a fresh cache)'}")
+            watched = ", ".join(f"{m} {mnemonics[m]}" for m in watch if mnemonics[m])
+            print(f"    watched: {watched or '-'}")
+    absent = [m for m in watch if not found[m]]
+    print(f"never used: {', '.join(absent) or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "asm"))

@@ -1,0 +1,8 @@
+"""The bundle's `merlin-cli` entry point (PyInstaller)."""
+
+import sys
+
+from engine.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

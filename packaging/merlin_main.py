@@ -1,0 +1,8 @@
+"""The bundle's entry point (PyInstaller): the same `merlin` command as the venv install."""
+
+import sys
+
+from app.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,373 @@
+"""packaging/install.sh argument handling (dry runs only: nothing is installed), big-core
+detection against sample /sys trees, and the warm-up API's small pieces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine import cpu
+from engine.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL = ROOT / "packaging" / "install.sh"
+
+DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
+UBUNTU_24 = 'PRETTY_NAME="Ubuntu 24.04 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n'
+ARMBIAN = 'PRETTY_NAME="Armbian 24.5 bookworm"\nID=debian\nVERSION_ID="12"\n'
+FEDORA = 'PRETTY_NAME="Fedora Linux 40"\nID=fedora\nVERSION_ID=40\n'
+DEBIAN_11 = 'PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nID=debian\nVERSION_ID="11"\n'
+UBUNTU_20 = 'PRETTY_NAME="Ubuntu 20.04 LTS"\nID=ubuntu\nID_LIKE=debian\nVERSION_ID="20.04"\n'
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def install(tmp_path, *args, os_release=DEBIAN_12, arch="aarch64"):
+    release = tmp_path / "os-release"
+    release.write_text(os_release)
+    env = dict(os.environ, MERLIN_OS_RELEASE=str(release), MERLIN_ARCH=arch)
+    return subprocess.run(
+        ["bash", str(INSTALL), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+# ---------------------------------------------------------------------------- install.sh
+
+
+def test_help(tmp_path):
+    r = install(tmp_path, "--help")
+    assert r.returncode == 0
+    for word in ("Usage:", "--kiosk", "--uninstall", "--dry-run", "--user", "--weights"):
+        assert word in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--frobnicate"], "unknown option '--frobnicate'"),
+        (["--kiosk=x11"], "unknown kiosk mode 'x11'"),
+        (["--weights", "q5"], "--weights must be"),
+        (["--kv", "q4"], "--kv must be"),
+        (["--weights"], "--weights needs a value"),
+        (["--user", "--dry-run"], "--user needs a value"),
+        (["--purge"], "--purge only goes with --uninstall"),
+        (["--uninstall", "--kiosk"], "do not go together"),
+        (["--prefix", "relative/dir"], "must be an absolute path"),
+        (["--prefix", "/usr"], "too broad"),
+    ],
+)
+def test_bad_arguments(tmp_path, args, message):
+    r = install(tmp_path, *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+    assert "would run" not in r.stdout  # stopped before doing anything
+
+
+def test_dry_run_installs_nothing_and_says_what_it_would_do(tmp_path):
+    prefix = tmp_path / "opt-merlin"
+    r = install(tmp_path, "--dry-run", "--prefix", str(prefix), "--weights", "q8,q4", "--kv", "all")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "dry run: nothing is changed" in out
+    assert f"-m venv {prefix}/venv" in out
+    assert f"-e {prefix}/src[app]" in out
+    assert f"ln -sfn {prefix}/venv/bin/merlin /usr/local/bin/merlin" in out
+    assert "would write /usr/share/applications/merlin.desktop" in out
+    assert "Exec=/usr/local/bin/merlin" in out
+    assert "merlin --warmup --weights q8,q4 --kv all" in out
+    assert "merlin-kiosk" not in out  # no kiosk unless asked
+    assert not prefix.exists()
+
+
+def test_dry_run_on_ubuntu_x86(tmp_path):
+    r = install(tmp_path, "--dry-run", "--no-warmup", os_release=UBUNTU_24, arch="x86_64")
+    assert r.returncode == 0, r.stderr
+    assert "Ubuntu 24.04 LTS (x86_64)" in r.stdout
+    assert "warm-up skipped" in r.stdout
+    assert "--warmup" not in r.stdout.replace("--no-warmup", "")
+
+
+def test_aarch64_glibc_pin_is_written_for_old_glibc_only(tmp_path):
+    r = install(tmp_path, "--dry-run", os_release=ARMBIAN, arch="aarch64")
+    assert r.returncode == 0, r.stderr
+    assert "PySide6-Essentials!=6.12.0" in r.stdout
+    import platform
+
+    glibc = tuple(int(x) for x in platform.libc_ver()[1].split(".")[:2] or (0, 0))
+    assert ("PySide6-Essentials<=6.8.0.2" in r.stdout) == (glibc < (2, 39))
+    r = install(tmp_path, "--dry-run", os_release=ARMBIAN, arch="x86_64")
+    assert "PySide6-Essentials<=6.8.0.2" not in r.stdout
+
+
+def test_kiosk_cage_unit(tmp_path):
+    r = install(tmp_path, "--dry-run", "--kiosk=cage", "--user", "kiosk")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "cage" in out.split("would run: env DEBIAN_FRONTEND")[1].split("\n")[0]
+    assert "would write /etc/systemd/system/merlin-kiosk.service" in out
+    assert "ExecStart=/usr/bin/cage -s -- /usr/local/bin/merlin --fullscreen" in out
+    assert "User=kiosk" in out
+    assert "would write /etc/pam.d/merlin-kiosk" in out
+    assert "systemctl enable merlin-kiosk.service" in out
+
+
+def test_kiosk_autostart(tmp_path):
+    r = install(tmp_path, "--dry-run", "--kiosk=autostart", "--user", "kiosk")
+    assert r.returncode == 0, r.stderr
+    assert "would write /etc/xdg/autostart/merlin-kiosk.desktop" in r.stdout
+    assert "Exec=/usr/local/bin/merlin --fullscreen" in r.stdout
+    assert "merlin-kiosk.service" not in r.stdout.split("kiosk: XDG autostart")[1]
+
+
+def test_kiosk_refuses_root(tmp_path):
+    r = install(tmp_path, "--dry-run", "--kiosk=cage", "--user", "root")
+    assert r.returncode == 2
+    assert "must not run as root" in r.stderr
+
+
+def test_uninstall_dry_run(tmp_path):
+    prefix = tmp_path / "opt-merlin"
+    (prefix / "venv").mkdir(parents=True)
+    r = install(tmp_path, "--dry-run", "--uninstall", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    assert f"would remove {prefix}" in r.stdout
+    assert "Kept: chats and settings" in r.stdout
+    assert prefix.is_dir()  # a dry run
+
+
+@pytest.mark.parametrize(
+    "os_release, arch, why",
+    [
+        (FEDORA, "x86_64", "is not Debian or Ubuntu based"),
+        (DEBIAN_11, "aarch64", "is too old"),
+        (UBUNTU_20, "x86_64", "is too old"),
+        (DEBIAN_12, "riscv64", "the CPU architecture is riscv64"),
+        (DEBIAN_12, "armv7l", "the CPU architecture is armv7l"),
+    ],
+)
+def test_unsupported_systems(tmp_path, os_release, arch, why):
+    r = install(tmp_path, "--dry-run", os_release=os_release, arch=arch)
+    assert r.returncode == 3
+    assert "this system is not supported" in r.stderr
+    assert why in r.stderr
+    assert "would run" not in r.stdout
+
+
+def test_missing_os_release(tmp_path):
+    env = dict(os.environ, MERLIN_OS_RELEASE=str(tmp_path / "nope"), MERLIN_ARCH="x86_64")
+    r = subprocess.run(
+        ["bash", str(INSTALL), "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert r.returncode == 3
+    assert "no " in r.stderr and "nope" in r.stderr
+
+
+# ---------------------------------------------------------------------------- big cores
+
+
+def make_sysfs(root: Path, capacity=None, max_freq=None, online: str | None = "auto", n=None):
+    """A /sys/devices/system/cpu look-alike: cpuN folders with cpu_capacity and/or
+    cpufreq/cpuinfo_max_freq, and the `online` file."""
+    n = n or len(capacity or max_freq or [])
+    for c in range(n):
+        d = root / f"cpu{c}"
+        d.mkdir(parents=True)
+        if capacity is not None:
+            (d / "cpu_capacity").write_text(f"{capacity[c]}\n")
+        if max_freq is not None:
+            (d / "cpufreq").mkdir()
+            (d / "cpufreq" / "cpuinfo_max_freq").write_text(f"{max_freq[c]}\n")
+    (root / "cpufreq").mkdir(exist_ok=True)  # not a cpu folder
+    if online == "auto":
+        online = f"0-{n - 1}"
+    if online is not None:
+        (root / "online").write_text(online + "\n")
+    return root
+
+
+def rk3588(root):
+    """RK3588: CPUs 0-3 Cortex-A55 (capacity 414), 4-7 Cortex-A76 (1024; two clusters with
+    slightly different top clocks)."""
+    return make_sysfs(
+        root,
+        capacity=[414] * 4 + [1024] * 4,
+        max_freq=[1800000] * 4 + [2352000, 2352000, 2304000, 2304000],
+    )
+
+
+def test_rk3588_big_cores(tmp_path):
+    topo = cpu.read_topology(rk3588(tmp_path))
+    assert topo.source == "cpu_capacity"
+    assert topo.cpus == tuple(range(8))
+    assert topo.big_cores() == (4, 5, 6, 7)
+    assert "heterogeneous" in topo.describe() and "4-7 (capacity 1024)" in topo.describe()
+    p = cpu.choose("big", None, topology=topo, allowed=tuple(range(8)))
+    assert p.cpus == (4, 5, 6, 7) and p.threads == 4 and p.mode == "big"
+    assert "big cores: CPUs 4-7, 4 kernel threads" in p.describe()
+    assert cpu.choose("all", None, topology=topo, allowed=tuple(range(8))).threads == 8
+    p = cpu.choose("big", 2, topology=topo, allowed=tuple(range(8)))
+    assert p.cpus == (4, 5, 6, 7) and p.threads == 2
+    p = cpu.choose("0-1,6", None, topology=topo, allowed=tuple(range(8)))
+    assert p.cpus == (0, 1, 6) and p.threads == 3 and p.mode == "list"
+
+
+def test_rk3588_in_a_container_limited_to_little_cores(tmp_path):
+    topo = cpu.read_topology(rk3588(tmp_path))
+    p = cpu.choose("big", None, topology=topo, allowed=(0, 1, 4))
+    assert p.cpus == (4,) and "5-7 not available" in p.note
+    p = cpu.choose("big", None, topology=topo, allowed=(0, 1))
+    assert p.cpus == (0, 1) and "not available to this process" in p.note
+
+
+def test_uniform_x86(tmp_path):
+    topo = cpu.read_topology(make_sysfs(tmp_path, max_freq=[3600000] * 16))
+    assert topo.source == "cpuinfo_max_freq" and topo.uniform
+    assert topo.big_cores() == tuple(range(16))
+    p = cpu.choose("big", None, topology=topo, allowed=tuple(range(16)))
+    assert p.cpus == tuple(range(16)) and p.threads == 16
+    assert p.describe().startswith("all cores: CPUs 0-15, 16 kernel threads")
+
+
+def test_uniform_capacity(tmp_path):
+    topo = cpu.read_topology(make_sysfs(tmp_path, capacity=[1024] * 4))
+    assert topo.uniform and topo.big_cores() == (0, 1, 2, 3)
+
+
+def test_only_cpufreq_big_little(tmp_path):
+    # an older arm64 kernel without cpu_capacity, and a core whose sysfs lacks cpu_capacity
+    topo = cpu.read_topology(
+        make_sysfs(tmp_path, max_freq=[1800000] * 4 + [2400000] * 4, capacity=None)
+    )
+    assert topo.source == "cpuinfo_max_freq"
+    assert topo.big_cores() == (4, 5, 6, 7)
+
+
+def test_partial_capacity_falls_back_to_frequency(tmp_path):
+    root = make_sysfs(tmp_path, capacity=[414] * 4 + [1024] * 4, max_freq=[1] * 4 + [2] * 4)
+    (root / "cpu7" / "cpu_capacity").unlink()
+    topo = cpu.read_topology(root)
+    assert topo.source == "cpuinfo_max_freq" and topo.big_cores() == (4, 5, 6, 7)
+
+
+def test_three_clusters_keep_prime_and_big(tmp_path):
+    topo = cpu.read_topology(make_sysfs(tmp_path, capacity=[325] * 4 + [870] * 3 + [1024]))
+    assert topo.big_cores() == (4, 5, 6, 7)
+
+
+def test_nothing_known(tmp_path):
+    topo = cpu.read_topology(make_sysfs(tmp_path, n=6, online=None))
+    assert topo.source == "none" and topo.cpus == tuple(range(6))
+    assert topo.big_cores() == topo.cpus
+    assert "no capacity or frequency information" in topo.describe()
+    p = cpu.choose("big", None, topology=topo, allowed=tuple(range(6)))
+    assert p.cpus == tuple(range(6)) and p.threads == 6
+
+
+def test_no_sysfs_at_all(tmp_path):
+    topo = cpu.read_topology(tmp_path / "missing")
+    assert topo.source == "none" and len(topo.cpus) == (os.cpu_count() or 1)
+
+
+def test_offline_cpus_are_left_out(tmp_path):
+    root = rk3588(tmp_path)
+    (root / "online").write_text("0-5\n")
+    topo = cpu.read_topology(root)
+    assert topo.cpus == tuple(range(6)) and topo.big_cores() == (4, 5)
+
+
+def test_cpu_lists():
+    assert cpu.parse_cpu_list("0-3,6") == (0, 1, 2, 3, 6)
+    assert cpu.parse_cpu_list(" 7 , 2-3 ") == (2, 3, 7)
+    assert cpu.format_cpu_list((0, 1, 2, 3, 6, 8, 9)) == "0-3,6,8-9"
+    for bad in ("", "x", "3-1", "-1", "1,,2", "0-"):
+        with pytest.raises(InputError):
+            cpu.parse_cpu_list(bad)
+
+
+def test_choose_errors(tmp_path):
+    topo = cpu.read_topology(rk3588(tmp_path))
+    with pytest.raises(InputError, match="does not exist"):
+        cpu.choose("8-9", None, topology=topo, allowed=tuple(range(8)))
+    with pytest.raises(InputError, match="not a CPU list"):
+        cpu.choose("fast", None, topology=topo, allowed=tuple(range(8)))
+    with pytest.raises(InputError, match="at least 1"):
+        cpu.choose("big", -2, topology=topo, allowed=tuple(range(8)))
+
+
+def test_this_machine():
+    p = cpu.choose("big")
+    assert p.cpus and set(p.cpus) <= set(os.sched_getaffinity(0))
+    assert p.threads == len(p.cpus)
+
+
+def test_cli_info_prints_the_placement(demo_dir, capsys):
+    from engine.cli import main
+
+    assert main(["info", "--model", str(demo_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "cpu:" in out and "threads:" in out and "kernel thread" in out
+    assert main(["info", "--model", str(demo_dir), "--cpus", "all", "--threads", "1"]) == 0
+    assert "1 kernel thread (--cpus all)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- warm-up
+
+
+def test_warmup_formats():
+    from engine.warmup import KV_CHOICES, WEIGHT_CHOICES, parse_formats
+
+    assert parse_formats(None, WEIGHT_CHOICES, "q8") == ("q8",)
+    assert parse_formats("all", WEIGHT_CHOICES, "f32") == ("f32", "q8", "q4")
+    assert parse_formats("q4,f32", WEIGHT_CHOICES, "f32") == ("f32", "q4")
+    with pytest.raises(InputError):
+        parse_formats("q4", KV_CHOICES, "f32")
+
+
+def test_warmup_plan_covers_every_variant():
+    from engine.warmup import plan
+
+    labels = [s.label for s in plan(("f32", "q8", "q4"), ("f32", "q8"))]
+    text = "\n".join(labels)
+    for fmt in ("f32", "q8", "q4"):
+        assert f"{fmt} weights, f32 KV: image question" in text
+        assert f"{fmt} weights, q8 KV: question" in text
+    assert "q8 weights from the disk cache" in text and "q4 weights from the disk cache" in text
+    assert "f32 weights from the disk cache" not in text  # f32 is never cached
+    assert any("sampling" in label for label in labels)
+
+
+def test_warmup_runs_with_progress(demo_dir, tmp_path, monkeypatch):
+    from engine import warmup
+
+    monkeypatch.setenv(warmup.ENV_STAMPS, str(tmp_path / "stamps"))
+    seen = []
+    timings = warmup.warm_up(
+        ("f32",), ("f32",), progress=lambda f, p: seen.append((f, p)), model_dir=demo_dir
+    )
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+    assert len(timings) == len(warmup.plan(("f32",), ("f32",)))
+    assert not warmup.is_warm("f32", "f32")  # a foreign checkpoint stamps nothing
+    warmup.mark_warm("f32", "f32")
+    assert warmup.is_warm("f32", "f32") and not warmup.is_warm("q8", "f32")
+    assert warmup.stamp_path("f32", "f32").parent == tmp_path / "stamps"
+
+
+def test_warmup_child_command(monkeypatch):
+    import sys
+
+    from engine.warmup import child_command
+
+    assert child_command("q8", "f32")[1:3] == ["-m", "engine.warmup"]
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    cmd = child_command("q8", "f32")
+    assert cmd[0] == sys.executable and cmd[1] == "--warmup" and "--json-progress" in cmd
