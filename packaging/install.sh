@@ -406,7 +406,13 @@ remove_kiosk() {
 uninstall() {
   say "uninstalling Merlin"
   remove_kiosk
-  remove "$BIN/merlin" "$BIN/merlin-cli" "$APPS/merlin.desktop" "$ICON" "$PREFIX"
+  remove "$BIN/merlin" "$BIN/merlin-cli" "$APPS/merlin.desktop" "$ICON"
+  if [ -e "$PREFIX/venv/pyvenv.cfg" ] || [ -e "$PREFIX/src/pyproject.toml" ] \
+      || [ -z "$(ls -A "$PREFIX" 2>/dev/null)" ]; then
+    remove "$PREFIX"
+  else
+    echo "install.sh: not removing $PREFIX: it does not look like a Merlin installation" >&2
+  fi
   if [ "$PURGE" -eq 1 ]; then
     local home
     home="$(getent passwd "$TARGET_USER" | cut -d: -f6 || true)"

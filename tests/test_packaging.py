@@ -137,11 +137,22 @@ def test_kiosk_refuses_root(tmp_path):
 def test_uninstall_dry_run(tmp_path):
     prefix = tmp_path / "opt-merlin"
     (prefix / "venv").mkdir(parents=True)
+    (prefix / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     r = install(tmp_path, "--dry-run", "--uninstall", "--prefix", str(prefix))
     assert r.returncode == 0, r.stderr
     assert f"would remove {prefix}" in r.stdout
     assert "Kept: chats and settings" in r.stdout
     assert prefix.is_dir()  # a dry run
+
+
+def test_uninstall_leaves_a_foreign_prefix_alone(tmp_path):
+    prefix = tmp_path / "important"
+    prefix.mkdir()
+    (prefix / "thesis.tex").write_text("...")
+    r = install(tmp_path, "--uninstall", "--prefix", str(prefix), "--dry-run")
+    assert r.returncode == 0
+    assert f"would remove {prefix}" not in r.stdout
+    assert "does not look like a Merlin installation" in r.stderr
 
 
 @pytest.mark.parametrize(

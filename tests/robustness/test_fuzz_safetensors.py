@@ -377,6 +377,17 @@ def shard_dir(tmp_path_factory):
     return folder
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["../model-1.safetensors", "/etc/passwd", "", ".", "..", "a\u0000b", "sub/x", "a\\b", 7],
+)
+def test_shard_names_that_leave_the_folder_are_refused(shard_dir, name):
+    data = {"weight_map": {"a": "model-1.safetensors", "b": name}}
+    (shard_dir / "model.safetensors.index.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="shard name"):
+        Checkpoint(shard_dir)
+
+
 @fuzz(200)
 @given(case=index_cases())
 def test_sharded_index_loads_or_fails_cleanly(shard_dir, case):

@@ -202,6 +202,19 @@ HOSTILE_TEMPLATES = {
 }
 
 
+STOPPED_BY = {  # which limit stops each (all of them end in a TokenizerError)
+    "nested ranges": "operations",
+    "string product": "builds a value",
+    "list product": "builds a value",
+    "power": "builds a value",
+    "output flood": "output passed",
+    "recursion": "RecursionError",
+    "doubling": "builds a value",
+    "attribute loop": "operations",
+    "sandbox escape": "unsafe",
+}
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE_TEMPLATES))
 def test_hostile_templates_are_stopped(demo_dir, ws, name):
     (ws / "chat_template.jinja").write_text(HOSTILE_TEMPLATES[name])
@@ -211,8 +224,23 @@ def test_hostile_templates_are_stopped(demo_dir, ws, name):
     finally:
         (ws / "chat_template.jinja").unlink()
     assert isinstance(out.error, TokenizerError), name
-    assert "chat template" in str(out.error)
+    assert "chat template" in str(out.error) and STOPPED_BY[name] in str(out.error)
     assert out.seconds < RENDER_SECONDS + 1
+
+
+@pytest.mark.parametrize(
+    "text", ["{% break %}", "{% continue %}", "{% if x %}{% break %}{% endif %}", "{{ x"]
+)
+def test_templates_that_do_not_compile(demo_dir, ws, text):
+    """`{% break %}` outside a loop passes Jinja's parser but is invalid Python (found by the
+    template fuzz above): a TokenizerError, like a syntax error."""
+    (ws / "chat_template.jinja").write_text(text)
+    try:
+        out = attempt(Tokenizer.from_folder, ws)
+    finally:
+        (ws / "chat_template.jinja").unlink()
+    assert isinstance(out.error, TokenizerError)
+    assert "chat template" in str(out.error).lower()
 
 
 @pytest.mark.parametrize(

@@ -101,11 +101,16 @@ def test_kill_while_saving_the_weight_cache(demo_dir, tmp_path, seed):
             assert weight_cache.load(key, cfg) is not None
         finally:
             os.environ["MERLIN_WEIGHT_CACHE"] = old
-    # a later run converts again (or uses the file) and cleans up the torn .part
+    # A torn .part of this key is reused by the next save of the key; one of a key never saved
+    # again (another checkpoint or format) is left behind, so evict() removes stale ones.
     part = folder / f"{key}.safetensors.part"
+    stale = folder / ("f" * 24 + ".safetensors.part")
     if part.exists():
-        old_time = time.time() - 2 * weight_cache.STALE_PART_SECONDS
-        os.utime(part, (old_time, old_time))
+        part.rename(stale)
+    else:
+        stale.write_bytes(b"torn")
+    old_time = time.time() - 2 * weight_cache.STALE_PART_SECONDS
+    os.utime(stale, (old_time, old_time))
     env = {"MERLIN_WEIGHT_CACHE": str(folder)}
     check = subprocess.run(
         [
@@ -122,7 +127,7 @@ def test_kill_while_saving_the_weight_cache(demo_dir, tmp_path, seed):
         timeout=300,
     )
     assert check.returncode == 0, check.stderr
-    assert final.exists() and not part.exists()
+    assert final.exists() and not part.exists() and not stale.exists()
 
 
 def _kv_cache(n: int, value: float) -> KVCache:
