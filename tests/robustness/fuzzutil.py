@@ -11,6 +11,7 @@ the test) and no example database. For a longer or exploratory run:
 from __future__ import annotations
 
 import contextlib
+import copy
 import faulthandler
 import json
 import os
@@ -140,7 +141,7 @@ JUNK_VALUES = [
 def json_values(depth: int = 2):
     """Any JSON-ish value, including the awkward ones (NaN, huge ints, lone surrogates)."""
     scalars = st.one_of(
-        st.sampled_from(JUNK_VALUES),
+        st.sampled_from(JUNK_VALUES).map(copy.deepcopy),  # never share (and edit) the originals
         st.integers(),
         st.floats(allow_nan=True, allow_infinity=True),
         st.text(max_size=20),
@@ -196,8 +197,8 @@ def mutate_json(data, draw, n_max: int = 3, focus=None):
             parent[key] = parent[key] + draw(st.sampled_from([-1, 1, -2, 2, 32, 10**6, -(10**6)]))
         elif kind == "retype":
             v = parent[key]
-            parent[key] = draw(
-                st.sampled_from([str(v), [v], {"v": v}, None, float(v) if _num(v) else 1.5])
+            parent[key] = copy.deepcopy(
+                draw(st.sampled_from([str(v), [v], {"v": v}, None, float(v) if _num(v) else 1.5]))
             )
         else:
             parent[key] = draw(json_values(2))
