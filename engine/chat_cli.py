@@ -111,7 +111,7 @@ def _stream(events, args, out) -> bool:
     """Print one answer's events; returns True if Ctrl-C stopped it (the partial answer is
     kept in the session)."""
     from .cli import format_profile
-    from .generate import Finished, PrefillDone, Tokens
+    from .generate import Finished, Tokens, event_json
     from .session import ContextTrimmed
 
     try:
@@ -132,23 +132,7 @@ def _stream(events, args, out) -> bool:
                 else:
                     _note(f"notice: {event.notice}")
             elif args.json:
-                if isinstance(event, PrefillDone):
-                    obj = {
-                        "event": "prefill",
-                        "n_tokens": event.n_tokens,
-                        "reused": event.reused,
-                        "vision_ms": round(event.vision_ms, 3),
-                        "prefill_ms": round(event.prefill_ms, 3),
-                    }
-                elif isinstance(event, Tokens):
-                    obj = {
-                        "event": "tokens",
-                        "text": event.text,
-                        "ids": event.ids,
-                        "profile": event.profile.to_dict(),
-                    }
-                else:
-                    obj = {"event": "finished", "reason": event.reason, **event.totals}
+                obj = event_json(event)
                 _emit(out, obj)
             elif isinstance(event, Tokens):
                 out.write(event.text)

@@ -218,7 +218,7 @@ def format_profile(p) -> str:
 
 
 def cmd_generate(args) -> int:
-    from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
+    from .generate import Finished, GenerationRequest, Tokens, event_json, generate
 
     model = _load(args)
     prompt = _prompt(args, model)
@@ -241,22 +241,7 @@ def cmd_generate(args) -> int:
         if args.profile and isinstance(event, Tokens) and event.ids:
             print(format_profile(event.profile), file=sys.stderr)
         if args.json:
-            if isinstance(event, PrefillDone):
-                obj = {
-                    "event": "prefill",
-                    "n_tokens": event.n_tokens,
-                    "vision_ms": event.vision_ms,
-                    "prefill_ms": round(event.prefill_ms, 3),
-                }
-            elif isinstance(event, Tokens):
-                obj = {
-                    "event": "tokens",
-                    "text": event.text,
-                    "ids": event.ids,
-                    "profile": event.profile.to_dict(),
-                }
-            else:
-                obj = {"event": "finished", "reason": event.reason, **event.totals}
+            obj = event_json(event)
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")
             out.flush()
         elif isinstance(event, Tokens):

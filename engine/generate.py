@@ -47,6 +47,26 @@ class Finished:
     totals: dict = field(default_factory=dict)
 
 
+def event_json(event) -> dict:
+    """One event as the JSON object `merlin-cli --json` prints (one per line)."""
+    if isinstance(event, PrefillDone):
+        return {
+            "event": "prefill",
+            "n_tokens": event.n_tokens,
+            "reused": event.reused,
+            "vision_ms": round(event.vision_ms, 3),
+            "prefill_ms": round(event.prefill_ms, 3),
+        }
+    if isinstance(event, Tokens):
+        return {
+            "event": "tokens",
+            "text": event.text,
+            "ids": event.ids,
+            "profile": event.profile.to_dict(),
+        }
+    return {"event": "finished", "reason": event.reason, **event.totals}
+
+
 @dataclass
 class GenerationRequest:
     prompt_ids: list[int]
