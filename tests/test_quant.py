@@ -15,6 +15,8 @@ rng = np.random.default_rng(0)
 SMALL = {"q8": ql.matmul_q8, "q4": ql.matmul_q4}
 PREFILL = {"q8": ql.matmul_q8_prefill, "q4": ql.matmul_q4_prefill}
 REFERENCE = {"q8": ql.matmul_q8_reference, "q4": ql.matmul_q4_reference}
+XQ_DTYPE = {"q8": ql.XQ8_DTYPE, "q4": ql.XQ4_DTYPE}
+SMALL_REFERENCE = {"q8": ql.matmul_q8_small_reference, "q4": ql.matmul_q4_small_reference}
 DEQUANT = {"q8": ql.dequantize_q8_rows, "q4": ql.dequantize_q4_rows}
 DEQUANT_REF = {"q8": ql.dequantize_q8_reference, "q4": ql.dequantize_q4_reference}
 
@@ -154,7 +156,29 @@ def test_small_n_kernels_match_reference(fmt, n, mats):
         x = rng.standard_normal((n, k), dtype=np.float32)
         out = np.full((n, o), np.nan, np.float32)
         SMALL[fmt](x, qt.qs, qt.scales, out)
-        close(out, REFERENCE[fmt](x, qt.qs, qt.scales).astype(np.float64))
+        close(out, SMALL_REFERENCE[fmt](x, qt.qs, qt.scales).astype(np.float64))
+        # activation quantization (q8_0): each x is off by at most half its block's step
+        exact = REFERENCE[fmt](x, qt.qs, qt.scales).astype(np.float64)
+        _, dx = ql.quantize_activations_reference(x, XQ_DTYPE[fmt])
+        w = np.abs(DEQUANT_REF[fmt](qt.qs, qt.scales)).reshape(o, -1, ql.BLOCK).sum(axis=2)
+        bound = (dx.astype(np.float64) / 2) @ w.T
+        assert (np.abs(out - exact) <= bound * 1.001 + 1e-6 * np.abs(exact).max()).all()
+
+
+@pytest.mark.parametrize("dtype,level", [(np.int16, 32767), (np.int8, 127)])
+def test_activation_quantization_matches_twin(dtype, level):
+    x = rng.standard_normal((3, 96), dtype=np.float32) * np.float32(3.0)
+    x[1, :32] = 0.0  # an all-zero block gets scale 0, not a division by zero
+    x[2, 40] = np.float32(1e30)
+    xq = np.empty(x.shape, dtype)
+    dx = np.empty((3, 3), np.float32)
+    ql.quantize_activations(x, xq, dx)
+    ref_q, ref_d = ql.quantize_activations_reference(x, dtype)
+    np.testing.assert_array_equal(xq, ref_q)
+    np.testing.assert_array_equal(dx, ref_d)
+    assert dx[1, 0] == 0.0
+    # each block's largest value maps to +-level, so the step is the smallest possible
+    assert (np.abs(xq.astype(np.int32)).reshape(3, 3, 32).max(axis=2)[dx > 0] == level).all()
 
 
 @pytest.mark.parametrize("fmt", quant.FORMATS)
@@ -220,3 +244,45 @@ def test_rows_do_not_depend_on_batch_or_threads(fmt, mats):
                 assert np.array_equal(out, singles[:n]), (threads, n)
     finally:
         numba.set_num_threads(before)
+
+
+GENERIC_CHECK = """
+import numpy as np
+from engine import quant
+from engine.kernels import qlinear as ql
+assert ql.LANES == 8 and ql.XQ4_DTYPE is np.int8
+rng = np.random.default_rng(3)
+w = rng.standard_normal((37, 96), dtype=np.float32)
+for fmt, small, twin in [("q8", ql.matmul_q8, ql.matmul_q8_small_reference),
+                         ("q4", ql.matmul_q4, ql.matmul_q4_small_reference)]:
+    qt = quant.quantize(w, fmt)
+    x = rng.standard_normal((9, 96), dtype=np.float32)
+    singles = []
+    for i in range(9):
+        row = np.empty((1, 37), np.float32)
+        small(x[i : i + 1], qt.qs, qt.scales, row)
+        singles.append(row[0])
+    for n in range(1, 10):
+        out = np.empty((n, 37), np.float32)
+        small(np.ascontiguousarray(x[:n]), qt.qs, qt.scales, out)
+        assert np.array_equal(out, np.array(singles[:n])), (fmt, n)
+    ref = twin(x, qt.qs, qt.scales)
+    err = np.abs(out - ref).max() / np.abs(ref).max()
+    assert err < 1e-5, (fmt, err)
+print("generic ok")
+"""
+
+
+def test_generic_code_path(tmp_path):
+    """The non-x86 kernels (LLVM partial reductions: sdot/smlal on the aarch64 board, int8
+    activations for q4) built here with MERLIN_QKERNEL=generic: twin agreement and bitwise
+    N-independence. A separate process and Numba cache: the switch is read at import."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MERLIN_QKERNEL="generic", NUMBA_CACHE_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", GENERIC_CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and "generic ok" in done.stdout, done.stderr[-3000:]

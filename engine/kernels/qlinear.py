@@ -9,44 +9,51 @@ Formats (made by engine/quant.py; C-contiguous, row-major like the f32 weight [O
         scales uint16 [O, K // 32], bfloat16 bits (float32 scale arrays work too)
 
 Small N (decode N = 1, speculative verify N = K + 1 <= 16): `matmul_q8` / `matmul_q4`,
-parallel over output rows (16 per task). Each (n, o) output owns 32 lane accumulators held in
-registers across its whole row:
+parallel over output rows (16 per task). The activations are quantized per block of 32 too
+(int16, scale absmax / 32767; int8 for q4 off x86, see XQ4_DTYPE) and each block is an exact
+integer dot product, scaled once:
 
-    acc[j] = fma(x[n, 32b + j], float(q[o, 32b + j]) * scale[o, b], acc[j])   for b = 0, 1, ...
-    out[n, o] = fixed pairwise tree over the 32 lanes
+    acc[l] = fma(float(sum of the products in lane l of block b), sw[o, b] * dx[n, b], acc[l])
+    out[n, o] = fixed pairwise tree over the LANES lanes
 
-so there is no horizontal sum per block (what made a naive block loop run at 1.9 GB/s) and no
-reassociation anywhere: these kernels use FASTMATH without "reassoc" (the lanes are explicit,
-LLVM needs no licence to vectorise), so every register tile performs the same float operations
-in the same order for a given (n, o). Row n of an N-row call is bitwise equal to a 1-row call
-on x[n], for any N and any thread count (tests/test_quant.py checks N = 1..9, 1 and 2
-threads). A tile converts a weight block to f32 once for all its activation rows, and a weight
-row is read from memory once for all N rows (later tiles find it in L1/L2).
+The int dot is written as generic LLVM vector IR (intrinsics below): on x86 as adjacent-pair
+sums, which LLVM turns into vpmaddwd (16 int32 lanes, x read from memory as int16); elsewhere
+as llvm.vector.partial.reduce.add, which aarch64 turns into sdot (q4: int8 x int8) or
+smull/smlal (q8: int8 x int16), 8 lanes. Float weights were the previous design: converting
+every weight to f32 and scaling it cost 4 vector ops per 16 weights and made q4 compute-bound
+(15 GB/s of a 34 GB/s machine); the int dot costs 4 per 32 weights (q8) and ran q4 2x faster
+from DRAM, q8 1.5x faster in cache, one thread (engine/qlinear_bench.py; in-cache
+256 x 2048, x86 N = 1: q8 27 G weights/s, q4 22 G weights/s per core).
 
-Tiles (measured on the dev box, AMD EPYC Zen 4, 2 cores, see engine/qlinear_bench.py):
-  - N <= 3, and the rest of larger N: one weight row x N activation rows. From DRAM this
-    streamed 2-3x faster at N = 1..3 than tiles over two adjacent weight rows (which are
-    faster in cache: they share each x load) - the reason is not understood; software
-    prefetch did not recover it.
-  - N >= 4 on AVX-512: 5 (then 4) activation rows x 2 weight rows, 20 zmm accumulators, x
-    loads shared by the two rows: ~2x the in-cache throughput of single-row tiles at N >= 4.
-  - aarch64 (NEON, 4 lanes per register): a 32-lane accumulator is 8 registers, so tiles are
-    at most 2 activation rows x 1 weight row (16 of 32 registers).
+Exact integer dots and no reassociation anywhere (FASTMATH without "reassoc") mean every
+register tile performs the same float operations in the same order for a given (n, o): row n
+of an N-row call is bitwise equal to a 1-row call on x[n], for any N and any thread count
+(tests/test_quant.py checks N = 1..9 with 1 and 2 threads, for both the x86 and the generic
+code). A tile of up to TILE_ROWS activation rows loads and unpacks each weight block once; a
+weight row is read from memory once for all N rows (later tiles find it in L1/L2). The cost of
+an extra activation row is its own int dot, conversion and fma per block (3 vector ops), so a
+verify of N rows is compute-bound sooner than a decode step: V(4)/T ~2.7 in cache.
+
+Activation quantization error (int16: 1.5e-5 of the block's largest value) is far below the
+weights' own; with int8 activations q8 agreed with f32 on 96.5% of tokens instead of 98.5%
+(tests/test_quality.py), hence int16 where it costs nothing.
+
 Stack scratch (`stack_f32`, an entry-block alloca) holds the accumulators: LLVM keeps them in
 registers. A heap array there is hoisted by Numba out of the prange loop and shared by the
 tasks of a thread; neighbouring threads' arrays then shared cache lines and a 2-thread call
-took 8 ms instead of 1 ms.
+took 8 ms instead of 1 ms. Scale products (sw x dx) are made for 64 blocks at a time by a
+loop with unsigned indices (signed ones add wraparound code that blocks vectorisation).
 
-Assembly of the hot loops (checked with inspect_asm on x86-64 znver4; aarch64 cortex-a76 read
-by compiling Numba's IR with llvmlite for that target):
-  x86-64, q8, 1-row tile, per block: vpmovsxbd x2 (int8 -> int32 from memory), vcvtdq2ps x2,
-    vmulps x2 by the broadcast scale, vfmadd231ps x2 (x as memory operand), prefetcht0, loop
-    unrolled 4 blocks; the 5 x 2 tile: 20 vfmadd231ps per block for 4 vpmovsxbd/vcvtdq2ps/
-    vmulps, no spills. q4: vpand + vgf2p8affineqb (LLVM's byte shift) split the nibbles,
-    vpmovzxbd, vcvtdq2ps, vfmadd213ps for (u - 8) * s, then the same vfmadd231ps.
-  aarch64, q8, 2 x 1 tile: ldp q (32 weights), tbl x8 (bytes to the top of 32-bit lanes),
-    scvtf #24 (sign-extend and convert in one), fmul by the dup'ed scale, fmla .4s x16, all 16
-    accumulators in registers. q4: and/ushr, ushll, ucvtf, fmla.
+Assembly of the hot loops (x86-64 znver4: inspect_asm; aarch64 cortex-a76: inspect_asm under
+qemu-user in the arm64 root of packaging/test-arm64.sh with NUMBA_CPU_NAME=cortex-a76):
+  x86-64, q8, 1-row tile, per block: vpmovsxbw (32 weights to int16), vpmaddwd with x from
+    memory, vcvtdq2ps, vfmadd231ps with the scale broadcast from memory ({1to16}), prefetcht0.
+    q4 adds vpand + vgf2p8affineqb (byte shift), vinserti128, vpaddb (-8) before vpmovsxbw.
+    The 4-row tile shares the vpmovsxbw; accumulators stay in zmm registers.
+  aarch64, q4, 3-row tile: ldr q (16 bytes), and + usra (nibbles, -8 folded), per row 2 sdot,
+    2 scvtf, 2 fmla by element; q8: sshll/sshll2 once, per row smull/smlal/smlal2 x8, 2 scvtf,
+    2 fmla; accumulators in registers. The 4-row tile is not unrolled there (its accumulators
+    go through the stack), so TILE_ROWS is 3 off x86.
 
 Large N (prefill): `matmul_q8_prefill` / `matmul_q4_prefill` dequantize equal tiles of output
 rows (<= PREFILL_TILE_FLOATS floats) to f32 into a scratch buffer (parallel Numba kernel) and
@@ -54,7 +61,8 @@ multiply with NumPy's BLAS straight into out[:, tile]. The dequantized tile is e
 weight the small-N kernels use, but BLAS sums in its own order, so prefill rows are not
 bitwise equal to decode rows (nothing needs that: a prompt is never re-verified).
 
-Every kernel has a naive twin (`*_reference`: NumPy dequantize, float64 product) for tests.
+Every kernel has a naive twin (`*_reference`: NumPy dequantize, float64 product; the small-N
+twins quantize the activations as the kernels do) for tests.
 Cold compile (first use, cached on disk after): about 8-15 s per kernel here.
 """
 
@@ -80,20 +88,27 @@ ROWS_PER_TASK = 16  # output rows per parallel task
 PREFETCH_BYTES = 1024
 
 
-def _wide_registers() -> bool:
-    """True where 32 vector registers hold 16+ lanes each (AVX-512): verify products (N >= 4)
-    then use tiles of up to 5 activation rows x 2 weight rows (20 accumulator registers).
-    Elsewhere (NEON: 4 lanes per register) tiles are at most 2 rows x 1 weight row (16 of the
-    32 registers). MERLIN_QTILE=wide|narrow overrides it to read or test the other machine's
-    code (debugging only: use a separate NUMBA_CACHE_DIR, the on-disk cache does not key on
-    it). The arithmetic of each output is the same for every tile shape."""
-    forced = os.environ.get("MERLIN_QTILE", "")
-    if forced in ("wide", "narrow"):
-        return forced == "wide"
-    return platform.machine().lower() in ("x86_64", "amd64")
-
-
-_WIDE = _wide_registers()
+# MERLIN_QKERNEL=generic builds the non-x86 code (LLVM partial reductions, 8 lanes, int8
+# activations for q4) on x86 too, to test it here or read its IR for aarch64 (debugging only:
+# use a separate NUMBA_CACHE_DIR, the on-disk cache does not key on it).
+_X86 = platform.machine().lower() in ("x86_64", "amd64") and (
+    os.environ.get("MERLIN_QKERNEL", "") != "generic"
+)
+# int32 lanes per block dot: 16 adjacent-pair sums on x86 (vpmaddwd), 8 elsewhere (sdot)
+LANES = 16 if _X86 else 8
+# Activations are quantized per block of 32 like the weights: to int16 (scale absmax / 32767,
+# an error far below the weights' own) for q8 weights everywhere and for q4 on x86, where
+# vpmaddwd takes int16 anyway; to int8 (absmax / 127, llama.cpp's choice) for q4 elsewhere,
+# where sdot multiplies int8 only and q4's own error dominates.
+XQ8_DTYPE = np.int16
+XQ4_DTYPE = np.int16 if _X86 else np.int8
+TILE_ROWS = 4 if _X86 else 3  # activation rows per register tile (see the docstring)
+SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch)
+ACC_FLOATS = TILE_ROWS * LANES
+SCALE_FLOATS = TILE_ROWS * SCALE_CHUNK
+INV_LEVEL16 = np.float32(1.0 / 32767.0)
+INV_LEVEL8 = np.float32(1.0 / 127.0)
+_I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 
 
 # --------------------------------------------------------------------------- low level
@@ -155,89 +170,186 @@ def scale_to_f32(typingctx, v):
     return types.float32(v), codegen
 
 
+# --------------------------------------------------------------------------- activations
+
+
+@njit(nogil=True, cache=True)
+def quantize_activations(x, xq, dx):
+    """xq[n, k] = rint(x[n, k] / dx[n, k // 32]), dx = absmax of the block / 32767 for an
+    int16 xq, / 127 for int8. No fastmath: the twin in NumPy rounds the same."""
+    n_rows, k_dim = x.shape
+    for n in range(n_rows):
+        for b in range(k_dim // BLOCK):
+            m = np.float32(0.0)
+            for j in range(BLOCK):
+                m = max(m, abs(x[n, b * BLOCK + j]))
+            d = m * (INV_LEVEL16 if xq.itemsize == 2 else INV_LEVEL8)
+            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+            dx[n, b] = d
+            for j in range(BLOCK):
+                xq[n, b * BLOCK + j] = np.rint(x[n, b * BLOCK + j] * inv)
+
+
+# --------------------------------------------------------------------------- block dot
+
+
+def _array_ptr(context, builder, aty, arr, idx):
+    return builder.gep(context.make_array(aty)(context, builder, arr).data, [idx])
+
+
+def _load(builder, ptr, elem, count):
+    vec = ir.VectorType(elem, count)
+    return builder.load(builder.bitcast(ptr, vec.as_pointer()), align=1)
+
+
+def _int_lanes(builder, w, x):
+    """<32 x i8> weights times <32 x i8|i16> activations -> <LANES x i32> partial sums, exact.
+    x86: adjacent pairs (vpmaddwd); elsewhere LLVM's partial reduction (sdot on aarch64)."""
+    v32 = ir.VectorType(_I32, 32)
+    prod = builder.mul(builder.sext(w, v32), builder.sext(x, v32))
+    if _X86:
+        even = ir.Constant(ir.VectorType(_I32, 16), list(range(0, 32, 2)))
+        odd = ir.Constant(ir.VectorType(_I32, 16), list(range(1, 32, 2)))
+        return builder.add(
+            builder.shuffle_vector(prod, prod, even), builder.shuffle_vector(prod, prod, odd)
+        )
+    lanes = ir.VectorType(_I32, LANES)
+    fn = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(lanes, [lanes, v32]),
+        f"llvm.vector.partial.reduce.add.v{LANES}i32.v32i32",
+    )
+    return builder.call(fn, [ir.Constant(lanes, None), prod])
+
+
+def _fma_into(builder, acc, lane0, ints, scale):
+    """acc[lane0 : lane0 + LANES] = fma(float(ints), scale, acc[...]) (one rounding)."""
+    vec = ir.VectorType(_F32, LANES)
+    ptr = builder.bitcast(builder.gep(acc, [lane0]), vec.as_pointer())
+    splat = builder.insert_element(ir.Constant(vec, None), scale, _I32(0))
+    splat = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(_I32, LANES), None))
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{LANES}f32"
+    )
+    builder.store(builder.call(fma, [builder.sitofp(ints, vec), splat, builder.load(ptr)]), ptr)
+
+
+def _block_dot_intrinsic(load_weights):
+    @intrinsic
+    def block_dot(typingctx, acc, lane0, qs, qi, xq, xi, scale):
+        def codegen(context, builder, signature, args):
+            acc_ptr, lane0_v, qs_v, qi_v, xq_v, xi_v, scale_v = args
+            w = load_weights(builder, _array_ptr(context, builder, signature.args[2], qs_v, qi_v))
+            x_elem = ir.IntType(signature.args[4].dtype.bitwidth)
+            x_ptr = _array_ptr(context, builder, signature.args[4], xq_v, xi_v)
+            x = _load(builder, x_ptr, x_elem, 32)
+            _fma_into(builder, acc_ptr, lane0_v, _int_lanes(builder, w, x), scale_v)
+            return context.get_dummy_value()
+
+        return types.void(acc, lane0, qs, qi, xq, xi, scale), codegen
+
+    return block_dot
+
+
+def _q8_weights(builder, ptr):
+    return _load(builder, ptr, _I8, 32)
+
+
+def _q4_weights(builder, ptr):
+    """16 bytes -> the block's 32 weights in order (low nibbles, then high), minus 8."""
+    raw = _load(builder, ptr, _I8, 16)
+    v16 = ir.VectorType(_I8, 16)
+    low = builder.and_(raw, ir.Constant(v16, [15] * 16))
+    high = builder.lshr(raw, ir.Constant(v16, [4] * 16))
+    both = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+    return builder.sub(both, ir.Constant(ir.VectorType(_I8, 32), [8] * 32))
+
+
+q8_block_dot = _block_dot_intrinsic(_q8_weights)
+q4_block_dot = _block_dot_intrinsic(_q4_weights)
+"""acc[lane0:lane0+LANES] += float(int lanes of w-block . x-block) * scale, where the weight
+block starts at qs.flat[qi] (q8: 32 int8; q4: 16 packed bytes) and the activation block at
+xq.flat[xi]."""
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _hsum32(a, off):
-    """Sum of a[off : off + 32] in a fixed pairwise order."""
-    t0 = (a[off + 0] + a[off + 16]) + (a[off + 8] + a[off + 24])
-    t1 = (a[off + 1] + a[off + 17]) + (a[off + 9] + a[off + 25])
-    t2 = (a[off + 2] + a[off + 18]) + (a[off + 10] + a[off + 26])
-    t3 = (a[off + 3] + a[off + 19]) + (a[off + 11] + a[off + 27])
-    t4 = (a[off + 4] + a[off + 20]) + (a[off + 12] + a[off + 28])
-    t5 = (a[off + 5] + a[off + 21]) + (a[off + 13] + a[off + 29])
-    t6 = (a[off + 6] + a[off + 22]) + (a[off + 14] + a[off + 30])
-    t7 = (a[off + 7] + a[off + 23]) + (a[off + 15] + a[off + 31])
-    return ((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7))
+def _hsum_lanes(a, off):
+    """Sum of a[off : off + LANES] in a fixed pairwise order."""
+    if LANES == 16:
+        t0 = (a[off + 0] + a[off + 8]) + (a[off + 4] + a[off + 12])
+        t1 = (a[off + 1] + a[off + 9]) + (a[off + 5] + a[off + 13])
+        t2 = (a[off + 2] + a[off + 10]) + (a[off + 6] + a[off + 14])
+        t3 = (a[off + 3] + a[off + 11]) + (a[off + 7] + a[off + 15])
+        return (t0 + t2) + (t1 + t3)
+    return ((a[off + 0] + a[off + 4]) + (a[off + 2] + a[off + 6])) + (
+        (a[off + 1] + a[off + 5]) + (a[off + 3] + a[off + 7])
+    )
 
 
-# --------------------------------------------------------------------------- q8, small N
+# --------------------------------------------------------------------------- small N
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _q8_tile(x, n0, nr, qs, scales, oa, ob, nw, out):
-    """out[n0:n0+nr, (oa, ob)[:nw]] for nr <= 5 activation rows and nw <= 2 weight rows
-    (constants after inlining, so every loop but the block loop unrolls and `j` vectorises).
-    ob == oa is allowed: the row is then computed twice, identically."""
-    k_dim = qs.shape[1]
-    acc = carray(stack_f32(320), 320)  # [nr][nw][32] lane accumulators
-    s = carray(stack_f32(2), 2)
-    for i in range(nr * nw * BLOCK):
+def _tile(block_bytes, x_q, dx, n0, nr, qs, scales, o, out):
+    """out[n0 : n0 + nr, o] for nr <= TILE_ROWS activation rows against weight row o: each
+    weight block is loaded and unpacked once for all nr rows (nr is a constant after
+    inlining, so the row loops unroll). Scales (weight scale x activation scale) are made a
+    chunk of blocks at a time by a vectorised loop, outside the block loop."""
+    k_dim = x_q.shape[1]
+    n_blocks = k_dim // BLOCK
+    row_bytes = qs.shape[1]
+    acc_ptr = stack_f32(ACC_FLOATS)
+    acc = carray(acc_ptr, ACC_FLOATS)
+    sc = carray(stack_f32(SCALE_FLOATS), SCALE_FLOATS)
+    for i in range(nr * LANES):
         acc[i] = 0.0
-    for b in range(k_dim // BLOCK):
-        k0 = b * BLOCK
-        for r in range(nw):
-            o = oa if r == 0 else ob
-            s[r] = scale_to_f32(scales[o, b])
-            prefetch(qs, o * k_dim + k0 + PREFETCH_BYTES)
-        for j in range(BLOCK):
-            for r in range(nw):
-                w = np.float32(qs[oa if r == 0 else ob, k0 + j]) * s[r]
-                for n in range(nr):
-                    acc[(n * nw + r) * BLOCK + j] += x[n0 + n, k0 + j] * w
+    for c0 in range(0, n_blocks, SCALE_CHUNK):
+        c1 = min(n_blocks, c0 + SCALE_CHUNK)
+        for n in range(nr):
+            # unsigned indices: no negative-index wraparound code, so this loop vectorises
+            srow = scales[np.uint64(o)]
+            drow = dx[np.uint64(n0 + n)]
+            for b in range(c0, c1):
+                i = np.uint64(b)
+                sc[np.uint64(n * SCALE_CHUNK + b - c0)] = scale_to_f32(srow[i]) * drow[i]
+        for b in range(c0, c1):
+            prefetch(qs, o * row_bytes + b * block_bytes + PREFETCH_BYTES)
+            for n in range(nr):
+                qi = o * row_bytes + b * block_bytes
+                xi = (n0 + n) * k_dim + b * BLOCK
+                s = sc[np.uint64(n * SCALE_CHUNK + b - c0)]
+                if block_bytes == BLOCK:
+                    q8_block_dot(acc_ptr, n * LANES, qs, qi, x_q, xi, s)
+                else:
+                    q4_block_dot(acc_ptr, n * LANES, qs, qi, x_q, xi, s)
     for n in range(nr):
-        for r in range(nw):
-            out[n0 + n, oa if r == 0 else ob] = _hsum32(acc, (n * nw + r) * BLOCK)
+        out[n0 + n, o] = _hsum_lanes(acc, n * LANES)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _q8_rows(x, qs, scales, oa, ob, out):
-    """All activation rows against weight row oa (and ob, for verify products on wide
-    registers): each weight block is read from memory once and converted once per tile.
-    Verify products (N >= 4) on wide registers: tiles of 5 (then 4) activation rows x both
-    weight rows share each x load between two rows. The rest, and all of a decode or short
-    verify, go one weight row at a time, which streams best from DRAM (measured: N = 1 at
-    2 weight rows ran at 1/2 to 1/3 of the speed). Each tile shape is inlined once."""
+def _matmul_small(block_bytes, x, x_q, dx, qs, scales, out):
     n_rows = x.shape[0]
-    n0 = 0
-    pair = _WIDE and n_rows >= 4
-    if pair:
-        while n0 + 5 <= n_rows:
-            _q8_tile(x, n0, 5, qs, scales, oa, ob, 2, out)
-            n0 += 5
-        if n_rows - n0 == 4:
-            _q8_tile(x, n0, 4, qs, scales, oa, ob, 2, out)
-            n0 += 4
-    for r in range(2 if pair else 1):
-        o = oa if r == 0 else ob
-        if _WIDE:
+    n_out = qs.shape[0]
+    quantize_activations(x, x_q, dx)
+    n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        for o in range(task * ROWS_PER_TASK, min(n_out, (task + 1) * ROWS_PER_TASK)):
+            n0 = 0
+            while n0 + TILE_ROWS <= n_rows:
+                _tile(block_bytes, x_q, dx, n0, TILE_ROWS, qs, scales, o, out)
+                n0 += TILE_ROWS
             rest = n_rows - n0
             if rest == 3:
-                _q8_tile(x, n0, 3, qs, scales, o, o, 1, out)
+                _tile(block_bytes, x_q, dx, n0, 3, qs, scales, o, out)
             elif rest == 2:
-                _q8_tile(x, n0, 2, qs, scales, o, o, 1, out)
+                _tile(block_bytes, x_q, dx, n0, 2, qs, scales, o, out)
             elif rest == 1:
-                _q8_tile(x, n0, 1, qs, scales, o, o, 1, out)
-        else:
-            m0 = n0
-            while m0 + 2 <= n_rows:
-                _q8_tile(x, m0, 2, qs, scales, o, o, 1, out)
-                m0 += 2
-            if m0 < n_rows:
-                _q8_tile(x, m0, 1, qs, scales, o, o, 1, out)
+                _tile(block_bytes, x_q, dx, n0, 1, qs, scales, o, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
 def matmul_q8(x, qs, scales, out):
-    """out[n, o] = sum_k x[n, k] * w[o, k] with w in q8.
+    """out[n, o] = sum_k x[n, k] * w[o, k] with w in q8 and x quantized to q8_0 here.
     x: [N, K] f32 C-contiguous; qs: int8 [O, K]; scales: uint16 [O, K // 32] (bf16 bits, or
     float32); out: [N, O] f32. K must be a multiple of 32."""
     n_rows, k_dim = x.shape
@@ -246,86 +358,14 @@ def matmul_q8(x, qs, scales, out):
         raise ValueError("matmul_q8: shapes of x, qs and scales do not match")
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("matmul_q8: out must be [N, O]")
-    step = 2 if _WIDE and n_rows >= 4 else 1
-    n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    for task in prange(n_tasks):
-        o_end = min(n_out, (task + 1) * ROWS_PER_TASK)
-        for o in range(task * ROWS_PER_TASK, o_end, step):
-            _q8_rows(x, qs, scales, o, min(o + 1, o_end - 1), out)
-
-
-# --------------------------------------------------------------------------- q4, small N
-
-
-@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _q4_tile(x, n0, nr, qs, scales, oa, ob, nw, out):
-    """q4 twin of _q8_tile: the 16 bytes of a block give lanes 0..15 (low nibbles) and
-    16..31 (high nibbles). The weight is (u - 8) * s for the stored nibble u, computed as
-    fma(u, s, -8 s): one rounding of the exact value, so it equals float32((u - 8) * s)."""
-    half = BLOCK // 2
-    row_bytes = qs.shape[1]
-    acc = carray(stack_f32(320), 320)  # [nr][nw][32] lane accumulators
-    s = carray(stack_f32(2), 2)
-    m = carray(stack_f32(2), 2)
-    for i in range(nr * nw * BLOCK):
-        acc[i] = 0.0
-    for b in range(row_bytes // half):
-        k0 = b * BLOCK
-        for r in range(nw):
-            o = oa if r == 0 else ob
-            s[r] = scale_to_f32(scales[o, b])
-            m[r] = np.float32(-8.0) * s[r]
-            prefetch(qs, o * row_bytes + b * half + PREFETCH_BYTES)
-        for j in range(half):
-            for r in range(nw):
-                # int32 casts keep the nibble arithmetic in 32-bit lanes (Numba widens)
-                byte = np.int32(qs[oa if r == 0 else ob, b * half + j])
-                w_lo = np.float32(np.int32(byte & 15)) * s[r] + m[r]
-                w_hi = np.float32(np.int32(byte >> 4)) * s[r] + m[r]
-                for n in range(nr):
-                    a = (n * nw + r) * BLOCK + j
-                    acc[a] += x[n0 + n, k0 + j] * w_lo
-                    acc[a + half] += x[n0 + n, k0 + half + j] * w_hi
-    for n in range(nr):
-        for r in range(nw):
-            out[n0 + n, oa if r == 0 else ob] = _hsum32(acc, (n * nw + r) * BLOCK)
-
-
-@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _q4_rows(x, qs, scales, oa, ob, out):
-    """q4 twin of _q8_rows."""
-    n_rows = x.shape[0]
-    n0 = 0
-    pair = _WIDE and n_rows >= 4
-    if pair:
-        while n0 + 5 <= n_rows:
-            _q4_tile(x, n0, 5, qs, scales, oa, ob, 2, out)
-            n0 += 5
-        if n_rows - n0 == 4:
-            _q4_tile(x, n0, 4, qs, scales, oa, ob, 2, out)
-            n0 += 4
-    for r in range(2 if pair else 1):
-        o = oa if r == 0 else ob
-        if _WIDE:
-            rest = n_rows - n0
-            if rest == 3:
-                _q4_tile(x, n0, 3, qs, scales, o, o, 1, out)
-            elif rest == 2:
-                _q4_tile(x, n0, 2, qs, scales, o, o, 1, out)
-            elif rest == 1:
-                _q4_tile(x, n0, 1, qs, scales, o, o, 1, out)
-        else:
-            m0 = n0
-            while m0 + 2 <= n_rows:
-                _q4_tile(x, m0, 2, qs, scales, o, o, 1, out)
-                m0 += 2
-            if m0 < n_rows:
-                _q4_tile(x, m0, 1, qs, scales, o, o, 1, out)
+    x_q = np.empty((n_rows, k_dim), XQ8_DTYPE)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    _matmul_small(BLOCK, x, x_q, dx, qs, scales, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
 def matmul_q4(x, qs, scales, out):
-    """out[n, o] = sum_k x[n, k] * w[o, k] with w in q4.
+    """out[n, o] = sum_k x[n, k] * w[o, k] with w in q4 and x quantized to q8_0 here.
     x: [N, K] f32 C-contiguous; qs: uint8 [O, K // 2]; scales: uint16 [O, K // 32] (bf16
     bits, or float32); out: [N, O] f32. K must be a multiple of 32."""
     n_rows, k_dim = x.shape
@@ -334,12 +374,9 @@ def matmul_q4(x, qs, scales, out):
         raise ValueError("matmul_q4: shapes of x, qs and scales do not match")
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("matmul_q4: out must be [N, O]")
-    step = 2 if _WIDE and n_rows >= 4 else 1
-    n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    for task in prange(n_tasks):
-        o_end = min(n_out, (task + 1) * ROWS_PER_TASK)
-        for o in range(task * ROWS_PER_TASK, o_end, step):
-            _q4_rows(x, qs, scales, o, min(o + 1, o_end - 1), out)
+    x_q = np.empty((n_rows, k_dim), XQ4_DTYPE)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    _matmul_small(BLOCK // 2, x, x_q, dx, qs, scales, out)
 
 
 # --------------------------------------------------------------------------- dequantize
@@ -447,11 +484,38 @@ def dequantize_q4_reference(qs, scales):
     return (u * _scales_ref(scales)[:, :, None]).reshape(o, -1)
 
 
+def quantize_activations_reference(x, dtype):
+    """Naive twin of quantize_activations to `dtype` (int16 or int8): (xq, dx)."""
+    x = np.asarray(x, np.float32)
+    blocks = x.reshape(x.shape[0], -1, BLOCK)
+    d = np.abs(blocks).max(axis=2) * (INV_LEVEL16 if np.dtype(dtype).itemsize == 2 else INV_LEVEL8)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    xq = np.rint(blocks * inv[:, :, None]).astype(np.int32).reshape(x.shape)
+    return xq, d.astype(np.float32)
+
+
+def _small_n_reference(dequantize, x_dtype, x, qs, scales):
+    xq, dx = quantize_activations_reference(x, x_dtype)
+    xd = (xq.reshape(len(xq), -1, BLOCK) * dx[:, :, None].astype(np.float64)).reshape(xq.shape)
+    return (xd @ dequantize(qs, scales).T).astype(np.float32)
+
+
 def matmul_q8_reference(x, qs, scales):
-    """Naive twin of matmul_q8 / matmul_q8_prefill: dequantize, float64 product."""
+    """Naive twin of matmul_q8_prefill: dequantize, float64 product."""
     return (x.astype(np.float64) @ dequantize_q8_reference(qs, scales).T).astype(np.float32)
 
 
 def matmul_q4_reference(x, qs, scales):
-    """Naive twin of matmul_q4 / matmul_q4_prefill: dequantize, float64 product."""
+    """Naive twin of matmul_q4_prefill: dequantize, float64 product."""
     return (x.astype(np.float64) @ dequantize_q4_reference(qs, scales).T).astype(np.float32)
+
+
+def matmul_q8_small_reference(x, qs, scales):
+    """Naive twin of matmul_q8: activations quantized as there, float64 product."""
+    return _small_n_reference(dequantize_q8_reference, XQ8_DTYPE, x, qs, scales)
+
+
+def matmul_q4_small_reference(x, qs, scales):
+    """Naive twin of matmul_q4: activations quantized as there, float64 product."""
+    return _small_n_reference(dequantize_q4_reference, XQ4_DTYPE, x, qs, scales)
