@@ -251,6 +251,12 @@ class MessageWidget(QFrame):
         self.thumbs.setContentsMargins(0, 0, 0, 0)
         self.thumb_row.setVisible(False)
         layout.addWidget(self.thumb_row)
+        self.notices = QLabel()  # engine notices about this answer (e.g. older turns left out)
+        self.notices.setObjectName("messageNotices")
+        self.notices.setWordWrap(True)
+        self.notices.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.notices.setVisible(False)
+        layout.addWidget(self.notices)
         self.body = MessageText(self)
         layout.addWidget(self.body)
         self.note = QLabel()
@@ -305,6 +311,7 @@ class MessageWidget(QFrame):
         self.state = state
         self.stats = dict(stats or {})
         self.error = error
+        self.set_notices(self.stats.get("notices") or [])
         self.set_text(text)
         self._update_status()
 
@@ -312,6 +319,17 @@ class MessageWidget(QFrame):
         self.state = state
         self.error = error
         self._update_status()
+
+    def set_notices(self, notices: list[str]) -> None:
+        """A small muted line per notice, above the answer (never a popup)."""
+        self.notices.setText("\n".join(notices))
+        self.notices.setVisible(bool(notices))
+        font = self.notices.font()
+        font.setItalic(True)
+        self.notices.setFont(font)
+        pal = self.notices.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.notices.setPalette(pal)
 
     def set_can_regenerate(self, on: bool) -> None:
         self.regenerate_button.setVisible(on and self.role == "assistant")
