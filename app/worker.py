@@ -96,6 +96,10 @@ class SessionReport:
     tokens: int = 0  # tokens restored or saved
     file_bytes: int = 0
 
+    @property
+    def restored(self) -> bool:
+        return self.action == "restored"
+
 
 class _LoadCancelled(Exception):
     pass
