@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from engine.speculative import MAX_K
+
 from .i18n import LANGUAGES, tr
 from .paths import data_dir, sessions_dir
 from .perf_stats import format_bytes
@@ -161,7 +163,7 @@ class SettingsDialog(QDialog):
         for m in SPEC_MODES:
             self.spec_mode.addItem(m, m)
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(settings.spec_mode))
-        self.spec_k = _ispin(1, 16, settings.spec_k)
+        self.spec_k = _ispin(1, MAX_K, settings.spec_k)
         self.max_pixels = _ispin(0, 16_777_216, settings.image_max_pixels, step=65536)
         self.language = QComboBox()
         self.language.addItem("", "system")

@@ -165,6 +165,18 @@ def test_trim_notice_is_shown_in_the_chat_and_kept(qtbot, make_window):
     assert not any(m.notices.isVisibleTo(w) for m in earlier)
 
 
+def test_finished_notices_are_shown_on_the_answer(qtbot, make_window):
+    from engine.speculative import MAX_K
+
+    w = make_window(spec_mode="on", spec_k=MAX_K + 4)  # e.g. a hand-edited settings.ini
+    send(qtbot, w, "Hello")
+    answer = answers(w)[-1]
+    assert answer.state == "done" and answer.text  # the answer is given anyway
+    shown = w.chat.messages()[-1].notices
+    assert shown.isVisibleTo(w) and "Speculative decoding is off" in shown.text()
+    assert "Speculative decoding is off" in answer.stats["notices"][0]
+
+
 def test_session_disk_limit_is_a_persisted_setting(qtbot, make_window, data_dir):
     w = make_window(**GREEDY)
     send(qtbot, w, "Hello")
