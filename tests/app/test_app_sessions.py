@@ -118,6 +118,23 @@ def test_reopened_chat_restores_its_session_and_answers_as_a_recompute(
     assert recomputed_last_answer(qtbot, w2, cid, data_dir) == answer.text
 
 
+def test_a_stopped_answer_is_saved_and_continued_from(qtbot, make_window, data_dir):
+    w = make_window(max_new_tokens=100_000, **GREEDY)
+    send(qtbot, w, "Tell me a very long story.", wait=False)
+    streaming = w.chat.messages()[-1]
+    qtbot.waitUntil(lambda: len(streaming.text) > 20, timeout=60_000)
+    w.controller.stop()
+    wait_idle(qtbot, w)
+    stopped = answers(w)[-1]
+    assert stopped.state == "stopped"
+    saved = wait_saved(qtbot, w)
+    assert session_file(data_dir, w.controller.current_id).is_file()
+    assert saved.tokens > stopped.stats["prompt_tokens"]  # the partial answer is in it
+    w.settings.max_new_tokens = 8
+    send(qtbot, w, "Go on.")
+    assert answers(w)[-1].stats["reused_tokens"] >= stopped.stats["prompt_tokens"]
+
+
 def test_damaged_session_file_is_ignored_and_the_chat_recomputed(qtbot, make_window, data_dir):
     w1 = make_window(**GREEDY)
     send(qtbot, w1, "Describe a lake in the mountains.")
