@@ -85,6 +85,8 @@ class Answer:
     committed_text: str = ""
     notices: list[str] = field(default_factory=list)  # shown on the answer, stored with it
     trim_notice: str = ""  # the engine's own words for a ContextTrimmed (not shown twice)
+    drafted: list[tuple[int, int]] = field(default_factory=list)  # text spans of verify steps
+    # that accepted speculative drafts (tinted in the chat when the answer ends)
 
 
 class ChatController(QObject):
@@ -346,8 +348,11 @@ class ChatController(QObject):
             return
         if isinstance(event, Tokens):
             if event.text:
+                start = len(a.text)
                 a.text += event.text
                 a.dirty = True
+                if event.profile.spec.get("accepted"):
+                    a.drafted.append((start, len(a.text)))
             self.stats.tokens_event(event.ids, event.profile, time.perf_counter())
         elif isinstance(event, PrefillDone):
             self.stats.prefill(event.n_tokens, event.vision_ms, event.prefill_ms, event.reused)
@@ -411,6 +416,7 @@ class ChatController(QObject):
             "ttft_ms": round(self.stats.ttft_ms, 1) if self.stats.ttft_ms else None,
             "reused_tokens": totals.get("reused_tokens"),
             "notices": list(a.notices) or None,
+            "drafted": [list(span) for span in a.drafted] or None,
         }
         if error:
             stats["error"] = error

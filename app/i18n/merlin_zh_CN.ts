@@ -65,6 +65,11 @@
     </message>
     <message>
       <location filename="../../app/chat_view.py" />
+      <source>Tinted text came from accepted speculative drafts.</source>
+      <translation>着色的文字来自被接受的推测解码草稿。</translation>
+    </message>
+    <message>
+      <location filename="../../app/chat_view.py" />
       <source>{n} tokens</source>
       <translation>{n} 个词元</translation>
     </message>

@@ -255,3 +255,41 @@ def test_model_too_big_for_memory_is_a_clear_message(qtbot, make_window, monkeyp
     text = w.model_banner.text()
     assert "Could not load the model: not enough memory" in text
     assert "memory is available" in text
+
+
+def tinted_text(message) -> str:
+    """The text of the answer drawn on the drafted-token background."""
+    from app import theme
+
+    tint = theme.drafted_background()
+    doc, out = message.body.document(), []
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            if frag.isValid() and frag.charFormat().background().color() == tint:
+                out.append(frag.text())
+            it += 1
+        block = block.next()
+    return "".join(out)
+
+
+def test_text_from_accepted_drafts_is_tinted(qtbot, make_window):
+    w = make_window(spec_mode="on", max_new_tokens=80, **GREEDY)
+    send(qtbot, w, "Tell me a very long story.")
+    answer = answers(w)[-1]
+    spans = answer.stats.get("drafted")
+    assert spans, "the demo's greedy story repeats itself: some drafts must be accepted"
+    assert all(0 <= s < e <= len(answer.text) for s, e in spans)
+    tinted = tinted_text(w.chat.messages()[-1])
+    # exactly those pieces (this answer has no markdown that would rewrite them)
+    assert tinted == "".join(answer.text[s:e].strip() for s, e in spans)
+    cid = w.controller.current_id
+    w.controller.open_conversation(None)
+    w.controller.open_conversation(cid)
+    assert tinted_text(w.chat.messages()[-1]) == tinted  # kept with the message
+    w.settings.spec_mode = "off"
+    send(qtbot, w, "Again, please.")
+    assert "drafted" not in answers(w)[-1].stats
+    assert tinted_text(w.chat.messages()[-1]) == ""
