@@ -221,6 +221,23 @@ def test_session_disk_limit_is_a_persisted_setting(qtbot, make_window, data_dir)
     assert path.is_file()
 
 
+def test_a_session_that_cannot_be_saved_is_reported_and_the_chat_goes_on(
+    qtbot, make_window, data_dir
+):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "sessions").write_text("not a folder")  # like a full or read-only disk
+    w = make_window(**GREEDY)
+    send(qtbot, w, "Hello")
+    c = w.controller
+    qtbot.waitUntil(lambda: c.last_save is not None, timeout=30_000)
+    assert c.last_save.action == "not_saved" and "not saved" in c.last_save.reason
+    assert w.notice_banner.isVisibleTo(w)
+    assert "was not saved for quick continuation" in w.notice_banner.text()
+    send(qtbot, w, "And again")  # the session in memory still serves the next turn
+    answer = answers(w)[-1]
+    assert answer.state == "done" and answer.stats["reused_tokens"] > 0
+
+
 def test_deleting_a_chat_deletes_its_saved_session(qtbot, make_window, data_dir):
     w = make_window(**GREEDY)
     send(qtbot, w, "Hello")
