@@ -135,6 +135,29 @@ def test_a_stopped_answer_is_saved_and_continued_from(qtbot, make_window, data_d
     assert answers(w)[-1].stats["reused_tokens"] >= stopped.stats["prompt_tokens"]
 
 
+def test_an_image_is_encoded_once_also_after_a_restart(qtbot, make_window, tmp_path):
+    from app.demo_image import draw_demo_image
+
+    w1 = make_window(**GREEDY)
+    w1.composer.add_paths([str(draw_demo_image(tmp_path / "lake.png"))])
+    send(qtbot, w1, "What is in the picture?")
+    first = answers(w1)[-1].stats
+    assert first["vision_ms"] > 0  # encoded now
+    send(qtbot, w1, "And the sky?")
+    follow = answers(w1)[-1].stats
+    assert follow["vision_ms"] == 0 and follow["reused_tokens"] >= first["prompt_tokens"]
+    cid = w1.controller.current_id
+    wait_saved(qtbot, w1)
+    w1.close()
+    w2 = make_window(**GREEDY, last_conversation=cid)
+    qtbot.waitUntil(lambda: w2.controller.last_restore is not None, timeout=30_000)
+    assert w2.controller.last_restore.restored
+    send(qtbot, w2, "Any boats?")
+    after = answers(w2)[-1].stats
+    assert after["vision_ms"] == 0  # the embedding came from the saved session
+    assert after["reused_tokens"] >= first["prompt_tokens"]
+
+
 def test_damaged_session_file_is_ignored_and_the_chat_recomputed(qtbot, make_window, data_dir):
     w1 = make_window(**GREEDY)
     send(qtbot, w1, "Describe a lake in the mountains.")
