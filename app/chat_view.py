@@ -22,6 +22,7 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
 )
 from PySide6.QtWidgets import (
     QFrame,
@@ -83,6 +84,28 @@ class MessageText(QTextBrowser):
         self._stable_src = len(src)
         self._tail_pos = self._end()
         self._fit()
+
+    def mark_drafted(self, src: str, spans: list) -> int:
+        """Tint the text of `src[start:end]` for each (start, end) span: what a speculative
+        verify step emitted with accepted drafts. Source offsets are found again in the
+        rendered document in order (markdown changes positions); a piece markdown rewrote is
+        left plain. Returns the pieces tinted."""
+        doc = self.document()
+        fmt = QTextCharFormat()
+        fmt.setBackground(theme.drafted_background())
+        pos, marked = 0, 0
+        for start, end in spans:
+            for piece in src[start:end].split("\n"):
+                piece = piece.strip()
+                if not piece:
+                    continue
+                found = doc.find(piece, pos, QTextDocument.FindCaseSensitively)
+                if found.isNull():
+                    continue
+                found.mergeCharFormat(fmt)
+                pos = found.selectionEnd()
+                marked += 1
+        return marked
 
     def render_plain(self, text: str) -> None:
         """User messages are shown as typed (no markdown surprises), still selectable."""
@@ -251,6 +274,12 @@ class MessageWidget(QFrame):
         self.thumbs.setContentsMargins(0, 0, 0, 0)
         self.thumb_row.setVisible(False)
         layout.addWidget(self.thumb_row)
+        self.notices = QLabel()  # engine notices about this answer (e.g. older turns left out)
+        self.notices.setObjectName("messageNotices")
+        self.notices.setWordWrap(True)
+        self.notices.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.notices.setVisible(False)
+        layout.addWidget(self.notices)
         self.body = MessageText(self)
         layout.addWidget(self.body)
         self.note = QLabel()
@@ -305,13 +334,29 @@ class MessageWidget(QFrame):
         self.state = state
         self.stats = dict(stats or {})
         self.error = error
+        self.set_notices(self.stats.get("notices") or [])
         self.set_text(text)
+        drafted = self.stats.get("drafted") or []
+        if self.role == "assistant" and drafted:
+            self.body.mark_drafted(text, drafted)
+            self.body.setToolTip(tr("Tinted text came from accepted speculative drafts."))
         self._update_status()
 
     def set_state(self, state: str, error: str = "") -> None:
         self.state = state
         self.error = error
         self._update_status()
+
+    def set_notices(self, notices: list[str]) -> None:
+        """A small muted line per notice, above the answer (never a popup)."""
+        self.notices.setText("\n".join(notices))
+        self.notices.setVisible(bool(notices))
+        font = self.notices.font()
+        font.setItalic(True)
+        self.notices.setFont(font)
+        pal = self.notices.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.notices.setPalette(pal)
 
     def set_can_regenerate(self, on: bool) -> None:
         self.regenerate_button.setVisible(on and self.role == "assistant")

@@ -4,12 +4,18 @@ Everything here runs on the GUI thread. Order of a turn: the user message (and i
 committed to the store, then shown, then the answer row is committed as `streaming`, then the
 worker is asked to generate. Tokens are buffered and shown by a ~30 Hz flush timer; the answer
 text is committed at most every half second while it streams and once more when it ends.
+
+The worker keeps the engine session of the conversation shown (see app/worker.py): opening a
+conversation asks it to switch (restoring the saved session), deleting one deletes its saved
+session. Notices from the engine (older turns left out of the context, speculative decoding
+turned off) are shown on the answer they concern and stored with it.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -17,20 +23,34 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from engine.errors import InputError
 from engine.generate import Finished, PrefillDone, Tokens
+from engine.prompt import check_user_text
+from engine.session import ContextTrimmed
 
 from .attachments import Attachment, AttachmentError, load_attachment
 from .chat_view import ChatView, MessageWidget
 from .composer import Composer
 from .i18n import tr
+from .paths import sessions_dir
 from .perf_stats import PerfStats
 from .prompting import Turn
 from .settings import AppSettings
 from .store import MessageRow, Store, StoreError
-from .worker import EngineWorker, GenerationJob, LoadRequest, ModelInfo
+from .worker import (
+    EngineWorker,
+    GenerationJob,
+    LoadRequest,
+    ModelInfo,
+    SessionJob,
+    SessionReport,
+)
+
+log = logging.getLogger(__name__)
 
 FLUSH_MS = 33  # at most ~30 view updates per second while streaming
 COMMIT_S = 0.5  # the streaming answer reaches the disk at least this often
+MB = 1024 * 1024
 STATE_OF_REASON = {
     "stop_token": "done",
     "max_tokens": "done",
@@ -63,6 +83,10 @@ class Answer:
     dirty: bool = False
     committed_at: float = field(default_factory=time.monotonic)
     committed_text: str = ""
+    notices: list[str] = field(default_factory=list)  # shown on the answer, stored with it
+    trim_notice: str = ""  # the engine's own words for a ContextTrimmed (not shown twice)
+    drafted: list[tuple[int, int]] = field(default_factory=list)  # text spans of verify steps
+    # that accepted speculative drafts (tinted in the chat when the answer ends)
 
 
 class ChatController(QObject):
@@ -74,6 +98,7 @@ class ChatController(QObject):
     sig_answer_finished(str): the answer's final state (done, stopped, error).
     sig_conversations_changed(): titles, order or membership of the conversation list changed.
     sig_notice(str, str): kind (info, warning, error) and a message for the banner.
+    sig_session(object): a SessionReport from the worker (saved session restored or saved).
     """
 
     sig_model_ready = Signal()
@@ -84,8 +109,12 @@ class ChatController(QObject):
     sig_answer_finished = Signal(str)
     sig_conversations_changed = Signal()
     sig_notice = Signal(str, str)
+    sig_session = Signal(object)
     _sig_load = Signal(object)
     _sig_generate = Signal(object)
+    _sig_prepare = Signal(object)
+    _sig_forget = Signal(object)
+    _sig_session_cap = Signal(object)  # bytes (object: may not fit a C int)
 
     def __init__(
         self,
@@ -111,14 +140,20 @@ class ChatController(QObject):
         self.ask: Callable[[str, str], bool] = lambda title, text: True  # the window sets it
         self._after_answer: list[Callable[[], None]] = []
         self._job_ids = itertools.count(1)
+        self.last_restore: SessionReport | None = None  # for the status and tests
+        self.last_save: SessionReport | None = None
 
         freeze_heap()  # the modules are imported: keep them out of full collections
         self.thread = QThread()
         self.thread.setObjectName("merlin-engine")
-        self.worker = EngineWorker()
+        self.worker = EngineWorker(sessions_dir(), max(0, settings.session_cap_mb) * MB)
         self.worker.moveToThread(self.thread)
         self._sig_load.connect(self.worker.load)
         self._sig_generate.connect(self.worker.generate)
+        self._sig_prepare.connect(self.worker.prepare)
+        self._sig_forget.connect(self.worker.forget)
+        self._sig_session_cap.connect(self.worker.set_session_cap)
+        self.worker.sig_session.connect(self.on_session_report)
         self.worker.sig_load_progress.connect(self.on_load_progress)
         self.worker.sig_loaded.connect(self.on_loaded)
         self.worker.sig_load_failed.connect(self.on_load_failed)
@@ -177,6 +212,7 @@ class ChatController(QObject):
         self.stats.clear_history()
         self.sig_model_changed.emit(info)
         self.sig_model_ready.emit()
+        self._prepare_session()
         self._answer_waiting()
 
     def on_load_failed(self, message: str) -> None:
@@ -214,6 +250,11 @@ class ChatController(QObject):
         """Commit the user's message and start (or queue) the answer. False: nothing was
         taken from the composer (busy, empty, refused edit, or the store failed)."""
         if self.answer is not None or (not text.strip() and not attachments):
+            return False
+        try:
+            text = check_user_text(text)
+        except InputError as e:  # too long: say so under the box, keep the text in it
+            self.composer.show_notice(tr("This message cannot be sent: {why}").format(why=e))
             return False
         if self.editing_id is not None:
             rows = self.store.messages(self.current_id) if self.current_id else []
@@ -279,7 +320,10 @@ class ChatController(QObject):
         cid = self.current_id
         rows = self.store.messages(cid)
         job = GenerationJob(
-            next(self._job_ids), self._turns(rows), self.settings.generation_options()
+            next(self._job_ids),
+            self._turns(rows),
+            self.settings.generation_options(),
+            conversation_id=cid,
         )
         try:
             mid = self.store.add_message(cid, "assistant", "", state="streaming")
@@ -304,15 +348,28 @@ class ChatController(QObject):
             return
         if isinstance(event, Tokens):
             if event.text:
+                start = len(a.text)
                 a.text += event.text
                 a.dirty = True
+                if event.profile.spec.get("accepted"):
+                    a.drafted.append((start, len(a.text)))
             self.stats.tokens_event(event.ids, event.profile, time.perf_counter())
         elif isinstance(event, PrefillDone):
-            self.stats.prefill(
-                event.n_tokens, event.vision_ms, event.prefill_ms, getattr(event, "reused", 0)
-            )
+            self.stats.prefill(event.n_tokens, event.vision_ms, event.prefill_ms, event.reused)
+        elif isinstance(event, ContextTrimmed):
+            a.trim_notice = event.notice
+            self._add_notice(a, trim_notice(len(event.dropped)))
         elif isinstance(event, Finished):
+            for text in event.totals.get("notices") or []:
+                if text and text != a.trim_notice:
+                    self._add_notice(a, text)
             self._finish(event.reason, event.totals)
+
+    def _add_notice(self, a: Answer, text: str) -> None:
+        if text not in a.notices:
+            a.notices.append(text)
+            if a.widget is not None:
+                a.widget.set_notices(a.notices)
 
     def on_failed(self, job_id: int, message: str) -> None:
         a = self.answer
@@ -357,6 +414,9 @@ class ChatController(QObject):
             "prefill_ms": totals.get("prefill_ms"),
             "vision_ms": totals.get("vision_ms"),
             "ttft_ms": round(self.stats.ttft_ms, 1) if self.stats.ttft_ms else None,
+            "reused_tokens": totals.get("reused_tokens"),
+            "notices": list(a.notices) or None,
+            "drafted": [list(span) for span in a.drafted] or None,
         }
         if error:
             stats["error"] = error
@@ -420,6 +480,38 @@ class ChatController(QObject):
     def _on_edit_cancelled(self) -> None:
         self.editing_id = None
 
+    # ---- saved sessions ------------------------------------------------------------------
+
+    def _prepare_session(self) -> None:
+        """Let the worker switch to the session of the conversation shown (restoring it from
+        disk now, not when the next question arrives); None releases the previous one."""
+        if not self.ready:
+            return
+        cid = self.current_id
+        rows = self.store.messages(cid) if cid is not None else []
+        self._sig_prepare.emit(
+            SessionJob(cid, self._turns(rows), self.settings.generation_options())
+        )
+
+    def set_session_cap(self, cap_mb: int) -> None:
+        self._sig_session_cap.emit(max(0, int(cap_mb)) * MB)
+
+    def on_session_report(self, report: SessionReport) -> None:
+        if report.action in ("restored", "not_restored"):
+            self.last_restore = report
+            if report.reason and report.action == "not_restored":
+                log.info("chat %s is recomputed: %s", report.conversation_id, report.reason)
+        else:
+            self.last_save = report
+            if report.action == "not_saved" and report.reason:
+                self.sig_notice.emit(
+                    "info",
+                    tr("This chat's session was not saved for quick continuation: {why}").format(
+                        why=report.reason
+                    ),
+                )
+        self.sig_session.emit(report)
+
     # ---- conversations -------------------------------------------------------------------
 
     def open_conversation(self, conversation_id: int | None) -> None:
@@ -435,6 +527,7 @@ class ChatController(QObject):
                     self._show_row(r)
                 self.chat.scroll_to_bottom()
             self._update_actions()
+            self._prepare_session()
             self._answer_waiting()
 
         self._when_idle(do)
@@ -450,6 +543,7 @@ class ChatController(QObject):
     def delete_conversation(self, conversation_id: int) -> None:
         def do():
             self.store.delete_conversation(conversation_id)
+            self._sig_forget.emit(conversation_id)
             if conversation_id == self.current_id:
                 self.open_conversation(None)
             self.sig_conversations_changed.emit()
@@ -485,6 +579,13 @@ class ChatController(QObject):
         self.flush_timer.stop()
         self.thread.quit()
         self.thread.wait(30_000)
+
+
+def trim_notice(n_dropped: int) -> str:
+    return tr(
+        "The conversation no longer fits in the context budget: the {n} oldest message(s) are "
+        "left out of what the model sees (they stay in the chat)."
+    ).format(n=n_dropped)
 
 
 def _title(text: str, has_images: bool) -> str:

@@ -1,4 +1,5 @@
-"""Where Merlin keeps its files: the user data folder (chats, images, settings) and resources.
+"""Where Merlin keeps its files: the user data folder (chats, images, settings, saved sessions)
+and resources.
 
 `MERLIN_DATA_DIR` overrides the data folder (tests and `--demo-screenshot` use a temporary one,
 so they never touch the user's chats).
@@ -21,6 +22,12 @@ def data_dir() -> Path:
     folder = Path(override).expanduser() if override else user_data_path(APP_NAME, appauthor=False)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def sessions_dir() -> Path:
+    """Saved engine sessions (KV caches of conversations): a cache beside the chats, never the
+    source of truth; created by the engine when it first saves."""
+    return data_dir() / "sessions"
 
 
 def resources_dir() -> Path:

@@ -240,10 +240,11 @@ class PerfPanel(QFrame):
         self.values["rate"].setText(f"{_num(cur)} / {_num(avg)}" if cur or avg else "–")
         self.values["ttft"].setText(_ms(s.ttft_ms))
         self.values["vision"].setText(_ms(s.vision_ms) if s.vision_ms else "–")
-        if s.prefill_tokens:
-            pre = tr("{ms} · {n} tok").format(ms=_ms(s.prefill_ms), n=s.prefill_tokens)
-            if s.reused_tokens:
-                pre += " " + tr("({n} reused)").format(n=s.reused_tokens)
+        if s.prefill_tokens or s.reused_tokens:
+            # computed: rows prefilled now; reused: rows the session's KV cache already held
+            pre = tr("{ms} · computed {n} / reused {r} tok").format(
+                ms=_ms(s.prefill_ms), n=s.prefill_tokens, r=s.reused_tokens
+            )
         else:
             pre = "–"
         self.values["prefill"].setText(pre)

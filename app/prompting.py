@@ -1,7 +1,7 @@
-"""A conversation from the chat store -> one engine GenerationRequest. Qt-free.
+"""A conversation from the chat store -> what the engine's Session needs. Qt-free.
 
-This is the one place where the app's settings meet the engine's generation API: sampling,
-max new tokens, context budget, speculative decoding mode and K, image pixel budget. When the
+This is the one place where the app's settings meet the engine's session API: sampling, max
+new tokens, context budget, speculative decoding mode and K, image pixel budget. When the
 engine's API gains a parameter, it is passed on here.
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from engine.generate import GenerationRequest
 from engine.sampling import SamplingParams
-from engine.tokenizer import expand_image_pads
+from engine.session import Message, SessionSettings
 
 SPEC_MODES = ("off", "on", "auto")
 
@@ -38,19 +37,16 @@ class GenerationOptions:
     max_pixels: int = 0  # 0: the checkpoint's preprocessor_config.json
 
 
-def engine_messages(turns: list[Turn], system_prompt: str = "") -> list[dict]:
-    """Chat-template messages: images first, then the text of each user turn."""
-    messages: list[dict] = []
-    if system_prompt.strip():
-        messages.append({"role": "system", "content": system_prompt})
-    for turn in turns:
-        if turn.role == "user":
-            content = [{"type": "image"} for _ in turn.images]
-            content.append({"type": "text", "text": turn.text})
-            messages.append({"role": "user", "content": content})
-        else:
-            messages.append({"role": "assistant", "content": turn.text})
-    return messages
+def session_messages(turns: list[Turn]) -> list[Message]:
+    """The stored conversation as engine session messages (images as file paths)."""
+    return [Message(t.role, t.text, list(t.images) if t.role == "user" else []) for t in turns]
+
+
+def session_settings(options: GenerationOptions) -> SessionSettings:
+    return SessionSettings(
+        context_budget=max(0, int(options.context_budget)),
+        max_pixels=options.max_pixels or None,
+    )
 
 
 def sampling_params(model, options: GenerationOptions) -> SamplingParams:
@@ -60,31 +56,11 @@ def sampling_params(model, options: GenerationOptions) -> SamplingParams:
     return SamplingParams(**{k: v for k, v in options.sampling.items() if k in fields}).validate()
 
 
-def build_request(
-    model, turns: list[Turn], options: GenerationOptions, prepared_images: list
-) -> tuple[GenerationRequest, dict]:
-    """(request, keyword arguments for engine.generate.generate besides cancel).
-
-    prepared_images: the PreparedImage of every image in turns, in order.
-    """
-    ids = model.tokenizer.encode_chat(engine_messages(turns, options.system_prompt))
-    if prepared_images:
-        ids = expand_image_pads(
-            ids, model.config.image_token_id, [im.n_tokens for im in prepared_images]
-        )
-    request_fields = {f.name for f in dataclasses.fields(GenerationRequest)}
-    extra = {}
-    # Speculative decoding: passed when the engine's request has the fields (it does since
-    # issue 5: GenerationRequest.spec = off|on|auto, spec_k = drafts per verify).
-    for name, value in (("spec", options.spec_mode), ("spec_k", options.spec_k)):
-        if name in request_fields:
-            extra[name] = value
-    request = GenerationRequest(
-        prompt_ids=ids,
-        sampling=sampling_params(model, options),
-        max_new_tokens=max(1, int(options.max_new_tokens)),
-        images=list(prepared_images),
-        **extra,
-    )
-    kwargs = {"max_context": options.context_budget or None}
-    return request, kwargs
+def respond_options(model, options: GenerationOptions) -> dict:
+    """Keyword arguments for engine.session.Session.respond (besides cancel)."""
+    return {
+        "sampling": sampling_params(model, options),
+        "max_new_tokens": max(1, int(options.max_new_tokens)),
+        "spec": options.spec_mode,
+        "spec_k": options.spec_k,
+    }

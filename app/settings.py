@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QSettings
+from PySide6.QtCore import QEvent, QSettings, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -21,8 +21,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from engine.speculative import MAX_K
+
 from .i18n import LANGUAGES, tr
-from .paths import data_dir
+from .paths import data_dir, sessions_dir
+from .perf_stats import format_bytes
 from .prompting import SPEC_MODES, GenerationOptions
 
 WEIGHT_FORMATS = ("f32", "q8", "q4")
@@ -47,6 +50,7 @@ class AppSettings:
     spec_k: int = 4
     image_max_pixels: int = 0  # 0 = the checkpoint's own limit
     # app
+    session_cap_mb: int = 4096  # disk for saved sessions (KV caches of chats); 0 = none saved
     language: str = "system"  # "system", "en", "zh_CN"
     model_source: str = ""  # "" = demo; "random-2b"; or a folder
     weights: str = "f32"
@@ -159,7 +163,7 @@ class SettingsDialog(QDialog):
         for m in SPEC_MODES:
             self.spec_mode.addItem(m, m)
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(settings.spec_mode))
-        self.spec_k = _ispin(1, 16, settings.spec_k)
+        self.spec_k = _ispin(1, MAX_K, settings.spec_k)
         self.max_pixels = _ispin(0, 16_777_216, settings.image_max_pixels, step=65536)
         self.language = QComboBox()
         self.language.addItem("", "system")
@@ -199,6 +203,13 @@ class SettingsDialog(QDialog):
         self.cpus.setCurrentText(settings.cpus)
         self.labels["cpus"] = QLabel()
         app_form.addRow(self.labels["cpus"], self.cpus)
+        self.session_cap = _ispin(0, 1_048_576, settings.session_cap_mb, step=256)
+        self.labels["session_cap"] = QLabel()
+        app_form.addRow(self.labels["session_cap"], self.session_cap)
+        self.session_usage = QLabel()
+        self.session_usage.setWordWrap(True)
+        self.session_usage.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        app_form.addRow(self.session_usage)
         layout.addWidget(app_box)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.Ok | QDialogButtonBox.Cancel | QDialogButtonBox.RestoreDefaults
@@ -234,6 +245,7 @@ class SettingsDialog(QDialog):
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(d.spec_mode))
         self.spec_k.setValue(d.spec_k)
         self.max_pixels.setValue(d.image_max_pixels)
+        self.session_cap.setValue(d.session_cap_mb)
 
     def result_settings(self) -> AppSettings:
         return dataclasses.replace(
@@ -251,6 +263,7 @@ class SettingsDialog(QDialog):
             spec_mode=self.spec_mode.currentData(),
             spec_k=self.spec_k.value(),
             image_max_pixels=self.max_pixels.value(),
+            session_cap_mb=self.session_cap.value(),
             language=self.language.currentData(),
             cpus=self.cpus.currentText().strip()
             if valid_cpus(self.cpus.currentText())
@@ -277,10 +290,12 @@ class SettingsDialog(QDialog):
             "max_pixels": tr("Image max pixels (0 = model default)"),
             "language": tr("Language"),
             "cpus": tr("CPUs: big, all or a list like 0-3 (at the next start)"),
+            "session_cap": tr("Disk for saved sessions (MB, 0 = do not save)"),
         }
         for key, label in self.labels.items():
             label.setText(text[key])
         self.use_model.setText(tr("Use the model's recommended values"))
+        self.session_usage.setText(session_usage_text())
         self.language.setItemText(0, tr("System language"))
         for i, m in enumerate(SPEC_MODES):
             self.spec_mode.setItemText(i, {"off": tr("off"), "on": tr("on"), "auto": tr("auto")}[m])
@@ -289,6 +304,17 @@ class SettingsDialog(QDialog):
         if event.type() == QEvent.LanguageChange:
             self.retranslate()
         super().changeEvent(event)
+
+
+def session_usage_text() -> str:
+    """How much disk the saved sessions use now (they let chats continue without
+    recomputing; the oldest are deleted first when the limit is reached)."""
+    from engine.session import SessionStore
+
+    usage = SessionStore(sessions_dir()).usage()
+    return tr("Saved sessions use {size} in {n} file(s) ({folder}).").format(
+        size=format_bytes(usage.bytes), n=usage.files, folder=usage.folder
+    )
 
 
 def _dspin(lo: float, hi: float, step: float, value: float) -> QDoubleSpinBox:

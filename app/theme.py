@@ -37,6 +37,12 @@ def user_bubble(pal: QPalette | None = None) -> QColor:
     return mix(pal.color(QPalette.Base), pal.color(QPalette.Highlight), 0.12)
 
 
+def drafted_background(pal: QPalette | None = None) -> QColor:
+    """Behind answer text that came from accepted speculative drafts (the panel's SPEC hue)."""
+    pal = pal or palette()
+    return mix(pal.color(QPalette.Base), SPEC, 0.3)
+
+
 def code_background(pal: QPalette | None = None) -> QColor:
     pal = pal or palette()
     return mix(pal.color(QPalette.Base), pal.color(QPalette.Text), 0.07)

@@ -430,6 +430,8 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, new: AppSettings) -> None:
         language_changed = new.language != self.settings.language
+        if new.session_cap_mb != self.settings.session_cap_mb:
+            self.controller.set_session_cap(new.session_cap_mb)
         for name, value in vars(new).items():
             setattr(self.settings, name, value)
         save_settings(self.settings)

@@ -1,25 +1,40 @@
 """The engine in a QThread: loads models and runs generations off the GUI thread.
 
-The worker owns the loaded Model; the GUI never touches it. Requests arrive by queued signals
-(plain dataclasses), results leave by signals carrying plain engine events. Cancellation uses
-threading.Events the GUI sets directly, because the worker is busy when it matters.
+The worker owns the loaded Model and one engine Session: the conversation shown, with its KV
+cache and image embeddings, so a follow-up, a regenerate or an edit prefills only what changed.
+The session is saved (engine.session.SessionStore, a size-capped folder) when a turn ends and
+restored when the conversation is opened again; the chat store stays the truth for the text,
+a saved session is only a cache. The GUI never touches the model or the session. Requests
+arrive by queued signals (plain dataclasses), results leave by signals carrying plain engine
+events. Cancellation uses threading.Events the GUI sets directly, because the worker is busy
+when it matters.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import warmup
-from engine.errors import MerlinError
+from engine.errors import MerlinError, ResourceError
+from engine.session import DEFAULT_STORE_CAP, Session, SessionStore
 
 from . import pyside_fixes
-from .prompting import GenerationOptions, Turn, build_request
+from .prompting import (
+    GenerationOptions,
+    Turn,
+    respond_options,
+    session_messages,
+    session_settings,
+)
 
 pyside_fixes.install()
+log = logging.getLogger(__name__)
 
 SOURCE_DEMO = "demo"
 SOURCE_RANDOM_2B = "random-2b"
@@ -55,9 +70,35 @@ class ModelInfo:
 @dataclass
 class GenerationJob:
     job_id: int
+    turns: list[Turn]  # the whole conversation, ending with the question
+    options: GenerationOptions
+    conversation_id: int | None = None  # the key of its saved session (None: not saved)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class SessionJob:
+    """Make the worker's session the one of this conversation (None: drop it), restoring
+    its saved cache now, while the user reads and types."""
+
+    conversation_id: int | None
     turns: list[Turn]
     options: GenerationOptions
-    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    """What happened to a conversation's saved session (plain values for the GUI)."""
+
+    conversation_id: int
+    action: str  # "restored", "not_restored", "saved" or "not_saved"
+    reason: str = ""  # why not (empty when it worked)
+    tokens: int = 0  # tokens restored or saved
+    file_bytes: int = 0
+
+    @property
+    def restored(self) -> bool:
+        return self.action == "restored"
 
 
 class _LoadCancelled(Exception):
@@ -82,6 +123,7 @@ class EngineWorker(QObject):
     sig_event(int, object): job id, one engine event (PrefillDone, Tokens, Finished).
     sig_failed(int, str): job id, why the generation failed (a message for the user).
     sig_job_done(int): job id; the worker is free again.
+    sig_session(object): a SessionReport (a saved session was restored or not, saved or not).
     """
 
     sig_load_progress = Signal(float, str)
@@ -91,10 +133,17 @@ class EngineWorker(QObject):
     sig_event = Signal(int, object)
     sig_failed = Signal(int, str)
     sig_job_done = Signal(int)
+    sig_session = Signal(object)
 
-    def __init__(self):
+    def __init__(
+        self, sessions_folder: Path | str | None = None, cap_bytes: int = DEFAULT_STORE_CAP
+    ):
+        """sessions_folder: where conversations' sessions are saved (None: never saved)."""
         super().__init__()
         self._model = None
+        self._session: Session | None = None
+        self._session_key: int | None = None
+        self._store = SessionStore(sessions_folder, cap_bytes) if sessions_folder else None
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -107,6 +156,7 @@ class EngineWorker(QObject):
                 raise _LoadCancelled
             self.sig_load_progress.emit(float(fraction), phase)
 
+        self._drop_session()  # it was saved when its turn ended; free its KV cache now
         try:
             progress(0.0, "finding the checkpoint")
             folder = self._resolve(request.source, progress)
@@ -134,6 +184,9 @@ class EngineWorker(QObject):
             progress(1.0, "ready")
         except (_LoadCancelled, warmup.WarmupCancelled):
             self.sig_load_cancelled.emit()
+            return
+        except ResourceError as e:
+            self.sig_load_failed.emit(f"not enough memory. {e}")
             return
         except MerlinError as e:
             self.sig_load_failed.emit(str(e))
@@ -212,11 +265,82 @@ class EngineWorker(QObject):
             for _ in generate(model, request, max_context=len(prompt.ids) + 8):
                 pass
 
+    # ---- sessions ------------------------------------------------------------------------
+
+    def _drop_session(self) -> None:
+        self._session, self._session_key = None, None
+
+    def _session_for(self, key: int | None, turns: list[Turn], options: GenerationOptions):
+        """The session of conversation `key` with these settings: the one in memory, or a new
+        one whose cache is restored from its saved file when that file fits this model."""
+        s = self._session
+        if s is not None and s.model is self._model and self._session_key == key:
+            s.set_system(options.system_prompt)
+            s.settings.max_pixels = options.max_pixels or None
+            if s.settings.context_budget != max(0, int(options.context_budget)):
+                s.set_context_budget(max(0, int(options.context_budget)))
+            return s
+        self._drop_session()
+        s = Session(self._model, options.system_prompt, session_settings(options))
+        if key is not None and self._store is not None:
+            # the messages first: the restore then keeps which old turns were left out
+            s.set_messages(session_messages(turns))
+            r = self._store.restore(s, str(key))
+            action = "restored" if r.restored else "not_restored"
+            self.sig_session.emit(SessionReport(key, action, r.reason, r.tokens, r.file_bytes))
+        self._session, self._session_key = s, key
+        return s
+
+    def _save_session(self) -> None:
+        s, key = self._session, self._session_key
+        if s is None or key is None or self._store is None or self._store.cap_bytes <= 0:
+            return
+        try:
+            r = self._store.save(s, str(key))
+        except Exception as e:  # the chat is in the store; a lost cache only costs time
+            log.warning("the session of chat %s was not saved: %s", key, e)
+            return
+        action = "saved" if r.saved else "not_saved"
+        self.sig_session.emit(
+            SessionReport(key, action, r.reason, s.cached_tokens if r.saved else 0, r.file_bytes)
+        )
+
+    @Slot(object)
+    def prepare(self, job: SessionJob) -> None:
+        """The conversation shown changed (or a model loaded): switch sessions now."""
+        if self._model is None:
+            return
+        if job.conversation_id is None:
+            self._drop_session()
+            return
+        try:
+            self._session_for(job.conversation_id, job.turns, job.options)
+        except MerlinError as e:  # e.g. an image file is gone: the next turn says so
+            log.info("chat %s: session not prepared: %s", job.conversation_id, e)
+            self._drop_session()
+        except Exception:
+            traceback.print_exc()
+            self._drop_session()
+
+    @Slot(object)
+    def forget(self, conversation_id: int) -> None:
+        """The conversation was deleted: its session goes too (in memory and on disk)."""
+        if self._session_key == conversation_id:
+            self._drop_session()
+        if self._store is not None:
+            self._store.delete(str(conversation_id))
+
+    @Slot(object)
+    def set_session_cap(self, cap_bytes: int) -> None:
+        """A new disk limit for saved sessions (0: none are kept); evicts at once."""
+        if self._store is not None:
+            self._store.set_cap(max(0, int(cap_bytes)))
+
     # ---- generation ----------------------------------------------------------------------
 
     @Slot(object)
     def generate(self, job: GenerationJob) -> None:
-        from engine.generate import Finished, generate
+        from engine.generate import Finished
         from engine.threads import set_threads
 
         try:
@@ -226,20 +350,27 @@ class EngineWorker(QObject):
             if job.cancel.is_set():
                 self.sig_event.emit(job.job_id, Finished("cancelled", {"generated_tokens": 0}))
                 return
-            model = self._model
             set_threads(job.options.threads or None)
-            max_pixels = job.options.max_pixels or None
-            paths = [p for turn in job.turns for p in turn.images]
-            images = [model.vision.prepare(p, max_pixels) for p in paths] if paths else []
-            request, kwargs = build_request(model, job.turns, job.options, images)
-            for event in generate(model, request, cancel=job.cancel, **kwargs):
+            session = self._session_for(job.conversation_id, job.turns, job.options)
+            events = session.respond(
+                session_messages(job.turns),
+                cancel=job.cancel,
+                **respond_options(self._model, job.options),
+            )
+            ended = False
+            for event in events:
                 self.sig_event.emit(job.job_id, event)
+                ended = ended or isinstance(event, Finished)
+            if ended:  # finished or stopped: the next answer starts from here, even later
+                self._save_session()
         except MerlinError as e:
             self.sig_failed.emit(job.job_id, str(e))
         except MemoryError:
+            self._drop_session()
             self.sig_failed.emit(job.job_id, "out of memory while answering.")
         except Exception as e:
             traceback.print_exc()
+            self._drop_session()  # an engine bug: start the next turn from a clean session
             self.sig_failed.emit(
                 job.job_id, f"the engine failed unexpectedly ({type(e).__name__}: {e})."
             )

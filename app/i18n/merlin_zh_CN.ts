@@ -65,6 +65,11 @@
     </message>
     <message>
       <location filename="../../app/chat_view.py" />
+      <source>Tinted text came from accepted speculative drafts.</source>
+      <translation>着色的文字来自被接受的推测解码草稿。</translation>
+    </message>
+    <message>
+      <location filename="../../app/chat_view.py" />
       <source>{n} tokens</source>
       <translation>{n} 个词元</translation>
     </message>
@@ -232,6 +237,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/controller.py" />
+      <source>This message cannot be sent: {why}</source>
+      <translation>无法发送此消息：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/controller.py" />
       <source>Replace messages?</source>
       <translation>替换消息？</translation>
     </message>
@@ -269,6 +279,16 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/controller.py" />
       <source>The answer could not be saved: {why}</source>
       <translation>无法保存回答：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/controller.py" />
+      <source>This chat's session was not saved for quick continuation: {why}</source>
+      <translation>此对话的会话未保存，下次继续时需要重新计算：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/controller.py" />
+      <source>The conversation no longer fits in the context budget: the {n} oldest message(s) are left out of what the model sees (they stay in the chat).</source>
+      <translation>对话已超出上下文预算：最早的 {n} 条消息不再提供给模型（它们仍保留在对话中）。</translation>
     </message>
     <message>
       <location filename="../../app/controller.py" />
@@ -417,13 +437,8 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/perf_panel.py" />
-      <source>{ms} · {n} tok</source>
-      <translation>{ms} · {n} 词元</translation>
-    </message>
-    <message>
-      <location filename="../../app/perf_panel.py" />
-      <source>({n} reused)</source>
-      <translation>（复用 {n}）</translation>
+      <source>{ms} · computed {n} / reused {r} tok</source>
+      <translation>{ms} · 计算 {n} / 复用 {r} 词元</translation>
     </message>
     <message>
       <location filename="../../app/perf_panel.py" />
@@ -602,6 +617,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
+      <source>Disk for saved sessions (MB, 0 = do not save)</source>
+      <translation>已保存会话的磁盘上限（MB，0 = 不保存）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
       <source>Use the model's recommended values</source>
       <translation>使用模型推荐的值</translation>
     </message>
@@ -624,6 +644,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/settings.py" />
       <source>auto</source>
       <translation>自动</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>Saved sessions use {size} in {n} file(s) ({folder}).</source>
+      <translation>已保存的会话占用 {size}，共 {n} 个文件（{folder}）。</translation>
     </message>
     <message>
       <location filename="../../app/window.py" />

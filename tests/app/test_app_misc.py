@@ -90,8 +90,15 @@ def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
     assert found[0].path == good
 
 
-def test_prompt_for_a_conversation_with_images(demo_model, tmp_path):
-    from app.prompting import GenerationOptions, Turn, build_request, engine_messages
+def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
+    from app.prompting import (
+        GenerationOptions,
+        Turn,
+        respond_options,
+        session_messages,
+        session_settings,
+    )
+    from engine.session import Session
 
     image = QImage(64, 48, QImage.Format_RGB32)
     image.fill(0x336699)
@@ -102,18 +109,25 @@ def test_prompt_for_a_conversation_with_images(demo_model, tmp_path):
         Turn("assistant", "a blue square"),
         Turn("user", "and now?", [str(path)]),
     ]
-    messages = engine_messages(turns, "Be brief.")
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
-    assert messages[1]["content"][0] == {"type": "image"}
-    images = [demo_model.vision.prepare(p) for t in turns for p in t.images]
+    messages = session_messages(turns)
+    assert [(m.role, m.text, m.images) for m in messages] == [
+        ("user", "what is this?", [str(path)]),
+        ("assistant", "a blue square", []),
+        ("user", "and now?", [str(path)]),
+    ]
     opts = GenerationOptions(system_prompt="Be brief.", max_new_tokens=5, context_budget=2048)
-    request, kwargs = build_request(demo_model, turns, opts, images)
-    pad = demo_model.config.image_token_id
-    assert request.prompt_ids.count(pad) == sum(im.n_tokens for im in images)
-    assert request.images == images and request.max_new_tokens == 5
-    assert request.sampling == demo_model.defaults.sampling
-    assert kwargs == {"max_context": 2048}
-    assert request.spec == opts.spec_mode and request.spec_k == opts.spec_k
+    settings = session_settings(opts)
+    assert settings.context_budget == 2048 and settings.max_pixels is None
+    kwargs = respond_options(demo_model, opts)
+    assert kwargs["max_new_tokens"] == 5
+    assert kwargs["sampling"] == demo_model.defaults.sampling
+    assert (kwargs["spec"], kwargs["spec_k"]) == (opts.spec_mode, opts.spec_k)
+    session = Session(demo_model, opts.system_prompt, settings)
+    events = list(session.respond(messages, **kwargs))
+    prefill = next(e for e in events if type(e).__name__ == "PrefillDone")
+    # both user turns carry the same picture: encoded once, its pads expanded twice
+    assert prefill.n_tokens > 2 * session.messages[0].images[0].n_tokens
+    assert session.budget == 2048
     opts.sampling = {
         "temperature": 0.0,
         "top_k": 1,
@@ -121,8 +135,7 @@ def test_prompt_for_a_conversation_with_images(demo_model, tmp_path):
         "min_p": 0.0,
         "repetition_penalty": 1.0,
     }
-    request, _ = build_request(demo_model, turns[:1], opts, images[:1])
-    assert request.sampling.greedy
+    assert respond_options(demo_model, opts)["sampling"].greedy
 
 
 def test_qt_free_modules_import_without_qt():
