@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,16 +179,26 @@ class SafetensorsFile:
         """Drop the tensor's file pages from this process's memory once it has been converted
         (they stay in the OS page cache), so loading never holds the file and the converted
         weights at once."""
+        self.releaser(name)()
+
+    def releaser(self, name: str) -> Callable[[], None]:
+        """release(name) as a callable that stays valid after close() while views of the
+        tensor are alive (the map itself lives on with them)."""
         info = self.tensors[name]
-        if self._map is None or info.nbytes == 0 or not hasattr(mmap, "MADV_DONTNEED"):
-            return
+        mapped = self._map
+        if mapped is None or info.nbytes == 0 or not hasattr(mmap, "MADV_DONTNEED"):
+            return lambda: None
         page = mmap.PAGESIZE
         start = (self._data_start + info.begin) // page * page
-        end = self._data_start + info.end
-        try:
-            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
-        except (OSError, ValueError):
-            pass  # only a memory hint
+        length = self._data_start + info.end - start
+
+        def release() -> None:
+            try:
+                mapped.madvise(mmap.MADV_DONTNEED, start, length)
+            except (OSError, ValueError):
+                pass  # only a memory hint; a closed map holds no pages
+
+        return release
 
     def close(self) -> None:
         if self._map is not None:
@@ -309,6 +320,10 @@ class Checkpoint:
     def release(self, name: str) -> None:
         info = self.info(name)
         self.files[info.file].release(name)
+
+    def releaser(self, name: str) -> Callable[[], None]:
+        info = self.info(name)
+        return self.files[info.file].releaser(name)
 
     @property
     def nbytes(self) -> int:

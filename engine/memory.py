@@ -7,7 +7,10 @@ tensor data is read), in bytes:
     text weights    every decoder matrix in the weights format (f32, q8_0, q4_0; a matrix whose
                     input size is not a multiple of 32 stays f32), the embedding and lm_head in
                     the head format (engine.text.HEAD_FORMAT), norms in f32
-    vision weights  the vision encoder in f32 (when the checkpoint has a usable one)
+    vision weights  the vision encoder's vectors, patch embedding and position table in f32
+                    (when the checkpoint has a usable one); its block and merger matrices stay
+                    in the mapped file and are widened to f32 one block at a time while an
+                    image is encoded (counted in the buffers)
     KV cache        context x bytes per token (f32, or q8 with one f32 scale per row): the
                     context budget bounds it, the cache never grows past it
     KV growth       the old copy a growing cache holds while it moves to a larger array
@@ -86,11 +89,22 @@ def prefill_bytes_per_row(cfg: ModelConfig) -> int:
 
 
 def vision_weight_bytes(cfg: ModelConfig) -> int:
-    from .vision.encoder import expected_vision_tensors
+    """The vision weights held in memory in f32: all but the block and merger matrices, which
+    stay in the checkpoint file (engine.vision.encoder.StoredWeight)."""
+    from .vision.encoder import expected_vision_tensors, is_stored_matrix
 
     if cfg.vision is None:
         return 0
-    return 4 * sum(math.prod(s) for s in expected_vision_tensors(cfg.vision).values())
+    shapes = expected_vision_tensors(cfg.vision)
+    return 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+
+
+def vision_widen_bytes(cfg: ModelConfig) -> int:
+    """The f32 scratch an encoder run widens the stored matrices into: one block's four
+    matrices and one merger's two."""
+    v = cfg.vision
+    vd, vi, m = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
+    return 4 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
 
 
 def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
@@ -108,7 +122,8 @@ def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
     outputs = 4 * tokens * v.out_hidden_size * (1 + len(v.deepstack_visual_indexes))
     merger = 4 * tokens * m2 * v.hidden_size * 2
     chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + ATTN_CHUNK_ELEMS)
-    return patches * per_patch + outputs + merger + chunks, outputs
+    widen = vision_widen_bytes(cfg)
+    return patches * per_patch + outputs + merger + chunks + widen, outputs
 
 
 @dataclass(frozen=True)

@@ -314,6 +314,22 @@ def test_vision_embeddings_match(vcase):
             assert rel_err(mine, theirs) < 1e-5
 
 
+def test_vision_matrices_stay_in_the_file(vcase):
+    """The block and merger matrices are views of the mapped checkpoint (no memory of their
+    own while idle); an encode widens them, drops their pages after, and a second encode of
+    the same image reads them again to the same bits."""
+    _, _, vision, prompts = vcase
+    stored = vision.encoder.w.stored
+    assert len(stored) == 4 * len(vision.encoder.w.blocks) + 2 * (
+        1 + len(vision.encoder.w.deepstack)
+    )
+    assert all(not w.raw.flags.owndata and not w.raw.flags.writeable for w in stored)
+    images = prompts[0][1]
+    first = vision.encode(images)
+    again = vision.encode(images)
+    np.testing.assert_array_equal(first.embeds, again.embeds)
+
+
 def test_image_prompt_logits_and_greedy_match(vcase):
     cfg, text, vision, prompts = vcase
     for ref, images in prompts:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import FLOAT_DTYPES, Checkpoint
 from ..config import VisionConfig
 from ..errors import CheckpointError
 from .kernels import (
@@ -30,6 +31,7 @@ from .kernels import (
     bias_gelu_tanh,
     layernorm,
     split_heads_rope,
+    widen_bf16,
 )
 
 PREFIX = "model.visual."
@@ -90,6 +92,14 @@ def expected_vision_tensors(v: VisionConfig) -> dict[str, tuple[int, ...]]:
     return names
 
 
+STORED_SUFFIXES = ("attn.qkv.weight", "attn.proj.weight", "linear_fc1.weight", "linear_fc2.weight")
+
+
+def is_stored_matrix(name: str) -> bool:
+    """Block and merger matrices: left in the file as StoredWeight, widened per encode."""
+    return name.endswith(STORED_SUFFIXES)
+
+
 def vision_tensor_problem(ckpt: Checkpoint, v: VisionConfig) -> str | None:
     """Why the vision weights cannot be loaded (missing or mis-shaped tensors), or None."""
     if v.depth > len(ckpt.tensors):  # before listing the names of 10**12 blocks
@@ -123,19 +133,55 @@ def vision_tensor_problem(ckpt: Checkpoint, v: VisionConfig) -> str | None:
     return None
 
 
+class StoredWeight:
+    """A weight matrix left in the mapped checkpoint file, in its stored dtype (BF16, F16 or
+    F32). It becomes float32 (exactly: the widening is lossless) only while an image is
+    encoded, one block at a time into reused scratch, and its file pages are dropped after:
+    an idle model holds none of it. For Qwen3-VL-2B that is 1.6 GB of f32 (0.8 GB of bf16)
+    that a chat without images never needs; the widening costs one pass over 0.8 GB per
+    encode (memory-bound, small next to the encoder's compute)."""
+
+    def __init__(self, raw: np.ndarray, dtype: str, release: Callable[[], None]):
+        self.raw = raw
+        self.dtype = dtype
+        self.release = release
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.raw.shape
+
+    @property
+    def f32_nbytes(self) -> int:
+        return 4 * self.raw.size
+
+    def f32(self, scratch: dict[str, np.ndarray], role: str) -> np.ndarray:
+        """The matrix as float32: the file's own array for F32, else widened into
+        scratch[role] (allocated on first use)."""
+        if self.dtype == "F32":
+            return self.raw
+        buf = scratch.get(role)
+        if buf is None or buf.shape != self.raw.shape:
+            buf = scratch[role] = np.empty(self.raw.shape, np.float32)
+        if self.dtype == "BF16":
+            widen_bf16(self.raw, buf)
+        else:
+            buf[...] = self.raw
+        return buf
+
+
 @dataclass
 class BlockWeights:
     norm1_w: np.ndarray
     norm1_b: np.ndarray
-    qkv_w: np.ndarray  # [3VD, VD]
+    qkv_w: StoredWeight  # [3VD, VD]
     qkv_b: np.ndarray
-    proj_w: np.ndarray  # [VD, VD]
+    proj_w: StoredWeight  # [VD, VD]
     proj_b: np.ndarray
     norm2_w: np.ndarray
     norm2_b: np.ndarray
-    fc1_w: np.ndarray  # [I, VD]
+    fc1_w: StoredWeight  # [I, VD]
     fc1_b: np.ndarray
-    fc2_w: np.ndarray  # [VD, I]
+    fc2_w: StoredWeight  # [VD, I]
     fc2_b: np.ndarray
 
 
@@ -143,9 +189,9 @@ class BlockWeights:
 class MergerWeights:
     norm_w: np.ndarray  # [VD] (main merger) or [4VD] (DeepStack: after the shuffle)
     norm_b: np.ndarray
-    fc1_w: np.ndarray  # [4VD, 4VD]
+    fc1_w: StoredWeight  # [4VD, 4VD]
     fc1_b: np.ndarray
-    fc2_w: np.ndarray  # [out, 4VD]
+    fc2_w: StoredWeight  # [out, 4VD]
     fc2_b: np.ndarray
 
 
@@ -158,18 +204,27 @@ class VisionWeights:
     merger: MergerWeights
     deepstack: list[MergerWeights]
 
+    def _all(self) -> list:
+        parts = [self.patch_w, self.patch_b, self.pos_embed]
+        for b in self.blocks:
+            parts += list(vars(b).values())
+        for m in [self.merger, *self.deepstack]:
+            parts += list(vars(m).values())
+        return parts
+
     @property
     def nbytes(self) -> int:
-        arrays = [self.patch_w, self.patch_b, self.pos_embed]
-        for b in self.blocks:
-            arrays += list(vars(b).values())
-        for m in [self.merger, *self.deepstack]:
-            arrays += list(vars(m).values())
-        return sum(a.nbytes for a in arrays)
+        """Bytes held in memory (the stored matrices stay in the file)."""
+        return sum(a.nbytes for a in self._all() if isinstance(a, np.ndarray))
+
+    @property
+    def stored(self) -> list[StoredWeight]:
+        return [a for a in self._all() if isinstance(a, StoredWeight)]
 
 
 def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
-    """Read every vision tensor as float32, each shape checked against the config."""
+    """Vectors, patch embedding and position table as float32; the block and merger matrices
+    as StoredWeight (left in the file). Every shape and dtype is checked against the config."""
     problem = vision_tensor_problem(ckpt, v)
     if problem:
         raise CheckpointError(problem)
@@ -180,13 +235,22 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
         ckpt.release(PREFIX + name)  # the file pages are not needed once converted
         return arr
 
+    def stored(name):
+        name = PREFIX + name
+        info = ckpt.info(name)
+        if info.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
+            )
+        return StoredWeight(ckpt.raw(name), info.dtype, ckpt.releaser(name))
+
     def merger(p):
         return MergerWeights(
             norm_w=get(p + "norm.weight"),
             norm_b=get(p + "norm.bias"),
-            fc1_w=get(p + "linear_fc1.weight"),
+            fc1_w=stored(p + "linear_fc1.weight"),
             fc1_b=get(p + "linear_fc1.bias"),
-            fc2_w=get(p + "linear_fc2.weight"),
+            fc2_w=stored(p + "linear_fc2.weight"),
             fc2_b=get(p + "linear_fc2.bias"),
         )
 
@@ -197,15 +261,15 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
             BlockWeights(
                 norm1_w=get(p + "norm1.weight"),
                 norm1_b=get(p + "norm1.bias"),
-                qkv_w=get(p + "attn.qkv.weight"),
+                qkv_w=stored(p + "attn.qkv.weight"),
                 qkv_b=get(p + "attn.qkv.bias"),
-                proj_w=get(p + "attn.proj.weight"),
+                proj_w=stored(p + "attn.proj.weight"),
                 proj_b=get(p + "attn.proj.bias"),
                 norm2_w=get(p + "norm2.weight"),
                 norm2_b=get(p + "norm2.bias"),
-                fc1_w=get(p + "mlp.linear_fc1.weight"),
+                fc1_w=stored(p + "mlp.linear_fc1.weight"),
                 fc1_b=get(p + "mlp.linear_fc1.bias"),
-                fc2_w=get(p + "mlp.linear_fc2.weight"),
+                fc2_w=stored(p + "mlp.linear_fc2.weight"),
                 fc2_b=get(p + "mlp.linear_fc2.bias"),
             )
         )
@@ -338,6 +402,13 @@ class VisionEncoder:
     def forward(self, pixel_values: np.ndarray, grids) -> VisionOutput:
         """pixel_values: [N, C*T*P*P] f32 (images concatenated, reference patch order);
         grids: [(t, h, w)] per image. Returns merged embeddings and DeepStack features."""
+        try:
+            return self._forward(pixel_values, grids, {})
+        finally:
+            for w in self.w.stored:  # the file pages are read again at the next image
+                w.release()
+
+    def _forward(self, pixel_values: np.ndarray, grids, scratch: dict) -> VisionOutput:
         c = self.cfg
         t_start = time.perf_counter()
         perf = time.perf_counter
@@ -384,32 +455,34 @@ class VisionEncoder:
         for i, b in enumerate(self.w.blocks):
             layernorm(x, b.norm1_w, b.norm1_b, LN_EPS, hbuf)
             t0 = perf()
-            np.matmul(hbuf, b.qkv_w.T, out=qkv)
+            np.matmul(hbuf, b.qkv_w.f32(scratch, "qkv").T, out=qkv)
             timer.gemm += perf() - t0
             split_heads_rope(qkv, b.qkv_b, cos, sin, q, k, v)
             t0 = perf()
             self._attention(q, k, v, spans, attn)
             t1 = perf()
-            np.matmul(attn, b.proj_w.T, out=proj)
+            np.matmul(attn, b.proj_w.f32(scratch, "proj").T, out=proj)
             timer.attn += t1 - t0
             timer.gemm += perf() - t1
             add_bias_residual(x, proj, b.proj_b)
             layernorm(x, b.norm2_w, b.norm2_b, LN_EPS, hbuf)
+            fc1_w = b.fc1_w.f32(scratch, "fc1")
+            fc2_w = b.fc2_w.f32(scratch, "fc2")
             for r0 in range(0, n, mlp_rows):
                 r1 = min(n, r0 + mlp_rows)
                 a = act[: r1 - r0]
                 t0 = perf()
-                np.matmul(hbuf[r0:r1], b.fc1_w.T, out=a)
+                np.matmul(hbuf[r0:r1], fc1_w.T, out=a)
                 timer.gemm += perf() - t0
                 bias_gelu_tanh(a, b.fc1_b, POW2)
                 t0 = perf()
-                np.matmul(a, b.fc2_w.T, out=proj[r0:r1])
+                np.matmul(a, fc2_w.T, out=proj[r0:r1])
                 timer.gemm += perf() - t0
             add_bias_residual(x, proj, b.fc2_b)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
-                deepstack.append(self._merge(x, self.w.deepstack[j], True, timer))
-        embeds = self._merge(x, self.w.merger, False, timer)
+                deepstack.append(self._merge(x, self.w.deepstack[j], True, timer, scratch))
+        embeds = self._merge(x, self.w.merger, False, timer, scratch)
         counts = [t * h * w // m2 for t, h, w in grids]
         ms = (time.perf_counter() - t_start) * 1e3
         return VisionOutput(
@@ -422,7 +495,9 @@ class VisionEncoder:
             flops=self.flops(grids),
         )
 
-    def _merge(self, x: np.ndarray, mw: MergerWeights, postshuffle: bool, timer) -> np.ndarray:
+    def _merge(
+        self, x: np.ndarray, mw: MergerWeights, postshuffle: bool, timer, scratch
+    ) -> np.ndarray:
         """2x2 patch merger: [N, VD] -> [N/4, out]. Main merger: LayerNorm per token then
         shuffle; DeepStack mergers: shuffle then LayerNorm over 4*VD."""
         m2 = self.cfg.spatial_merge_size**2
@@ -435,12 +510,14 @@ class VisionEncoder:
             h = np.empty_like(x)
             layernorm(x, mw.norm_w, mw.norm_b, LN_EPS, h)
             h = h.reshape(n // m2, m2 * vd)
+        fc1_w = mw.fc1_w.f32(scratch, "merge_fc1")
+        fc2_w = mw.fc2_w.f32(scratch, "merge_fc2")
         t0 = time.perf_counter()
-        a = np.matmul(h, mw.fc1_w.T)
+        a = np.matmul(h, fc1_w.T)
         timer.gemm += time.perf_counter() - t0
         bias_gelu_erf(a, mw.fc1_b)
         t0 = time.perf_counter()
-        out = np.matmul(a, mw.fc2_w.T)
+        out = np.matmul(a, fc2_w.T)
         timer.gemm += time.perf_counter() - t0
         add_bias(out, mw.fc2_b)
         return out
