@@ -48,6 +48,7 @@ from . import arrayfile
 from .errors import InputError, MerlinError, TokenizerError
 from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
 from .kv_cache import KVCache
+from .prompt import check_user_text
 from .rope import mrope_positions, text_positions
 from .sampling import SamplingParams
 from .speculative import Drafter
@@ -447,7 +448,10 @@ class Session:
                 raise InputError(f"message {i}: text must be a string.")
             if m.images and m.role != "user":
                 raise InputError(f"message {i}: only user messages can have images.")
-            out.append(Message(m.role, m.text, [self.image(im) for im in m.images]))
+            # what a person typed: lone surrogates cleaned, a huge paste refused before the
+            # tokenizer sees it (engine.prompt.check_user_text, as build_prompt does)
+            text = check_user_text(m.text) if m.role == "user" else m.text
+            out.append(Message(m.role, text, [self.image(im) for im in m.images]))
         return out
 
     def _embedding(self, im: SessionImage) -> ImageEmbedding:
