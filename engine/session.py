@@ -61,6 +61,9 @@ SESSION_KIND = "merlin-session"
 SESSION_FORMAT = 1  # bump when what a session file holds, or how it is computed, changes
 SESSION_SUFFIX = ".msession"
 DEFAULT_STORE_CAP = 4 * 1024**3
+# a temporary file of a save (engine.arrayfile) not written to for this long was left by a
+# process that died mid-write (kill -9, power cut); SessionStore deletes it
+STALE_TEMP_SECONDS = 600
 
 
 # ---- data --------------------------------------------------------------------------------------
@@ -1198,9 +1201,28 @@ class SessionStore:
         self.cap_bytes = int(cap_bytes)
         return self.enforce_cap()
 
+    def remove_stale_temp_files(self) -> int:
+        """Delete what interrupted saves left (`.<name>.<pid>.tmp`, see engine.arrayfile)
+        once untouched for STALE_TEMP_SECONDS; a save in progress keeps its file fresh."""
+        removed = 0
+        try:
+            temps = list(self.folder.glob(f".*{SESSION_SUFFIX}.*.tmp"))
+        except OSError:
+            return 0
+        for p in temps:
+            try:
+                if time.time() - p.stat().st_mtime > STALE_TEMP_SECONDS:
+                    p.unlink()
+                    removed += 1
+            except OSError:
+                pass
+        return removed
+
     def enforce_cap(self, keep: Path | None = None, extra: int = 0) -> list[Path]:
         """Delete least recently used files until the folder (plus `extra` bytes about to be
-        written) is within the cap; `keep` is never deleted. Returns the deleted paths."""
+        written) is within the cap; `keep` is never deleted. Returns the deleted paths.
+        Leftovers of interrupted saves are removed first."""
+        self.remove_stale_temp_files()
         entries = []
         for p in self._files():
             try:

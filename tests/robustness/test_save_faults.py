@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from engine import arrayfile
 from engine.arrayfile import FileSaveError
 from engine.generate import Finished
 from engine.sampling import SamplingParams
-from engine.session import Session, SessionStore
+from engine.session import SESSION_SUFFIX, STALE_TEMP_SECONDS, Session, SessionStore
 
 GREEDY = dict(sampling=SamplingParams(temperature=0.0), max_new_tokens=3, ignore_eos=True)
 
@@ -301,3 +302,19 @@ def test_session_store_in_a_read_only_folder(demo_model, tmp_path):
     assert restored.restore(store.path_for("chat-1"), load_messages=True).restored
     assert len(restored.messages) == 2  # the turn saved before the folder turned read-only
     assert isinstance(list(session.ask("Still here?", **GREEDY))[-1], Finished)
+
+
+def test_session_store_removes_what_a_killed_save_left(demo_model, tmp_path):
+    """A process killed mid-save leaves `.<name>.<pid>.tmp` (test_kill_during_save.py); the
+    next save in the folder deletes it once it is stale, never a save still being written."""
+    store = SessionStore(tmp_path)
+    stale = tmp_path / f".chat-1{SESSION_SUFFIX}.4242.tmp"
+    fresh = tmp_path / f".chat-2{SESSION_SUFFIX}.4243.tmp"
+    for p in (stale, fresh):
+        p.write_bytes(b"MERLINAF torn")
+    old = time.time() - 2 * STALE_TEMP_SECONDS
+    os.utime(stale, (old, old))
+    session = Session(demo_model)
+    list(session.ask("Hello?", **GREEDY))
+    assert store.save(session, "chat-3").saved
+    assert not stale.exists() and fresh.exists()
