@@ -67,6 +67,13 @@ def parse_args(argv):
         "PNG of the window",
     )
     p.add_argument("--quit-after-load", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--script",
+        metavar="FILE",
+        default=None,
+        help="send the lines of FILE as user messages, one after each answer, printing SENT "
+        "<id> <line> once each is saved; exit after the last answer (for crash tests)",
+    )
     return p.parse_args(argv)
 
 
@@ -89,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         from .screenshot import run
 
         return run(args.demo_screenshot, model=args.model or "", language=args.lang or "en")
+    if args.script:
+        from .scripted import run as run_script
+
+        return run_script(args.script, model=args.model, weights=args.weights, kv=args.kv)
 
     from PySide6.QtWidgets import QApplication
 

@@ -6,11 +6,16 @@ while it streams (at most every half second), so a crash loses at most the last 
 answer. A message whose answer was streaming when the process died is marked `interrupted` the
 next time the store opens. Images are content-addressed files under `images/` next to the
 database, written atomically (temp file, fsync, rename) before the row that uses them.
+
+Failures to write (a full disk, a read-only data folder) raise StoreError with a message for the
+user; the failed transaction is rolled back, so what was saved before stays as it was and the
+store keeps working once there is space again (tests/robustness/test_save_faults.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -60,7 +65,29 @@ _MIGRATIONS = {1: _SCHEMA_V1}
 
 
 class StoreError(Exception):
-    """The chat store cannot be used; the message is meant for the user."""
+    """The chat store cannot be used or could not save; the message is meant for the user."""
+
+
+# SQLite result codes (the primary code, the low byte of sqlite_errorcode)
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 13, 14
+
+
+def _why_not_saved(folder: Path | None, code: int | None, detail: str) -> str:
+    """What to tell the user when writing to the store failed (the code: an errno for OSError,
+    a primary SQLite result code for sqlite3.Error)."""
+    where = str(folder) if folder else "memory"
+    if code in (errno.ENOSPC, errno.EDQUOT, _SQLITE_FULL):
+        return (
+            f"The disk is full: nothing more can be saved in {where}. Free some space and try "
+            "again; the chats saved before are intact."
+        )
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM, _SQLITE_READONLY, _SQLITE_PERM):
+        return (
+            f"The data folder {where} is read-only ({detail}): nothing can be saved there. Make "
+            "it writable, or start Merlin with MERLIN_DATA_DIR set to another folder; the chats "
+            "saved before are intact."
+        )
+    return f"The chat database in {where} could not be written ({detail})."
 
 
 @dataclass(frozen=True)
@@ -116,16 +143,26 @@ class Store:
             self._db.execute("PRAGMA synchronous = FULL")
             self._migrate()
             self.interrupted = self._recover()
+        except sqlite3.OperationalError as e:
+            code = _sqlite_code(e)
+            if code not in (_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_PERM, _SQLITE_CANTOPEN):
+                raise self._open_error(e) from None
+            if code == _SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
+                code = _SQLITE_READONLY
+            raise StoreError(_why_not_saved(self.folder, code, str(e))) from None
         except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"The chat database in {self.folder} cannot be opened ({e}). Move the file "
-                f"{DB_NAME} aside to start with an empty history; nothing else was changed."
-            ) from None
+            raise self._open_error(e) from None
         except OSError as e:
             raise StoreError(
                 f"The data folder {self.folder} cannot be used ({e.strerror or e}). Check that "
                 "it exists and is writable."
             ) from None
+
+    def _open_error(self, e: sqlite3.Error) -> StoreError:
+        return StoreError(
+            f"The chat database in {self.folder} cannot be opened ({e}). Move the file "
+            f"{DB_NAME} aside to start with an empty history; nothing else was changed."
+        )
 
     # ---- schema --------------------------------------------------------------------------
 
@@ -149,13 +186,20 @@ class Store:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+        """One committed transaction. A failure rolls it back (SQLite may have done so
+        already, e.g. on a full disk) and a SQLite error becomes a StoreError for the user."""
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise StoreError(_why_not_saved(self.folder, _sqlite_code(e), str(e))) from None
 
     def _recover(self) -> int:
         with self._transaction() as db:
@@ -306,18 +350,24 @@ class Store:
         sha = hashlib.sha256(data).hexdigest()
         ref = ImageRef(sha, ext, name)
         target = self.image_path(ref)
-        if not target.is_file() or target.stat().st_size != len(data):
+        if target.is_file() and target.stat().st_size == len(data):
+            return ref
+        tmp = None
+        try:
             fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.image_dir)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, target)
-            except BaseException:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException as e:
+            if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+            if not isinstance(e, OSError):
                 raise
+            why = _why_not_saved(self.image_dir, e.errno, e.strerror or str(e))
+            raise StoreError(f"The image {name} was not saved. {why}") from None
         return ref
 
     def collect_images(self) -> int:
@@ -333,3 +383,8 @@ class Store:
                     path.unlink()
                     removed += 1
         return removed
+
+
+def _sqlite_code(e: sqlite3.Error) -> int | None:
+    code = getattr(e, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None

@@ -48,6 +48,7 @@ from . import arrayfile
 from .errors import InputError, MerlinError, TokenizerError
 from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
 from .kv_cache import KVCache
+from .prompt import check_user_text
 from .rope import mrope_positions, text_positions
 from .sampling import SamplingParams
 from .speculative import Drafter
@@ -60,6 +61,9 @@ SESSION_KIND = "merlin-session"
 SESSION_FORMAT = 1  # bump when what a session file holds, or how it is computed, changes
 SESSION_SUFFIX = ".msession"
 DEFAULT_STORE_CAP = 4 * 1024**3
+# a temporary file of a save (engine.arrayfile) not written to for this long was left by a
+# process that died mid-write (kill -9, power cut); SessionStore deletes it
+STALE_TEMP_SECONDS = 600
 
 
 # ---- data --------------------------------------------------------------------------------------
@@ -447,7 +451,10 @@ class Session:
                 raise InputError(f"message {i}: text must be a string.")
             if m.images and m.role != "user":
                 raise InputError(f"message {i}: only user messages can have images.")
-            out.append(Message(m.role, m.text, [self.image(im) for im in m.images]))
+            # what a person typed: lone surrogates cleaned, a huge paste refused before the
+            # tokenizer sees it (engine.prompt.check_user_text, as build_prompt does)
+            text = check_user_text(m.text) if m.role == "user" else m.text
+            out.append(Message(m.role, text, [self.image(im) for im in m.images]))
         return out
 
     def _embedding(self, im: SessionImage) -> ImageEmbedding:
@@ -1194,9 +1201,28 @@ class SessionStore:
         self.cap_bytes = int(cap_bytes)
         return self.enforce_cap()
 
+    def remove_stale_temp_files(self) -> int:
+        """Delete what interrupted saves left (`.<name>.<pid>.tmp`, see engine.arrayfile)
+        once untouched for STALE_TEMP_SECONDS; a save in progress keeps its file fresh."""
+        removed = 0
+        try:
+            temps = list(self.folder.glob(f".*{SESSION_SUFFIX}.*.tmp"))
+        except OSError:
+            return 0
+        for p in temps:
+            try:
+                if time.time() - p.stat().st_mtime > STALE_TEMP_SECONDS:
+                    p.unlink()
+                    removed += 1
+            except OSError:
+                pass
+        return removed
+
     def enforce_cap(self, keep: Path | None = None, extra: int = 0) -> list[Path]:
         """Delete least recently used files until the folder (plus `extra` bytes about to be
-        written) is within the cap; `keep` is never deleted. Returns the deleted paths."""
+        written) is within the cap; `keep` is never deleted. Returns the deleted paths.
+        Leftovers of interrupted saves are removed first."""
+        self.remove_stale_temp_files()
         entries = []
         for p in self._files():
             try:

@@ -5,6 +5,9 @@ accepted message still encodes quickly."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import unicodedata
 
@@ -14,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.errors import InputError
+from engine.generate import Finished
 from engine.prompt import (
     MAX_MESSAGE_CHARS,
     build_prompt,
@@ -21,6 +25,8 @@ from engine.prompt import (
     check_user_text,
     sanitize_user_text,
 )
+from engine.sampling import SamplingParams
+from engine.session import Session
 from engine.tokenizer import Tokenizer, clean_text
 
 
@@ -162,6 +168,53 @@ def test_a_1_mb_paste_is_refused_at_once(tok, demo_model):
         assert time.perf_counter() - t0 < 0.1  # refused before tokenizing
         msg = str(e.value)
         assert "1,000,000 characters" in msg and f"{MAX_MESSAGE_CHARS:,}" in msg
+
+
+GREEDY = dict(sampling=SamplingParams(temperature=0.0), max_new_tokens=3, ignore_eos=True)
+
+
+def test_a_1_mb_paste_in_a_session_is_refused_and_the_chat_goes_on(demo_model):
+    """engine.session checks every user turn (ask, edit, respond): refused before any work,
+    the conversation and its cache unchanged, the next turn answered as usual."""
+    paste = "x" * 1_000_000
+    session = Session(demo_model)
+    list(session.ask("Hello?", **GREEDY))
+    before = ([m.key() for m in session.messages], session.token_ids, session.cached_tokens)
+    for call in (
+        lambda: session.ask(paste, **GREEDY),
+        lambda: session.edit(0, paste, **GREEDY),
+        lambda: session.respond([*session.messages, {"role": "user", "text": paste}]),
+    ):
+        t0 = time.perf_counter()
+        with pytest.raises(InputError, match="1,000,000 characters"):
+            call()
+        assert time.perf_counter() - t0 < 0.1
+    assert ([m.key() for m in session.messages], session.token_ids, session.cached_tokens) == (
+        before
+    )
+    assert isinstance(list(session.ask("And now?", **GREEDY))[-1], Finished)
+    # lone surrogates (a broken clipboard) are cleaned on the way in
+    list(session.ask("broken \udc80 clipboard", **GREEDY))
+    assert session.messages[-2].text == "broken \ufffd clipboard"
+
+
+def test_a_1_mb_paste_in_the_headless_chat(demo_dir):
+    """merlin-cli chat: one clear line for the refused turn, the next turn answered, exit 2."""
+    stdin = "x" * 1_000_000 + "\nHello?\n"
+    r = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "chat", "--model", str(demo_dir), "--json"]
+        + ["--temperature", "0", "--max-new-tokens", "3", "--ignore-eos"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONIOENCODING="utf-8"),
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "1,000,000 characters" in errors[0], r.stderr
+    assert f"{MAX_MESSAGE_CHARS:,}" in errors[0]
+    assert r.stdout.count('"event": "finished"') == 1
 
 
 def test_the_limit_is_inclusive(tok):
