@@ -109,3 +109,41 @@ def test_verify_rows_bitwise_equal_decode_rows(folder, kv):
     for i in range(k):
         row = model.forward(ids[n0 + i : n0 + i + 1], text_positions(n0 + i, 1), cache)
         assert np.array_equal(row[0], batch[i]), f"row {i} differs"
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q8"])
+@pytest.mark.parametrize("nh,nkv,hd", [(4, 2, 128), (6, 2, 80)])
+def test_attention_rows_do_not_depend_on_batch_or_threads(fmt, nh, nkv, hd):
+    """Query row n of an N-row call equals a 1-row call at the same position, bit for bit,
+    for N = 1..9 across key-tile boundaries (64 keys), group sizes 2 and 3 (every query tile
+    shape), a head_dim with a partial value tile, 1 and 2 threads."""
+    import numba
+
+    start0, cap = 120, 140
+    kf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
+    vf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
+    if fmt == "f32":
+        k, v = kf.transpose(1, 2, 0).copy(), vf.transpose(1, 0, 2).copy()
+        ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
+    else:
+        k, v = np.empty((nkv, hd, cap), np.int8), np.empty((nkv, cap, hd), np.int8)
+        ks, vs = np.empty((nkv, cap), np.float32), np.empty((nkv, cap), np.float32)
+        quantize_rows_q8(kf, k, ks, 0, True)
+        quantize_rows_q8(vf, v, vs, 0, False)
+    q = rng.standard_normal((9, nh, hd), dtype=np.float32)
+    scale = np.float32(hd**-0.5)
+    singles = np.empty((9, nh * hd), np.float32)
+    for i in range(9):
+        attention(q[i : i + 1], k, ks, v, vs, start0 + i, scale, singles[i : i + 1])
+    before = numba.get_num_threads()
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            for n in range(1, 10):
+                out = np.empty((n, nh * hd), np.float32)
+                attention(np.ascontiguousarray(q[:n]), k, ks, v, vs, start0, scale, out)
+                assert np.array_equal(out, singles[:n]), (threads, n)
+    finally:
+        numba.set_num_threads(before)
+    ref = attention_reference(q, k, ks, v, vs, start0, hd**-0.5)
+    np.testing.assert_allclose(singles, ref, rtol=1e-4, atol=1e-5)

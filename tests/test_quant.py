@@ -269,14 +269,29 @@ for fmt, small, twin in [("q8", ql.matmul_q8, ql.matmul_q8_small_reference),
     ref = twin(x, qt.qs, qt.scales)
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 1e-5, (fmt, err)
+from engine.kernels import attention as at
+assert at.VALUE_QUERIES == 1
+k = rng.standard_normal((2, 128, 80), dtype=np.float32)
+v = rng.standard_normal((2, 80, 128), dtype=np.float32)
+ones = np.ones((2, 80), np.float32)
+q = rng.standard_normal((5, 4, 128), dtype=np.float32)
+single = np.empty((5, 512), np.float32)
+for i in range(5):
+    at.attention(q[i : i + 1], k, ones, v, ones, 70 + i, np.float32(0.1), single[i : i + 1])
+batch = np.empty((5, 512), np.float32)
+at.attention(q, k, ones, v, ones, 70, np.float32(0.1), batch)
+assert np.array_equal(batch, single)
+ref = at.attention_reference(q, k, ones, v, ones, 70, 0.1)
+assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
 print("generic ok")
 """
 
 
 def test_generic_code_path(tmp_path):
     """The non-x86 kernels (LLVM partial reductions: sdot/smlal on the aarch64 board, int8
-    activations for q4) built here with MERLIN_QKERNEL=generic: twin agreement and bitwise
-    N-independence. A separate process and Numba cache: the switch is read at import."""
+    activations for q4; one-query value tiles in attention) built here with
+    MERLIN_QKERNEL=generic: twin agreement and bitwise N-independence. A separate process
+    and Numba cache: the switch is read at import."""
     import os
     import subprocess
     import sys

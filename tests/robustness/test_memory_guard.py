@@ -79,7 +79,7 @@ def test_estimate_covers_a_full_context_run(demo_dir):
         list(generate(model, req, cache=model.new_cache(context), max_context=context))
         peak = tracemalloc.get_traced_memory()[1] - base
     assert peak <= est.total, (peak, est.describe())
-    assert peak >= est.total / 8  # and not wildly pessimistic
+    assert peak >= (est.total - est.margin) / 8  # and not wildly pessimistic
 
 
 def test_guard_refuses_before_converting(demo_dir, monkeypatch):
