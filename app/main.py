@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="merlin", description="Chat with Qwen3-VL models locally.")
@@ -81,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.warmup:
         return _warmup(args)
-    for flag, value, choices in (("--weights", args.weights, WEIGHTS), ("--kv", args.kv, KVS)):
+    for flag, value, choices in (
+        ("--weights", args.weights, WEIGHT_FORMATS),
+        ("--kv", args.kv, KV_FORMATS),
+    ):
         if value is not None and value not in choices:
             print(f"merlin: {flag} must be one of {', '.join(choices)}", file=sys.stderr)
             return 2
@@ -128,10 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     return app.exec()
 
 
-WEIGHTS = ("f32", "q8", "q4")
-KVS = ("f32", "q8")
-
-
 def _saved_settings():
     """The user's settings (None when Qt is unusable: then only flags count)."""
     try:
@@ -167,8 +168,8 @@ def _warmup(args) -> int:
     try:
         return warmup.run(
             args,
-            default_weights=settings.weights if settings else "f32",
-            default_kv=settings.kv if settings else "f32",
+            default_weights=settings.weights if settings else DEFAULT_WEIGHTS,
+            default_kv=settings.kv if settings else DEFAULT_KV,
         )
     except MerlinError as e:
         print(f"merlin: {e}", file=sys.stderr)

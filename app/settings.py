@@ -21,15 +21,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
 from engine.speculative import MAX_K
 
 from .i18n import LANGUAGES, tr
 from .paths import data_dir, sessions_dir
 from .perf_stats import format_bytes
 from .prompting import SPEC_MODES, GenerationOptions
-
-WEIGHT_FORMATS = ("f32", "q8", "q4")
-KV_FORMATS = ("f32", "q8")
 
 
 @dataclass
@@ -53,8 +51,8 @@ class AppSettings:
     session_cap_mb: int = 4096  # disk for saved sessions (KV caches of chats); 0 = none saved
     language: str = "system"  # "system", "en", "zh_CN"
     model_source: str = ""  # "" = demo; "random-2b"; or a folder
-    weights: str = "f32"
-    kv: str = "f32"
+    weights: str = DEFAULT_WEIGHTS
+    kv: str = DEFAULT_KV
     recent_folders: str = ""  # newline-separated
     panel_visible: bool = True
     demo_mode: bool = False
@@ -108,9 +106,9 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     if s.spec_mode not in SPEC_MODES:
         s.spec_mode = "auto"
     if s.weights not in WEIGHT_FORMATS:
-        s.weights = "f32"
+        s.weights = DEFAULT_WEIGHTS
     if s.kv not in KV_FORMATS:
-        s.kv = "f32"
+        s.kv = DEFAULT_KV
     if not valid_cpus(s.cpus):
         s.cpus = "big"
     return s

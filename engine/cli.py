@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MerlinError
+from .formats import DEFAULT_KV, DEFAULT_WEIGHTS
 from .speculative import MAX_K, SPEC_MODES, SpecPolicy
 
 EXIT_USER_ERROR = 2
@@ -38,8 +39,14 @@ def _load(args):
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint folder (default: the built-in demo checkpoint)")
-    p.add_argument("--weights", default="f32", help="weight format: f32")
-    p.add_argument("--kv", default="f32", help="KV cache format: f32 or q8")
+    p.add_argument(
+        "--weights",
+        default=DEFAULT_WEIGHTS,
+        help=f"weight format: f32, q8 or q4 (default {DEFAULT_WEIGHTS})",
+    )
+    p.add_argument(
+        "--kv", default=DEFAULT_KV, help=f"KV cache format: f32 or q8 (default {DEFAULT_KV})"
+    )
     p.add_argument(
         "--threads", type=int, default=None, help="kernel threads (default: one per CPU used)"
     )

@@ -13,10 +13,10 @@ import numpy as np
 
 from . import arrayfile
 from .errors import InputError
+from .formats import KV_FORMATS
 from .kernels.attention import quantize_rows_q8
 
 GROW_STEP = 256
-KV_FORMATS = ("f32", "q8")
 
 
 class KVCache:

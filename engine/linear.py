@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .formats import WEIGHT_FORMATS  # noqa: F401 (re-exported)
 from .kernels.linear import matmul_f32
 from .kernels.qlinear import (
     dequantize_q4_rows,
@@ -23,7 +24,6 @@ from .quant import BLOCK, QTensor
 
 # Up to this many rows the Numba kernel runs (decode, verify: same code, bitwise equal rows).
 SMALL_N = 16
-WEIGHT_FORMATS = ("f32", "q8", "q4")
 
 
 class F32Linear:

@@ -36,8 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-WEIGHT_CHOICES = ("f32", "q8", "q4")
-KV_CHOICES = ("f32", "q8")
+from .formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+
+WEIGHT_CHOICES = WEIGHT_FORMATS
+KV_CHOICES = KV_FORMATS
 ENV_STAMPS = "MERLIN_KERNEL_STAMPS"
 
 Progress = Callable[[float, str], None]
@@ -76,8 +78,8 @@ def parse_formats(text: str | None, choices: tuple[str, ...], default: str) -> t
 
 
 def plan(
-    weights: tuple[str, ...] = ("f32",),
-    kv: tuple[str, ...] = ("f32",),
+    weights: tuple[str, ...] = (DEFAULT_WEIGHTS,),
+    kv: tuple[str, ...] = (DEFAULT_KV,),
     vision: bool = True,
     model_dir: str | Path | None = None,
 ) -> list[Step]:
@@ -213,8 +215,8 @@ def run_question(model, kv_fmt: str, image: bool, sampled: bool = False) -> None
 
 
 def warm_up(
-    weights: tuple[str, ...] = ("f32",),
-    kv: tuple[str, ...] = ("f32",),
+    weights: tuple[str, ...] = (DEFAULT_WEIGHTS,),
+    kv: tuple[str, ...] = (DEFAULT_KV,),
     vision: bool = True,
     progress: Progress | None = None,
     model_dir: str | Path | None = None,
@@ -382,13 +384,13 @@ def add_arguments(p: argparse.ArgumentParser, defaults_from: str = "") -> None:
         "--weights",
         default=None,
         help="weights formats to compile for: f32, q8, q4, comma-separated, or all "
-        f"(default: {defaults_from or 'f32'})",
+        f"(default: {defaults_from or DEFAULT_WEIGHTS})",
     )
     p.add_argument(
         "--kv",
         default=None,
         help="KV cache formats: f32, q8, comma-separated, or all "
-        f"(default: {defaults_from or 'f32'})",
+        f"(default: {defaults_from or DEFAULT_KV})",
     )
     p.add_argument("--no-vision", action="store_true", help="skip the vision encoder kernels")
     p.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
@@ -415,7 +417,7 @@ class TerminalProgress:
         self.stream.flush()
 
 
-def run(args, default_weights: str = "f32", default_kv: str = "f32") -> int:
+def run(args, default_weights: str = DEFAULT_WEIGHTS, default_kv: str = DEFAULT_KV) -> int:
     """Warm up as the parsed arguments say; progress on stderr (or JSON lines on stdout)."""
     weights = parse_formats(args.weights, WEIGHT_CHOICES, default_weights)
     kv = parse_formats(args.kv, KV_CHOICES, default_kv)
