@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MerlinError
-from .formats import DEFAULT_KV, DEFAULT_WEIGHTS
+from .formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
 from .speculative import MAX_K, SPEC_MODES, SpecPolicy
 
 EXIT_USER_ERROR = 2
@@ -84,6 +84,7 @@ def _prompt(args, model):
 
 
 def cmd_info(args) -> int:
+    from . import memory
     from .checkpoint import Checkpoint
     from .config import load_config
     from .text import expected_text_tensors
@@ -97,11 +98,8 @@ def cmd_info(args) -> int:
     text_tensors = expected_text_tensors(cfg)
     matrices = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 2)
     vectors = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 1)
-    # a decode step reads every layer matrix and the lm_head once, plus one embedding row
-    embed = t.vocab_size * t.hidden_size
-    read = matrices if cfg.tie_word_embeddings else matrices - embed + t.hidden_size
-    per_token = {"f32": (read + vectors) * 4}
-    kv_per_token = 2 * t.num_hidden_layers * t.kv_size * 4
+    per_token = {w: memory.decode_bytes_per_token(cfg, w) for w in WEIGHT_FORMATS}
+    kv_per_token = {kv: memory.kv_bytes_per_token(cfg, kv) for kv in KV_FORMATS}
     info = {
         "folder": str(folder),
         "architecture": cfg.describe(),
@@ -127,7 +125,7 @@ def cmd_info(args) -> int:
         "params_total": n_total,
         "params_text": matrices + vectors,
         "weight_bytes_per_token": per_token,
-        "kv_bytes_per_token": {"f32": kv_per_token},
+        "kv_bytes_per_token": kv_per_token,
         "cpus": _cpu_info(args),
         "memory": _memory_info(folder),
     }
@@ -147,15 +145,20 @@ def cmd_info(args) -> int:
     print(f"stored as:    {', '.join(dtypes)}")
     print(f"cpu:          {info['cpus']['topology']}")
     print(f"threads:      {info['cpus']['placement']}")
-    for fmt, b in per_token.items():
-        print(
-            f"bytes/token:  {b:,} weights ({fmt}) + {kv_per_token:,} KV ({fmt}) per context token"
-        )
+    chosen = f"{args.weights} weights, {args.kv} KV"
+    print(
+        f"read/token:   {per_token[args.weights] / 1e6:,.1f} MB of {args.weights} weights "
+        f"+ {kv_per_token[args.kv] / 1e3:,.1f} KB of {args.kv} KV per context token (chosen)"
+    )
+    others = ", ".join(f"{w} {b / 1e6:,.1f} MB" for w, b in per_token.items() if w != args.weights)
+    kv_others = ", ".join(f"{k} {b / 1e3:,.1f} KB" for k, b in kv_per_token.items() if k != args.kv)
+    print(f"              other formats: weights {others}; KV {kv_others}")
     mem = info["memory"]
     avail = f"{mem['available'] / 1e9:.1f} GB" if mem["available"] else "unknown"
     print(f"memory:       needs, with a context of {mem['context']} tokens ({avail} available):")
     for name, est in mem["estimates"].items():
-        print(f"  {name + ':':22}{est['total'] / 1e9:5.1f} GB")
+        mark = "  (chosen)" if name == chosen else ""
+        print(f"  {name + ':':22}{est['total'] / 1e9:5.1f} GB{mark}")
     return 0
 
 

@@ -73,6 +73,17 @@ def text_weight_bytes(cfg: ModelConfig, fmt: str) -> int:
     return t.num_hidden_layers * layer + embed + lm_head + 4 * d
 
 
+def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
+    """Weight bytes one decode step reads in `fmt`: every layer matrix and norm and the
+    lm_head; of an untied embedding only one row."""
+    t = cfg.text
+    held = text_weight_bytes(cfg, fmt)
+    if cfg.tie_word_embeddings:
+        return held
+    embed = matrix_bytes(t.vocab_size, t.hidden_size, HEAD_FORMAT[fmt])
+    return held - embed + matrix_bytes(1, t.hidden_size, HEAD_FORMAT[fmt])
+
+
 def kv_bytes_per_token(cfg: ModelConfig, kv: str) -> int:
     """As KVCache.bytes_per_token: K and V rows of every layer and KV head."""
     t = cfg.text

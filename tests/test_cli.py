@@ -112,7 +112,12 @@ def test_info(demo_dir):
     r = run_cli("info", "--model", str(demo_dir), "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert info["layers"] == 4 and info["weight_bytes_per_token"]["f32"] > 0
+    assert info["layers"] == 4
+    read = info["weight_bytes_per_token"]
+    assert 0 < read["q4"] < read["q8"] < read["f32"] / 3
+    assert info["kv_bytes_per_token"]["q8"] * 3.5 < info["kv_bytes_per_token"]["f32"]
+    r = run_cli("info", "--model", str(demo_dir), "--weights", "q8", "--kv", "f32")
+    assert f"{read['q8'] / 1e6:,.1f} MB of q8 weights" in r.stdout, r.stdout
 
 
 def test_default_model_is_demo(tmp_path):
