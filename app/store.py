@@ -1,11 +1,16 @@
 """Conversations in SQLite: versioned schema, WAL, every change its own committed transaction.
 
-Qt-free. Durability: `synchronous=FULL` in WAL mode, so a committed message survives a crash or
-a power cut; the app commits each user message before its answer is generated and the answer
-while it streams (at most every half second), so a crash loses at most the last second of an
-answer. A message whose answer was streaming when the process died is marked `interrupted` the
-next time the store opens. Images are content-addressed files under `images/` next to the
-database, written atomically (temp file, fsync, rename) before the row that uses them.
+Qt-free. Durability: WAL mode. A commit is visible at once and survives a crash of the app; a
+background thread (`_Syncer`) then makes it survive a power cut too, by syncing the WAL file
+(what `synchronous=FULL` does inside the commit), normally within milliseconds. The caller's
+thread (the GUI thread) does not wait for the disk at each commit: with `synchronous=FULL` it
+did, and an fsync took up to 150-215 ms on a busy disk, which froze the window while an answer
+streamed. The app commits each user message before its answer is generated and the
+answer while it streams (at most every half second), so a crash loses at most the last second
+of an answer. A message whose answer was streaming when the process died is marked
+`interrupted` the next time the store opens. Images are content-addressed files under
+`images/` next to the database, written atomically (temp file, fsync, rename) before the row
+that uses them.
 
 Failures to write (a full disk, a read-only data folder) raise StoreError with a message for the
 user; the failed transaction is rolled back, so what was saved before stays as it was and the
@@ -18,9 +23,11 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +36,9 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
+CHECKPOINT_BYTES = 4 << 20  # the background syncer checkpoints a WAL larger than this
+SYNC_RETRY_S = 0.5  # after a failed sync (disk error), try again this much later
+log = logging.getLogger(__name__)
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 
 _SCHEMA_V1 = """
@@ -129,6 +139,7 @@ class Store:
             else Path(tempfile.mkdtemp(prefix="merlin-images-"))
         )
         self.interrupted = 0  # answers found half-written when the store opened
+        self._syncer: _Syncer | None = None
         try:
             if self.folder:
                 self.folder.mkdir(parents=True, exist_ok=True)
@@ -140,9 +151,15 @@ class Store:
                 mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StoreError(f"{path}: the database cannot use write-ahead logging.")
-            self._db.execute("PRAGMA synchronous = FULL")
+                # commits write the WAL without waiting for the disk and never checkpoint
+                # here: the syncer syncs and checkpoints, off this thread
+                self._db.execute("PRAGMA synchronous = NORMAL")
+                self._db.execute("PRAGMA wal_autocheckpoint = 0")
             self._migrate()
             self.interrupted = self._recover()
+            if self.folder:
+                self._syncer = _Syncer(path)
+                self._syncer.request()  # what opening wrote
         except sqlite3.OperationalError as e:
             code = _sqlite_code(e)
             if code not in (_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_PERM, _SQLITE_CANTOPEN):
@@ -193,6 +210,8 @@ class Store:
             try:
                 yield self._db
                 self._db.execute("COMMIT")
+                if self._syncer is not None:
+                    self._syncer.request()
             except BaseException:
                 if self._db.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -206,9 +225,16 @@ class Store:
             cur = db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
             return cur.rowcount
 
+    def sync(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every commit so far is on disk (survives a power cut). False: not yet
+        after `timeout` seconds. Only tests and closing need to wait; nothing else does."""
+        return self._syncer.wait(timeout) if self._syncer is not None else True
+
     def close(self) -> None:
+        if self._syncer is not None:
+            self._syncer.close()
         with contextlib.suppress(sqlite3.Error):
-            self._db.close()
+            self._db.close()  # the last connection: checkpoints (and syncs) what is left
 
     # ---- conversations -------------------------------------------------------------------
 
@@ -388,3 +414,78 @@ class Store:
 def _sqlite_code(e: sqlite3.Error) -> int | None:
     code = getattr(e, "sqlite_errorcode", None)
     return code & 0xFF if isinstance(code, int) else None
+
+
+class _Syncer:
+    """Makes commits durable off the committing thread: after each request() it fsyncs the
+    WAL file, which is what `synchronous=FULL` does inside each commit (the frames of every
+    committed transaction are then on disk; SQLite replays them after a power cut). When
+    the WAL has grown past CHECKPOINT_BYTES it also checkpoints it into the database file
+    (on its own connection: sync the WAL, copy, sync the database). Checkpoints stay rare on
+    purpose: the first commit after one restarts the WAL, and SQLite syncs the new WAL header
+    in the committing thread. The sqlite3 module and os.fsync let go of the GIL while they
+    wait for the disk."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._cond = threading.Condition()
+        self._requested = 0  # commits so far
+        self._synced = 0  # commits known to be on disk
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="merlin-store-sync", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        with self._cond:
+            self._requested += 1
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._cond:
+            target = self._requested
+            self._cond.wait_for(
+                lambda: self._synced >= target or not self._thread.is_alive(), timeout
+            )
+            return self._synced >= target
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.wait(timeout)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        db: sqlite3.Connection | None = None  # for checkpoints only
+        fd: int | None = None  # the WAL file
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._requested > self._synced or self._closing)
+                    if self._requested <= self._synced:
+                        return  # closing, nothing left
+                    target = self._requested
+                try:
+                    if fd is None:
+                        fd = os.open(self._path + "-wal", os.O_RDONLY)
+                    os.fsync(fd)
+                    if os.fstat(fd).st_size > CHECKPOINT_BYTES:
+                        if db is None:
+                            db = sqlite3.connect(self._path, isolation_level=None, timeout=5.0)
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except (OSError, sqlite3.Error) as e:
+                    if self._closing:
+                        return  # the store's own connection checkpoints when it closes
+                    log.warning("chat store: syncing to disk failed (%s); trying again", e)
+                    time.sleep(SYNC_RETRY_S)
+                    continue
+                with self._cond:
+                    self._synced = target
+                    self._cond.notify_all()
+        finally:
+            if fd is not None:
+                os.close(fd)
+            if db is not None:
+                db.close()
+            with self._cond:
+                self._cond.notify_all()  # waiters see the thread gone
