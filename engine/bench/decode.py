@@ -18,14 +18,18 @@ from .machine import median_time
 
 
 def fill_cache(cache, n: int, rng) -> None:
-    """Put n tokens of random K/V in the cache: decode cost does not depend on the values."""
+    """Put n tokens of random K/V in the cache: decode cost does not depend on the values.
+    One layer at a time, so the random temporaries do not add a second cache to peak RSS."""
     cache.reserve(n)
-    if cache.fmt == "f32":
-        cache.k[..., :n] = rng.standard_normal(cache.k[..., :n].shape, dtype=np.float32)
-        cache.v[:, :, :n] = rng.standard_normal(cache.v[:, :, :n].shape, dtype=np.float32)
-    else:
-        cache.k[..., :n] = rng.integers(-127, 128, cache.k[..., :n].shape, dtype=np.int8)
-        cache.v[:, :, :n] = rng.integers(-127, 128, cache.v[:, :, :n].shape, dtype=np.int8)
+    for layer in range(cache.n_layers):
+        k, v = cache.k[layer, ..., :n], cache.v[layer, :, :n]
+        if cache.fmt == "f32":
+            k[...] = rng.standard_normal(k.shape, dtype=np.float32)
+            v[...] = rng.standard_normal(v.shape, dtype=np.float32)
+        else:
+            k[...] = rng.integers(-127, 128, k.shape, dtype=np.int8)
+            v[...] = rng.integers(-127, 128, v.shape, dtype=np.int8)
+    if cache.fmt == "q8":
         cache.k_scale[:, :, :n] = 0.01
         cache.v_scale[:, :, :n] = 0.01
     cache.length = n
