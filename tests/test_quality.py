@@ -90,3 +90,22 @@ def test_fixture_agreement(folder, weights, kv, min_agree):
     seq = np.concatenate([ref["input_ids"], ref["greedy_ids"]])
     rel, agree = compare(folder, seq, weights, kv)
     assert agree >= min_agree and rel < 0.1
+
+
+def test_q8_head_beats_q4_head_under_q4_blocks(demo_dir, demo_text, monkeypatch):
+    """Why engine.text.HEAD_FORMAT keeps the embedding/lm_head in q8 under q4 blocks: with a
+    q4 head too, agreement with f32 drops (figures in docs/benchmarks.md)."""
+    import engine.text as text
+
+    base = all_logits(text_model(demo_dir, "f32"), demo_text, "q8", DECODE_CHUNK)[20:]
+    agree = {}
+    for head in ("q8", "q4"):
+        monkeypatch.setitem(text.HEAD_FORMAT, "q4", head)
+        cfg = load_config(demo_dir)
+        with Checkpoint(demo_dir) as ckpt:
+            model = TextModel(cfg.text, load_text_weights(ckpt, cfg, "q4"))
+        assert model.w.lm_head.fmt == head
+        other = all_logits(model, demo_text, "q8", DECODE_CHUNK)[20:]
+        agree[head] = float((other.argmax(1) == base.argmax(1)).mean())
+    print(f"q4 blocks, q8 KV: top-1 {agree['q8']:.3f} with a q8 head, {agree['q4']:.3f} with q4")
+    assert agree["q8"] > agree["q4"]

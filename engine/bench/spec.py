@@ -3,7 +3,9 @@
 Random weights do not copy their prompt, so "an answer that repeats its input" is made the
 way it happens in a chat: the drafter's history already holds an earlier answer to the same
 question (a regenerate, or a follow-up that quotes the answer). The free-form case drafts
-from the prompt alone. Every run is greedy, and the token ids of on and auto are checked
+from the prompt and the answer so far (greedy random weights fall into loops, so it repeats
+too); "novel" samples nearly uniformly (temperature 100, no top-k/top-p): text that never
+repeats, where auto must not lose to off. Greedy runs check the token ids of on and auto
 against off.
 """
 
@@ -22,25 +24,31 @@ GREEDY = SamplingParams(temperature=0.0)
 MODES = ("off", "on", "auto")
 
 
-def _run(model, prompt, mode, k, n, history):
+def _run(model, prompt, mode, k, n, history, sampling=GREEDY):
     drafter = Drafter(exclude={model.config.image_token_id, model.config.video_token_id})
     drafter.extend(history + prompt)
     request = GenerationRequest(
-        prompt_ids=prompt, sampling=GREEDY, max_new_tokens=n, ignore_eos=True, spec=mode, spec_k=k
+        prompt_ids=prompt,
+        sampling=sampling,
+        max_new_tokens=n,
+        ignore_eos=True,
+        spec=mode,
+        spec_k=k,
     )
     for event in generate(model, request, drafter=drafter):
         if isinstance(event, Finished):
             return event.totals
 
 
-def scenario(model, prompt, n, k, history_of) -> dict:
-    plain = _run(model, prompt, "off", k, n, [])
+def scenario(model, prompt, n, k, history_of, sampling=GREEDY) -> dict:
+    plain = _run(model, prompt, "off", k, n, [], sampling)
     history = history_of(plain["token_ids"])
     out = {}
     for mode in MODES:
-        totals = _run(model, prompt, mode, k, n, history)
+        totals = _run(model, prompt, mode, k, n, history, sampling)
         out[mode] = {
             "tokens_per_s": totals["tokens_per_s"],
+            # sampled runs draw differently with drafts: equal in distribution, not in ids
             "identical_to_off": totals["token_ids"] == plain["token_ids"],
             **totals["spec"],
         }
@@ -64,8 +72,14 @@ def run(folder, weights: str, n: int = 64, k: int = 4) -> dict:
     free = chat_prompt_ids(tok, "Write a short story about a lighthouse keeper.")
     # (a) the earlier answer to the same question is in the history: drafts are right
     result["repeat"] = scenario(model, repeat, n, k, lambda ans: repeat + ans)
-    # (b) drafts only from the prompt
+    # (b) drafts only from the prompt and the answer so far (greedy random weights loop, so
+    # this still repeats itself)
     result["free"] = scenario(model, free, n, k, lambda ans: [])
+    # (c) text that does not repeat: the 2B random weights give peaked distributions (at
+    # temperature 1 the output still loops), so sample nearly uniformly over the vocabulary:
+    # suffixes then almost never recur; auto must not be slower than off here
+    novel = SamplingParams(temperature=100.0, top_k=0, top_p=1.0, seed=7)
+    result["novel"] = scenario(model, free, n, k, lambda ans: [], novel)
     return result
 
 
@@ -77,17 +91,19 @@ def report(results: list[dict]) -> str:
             f"{r['weights']}: T = {v['T_ms']:.1f} ms, V(K)/T for K=1..8: "
             + " ".join(f"{v[f'V({k})/T']:.2f}" for k in range(1, 9))
         )
-        for name in ("repeat", "free"):
+        for name in ("repeat", "free", "novel"):
             s = r[name]
             parts = []
             for mode in MODES:
                 m = s[mode]
                 part = f"{mode} {m['tokens_per_s']:.1f} tok/s"
                 if mode != "off":
+                    same = "yes" if m["identical_to_off"] else "NO"
+                    if name == "novel":
+                        same = "n/a (sampled)"
                     part += (
-                        f" (x{m['speedup']:.2f}, hit {m['hit_rate']:.0%}, "
-                        f"{m['tokens_per_forward']:.2f} tok/fwd, "
-                        f"identical: {'yes' if m['identical_to_off'] else 'NO'})"
+                        f" (x{m['speedup']:.2f}, hit {m['hit_rate']:.0%} of {m['drafted']}, "
+                        f"{m['tokens_per_forward']:.2f} tok/fwd, identical: {same})"
                     )
                 parts.append(part)
             lines.append(f"  {name:6s}: " + "; ".join(parts))
