@@ -143,8 +143,11 @@ class SpecPolicy:
     off: never. on: always K when a match exists. auto: keeps moving averages of T (plain
     step), V(k) (verify of k drafts) and the per-draft acceptance rate a; drafts k tokens when
     max over k of (E[accepted | k] + 1) / V(k) beats 1 / T, where
-    E[accepted | k] = a + a^2 + ... + a^k. After `patience` losing rounds it stops drafting
-    and re-probes every `reprobe` plain steps.
+    E[accepted | k] = a + a^2 + ... + a^k. a is the geometric estimate accepted drafts /
+    (accepted drafts + rejections), each over a moving average: a round that accepts all k
+    drafts has no rejection (the earlier (accepted + 0.5) / (k + 1) capped a at 0.9 for
+    k = 4 and made auto prefer fewer drafts than were worth it). After `patience` losing
+    rounds it stops drafting and re-probes every `reprobe` plain steps.
     """
 
     @classmethod
@@ -167,7 +170,8 @@ class SpecPolicy:
         self.patience, self.reprobe = patience, reprobe
         self.t_step: float | None = None
         self.t_verify: dict[int, float] = {}
-        self.accept = 0.5  # prior per-draft acceptance
+        self.hits = 1.0  # moving averages of accepted drafts and of rejections per round:
+        self.misses = 1.0  # the prior per-draft acceptance is 0.5
         self.losses = 0
         self.since_probe = 0
 
@@ -181,17 +185,29 @@ class SpecPolicy:
 
     def record_verify(self, k: int, accepted: int, seconds: float) -> None:
         self.t_verify[k] = self._ema(self.t_verify.get(k), seconds)
-        # per-draft acceptance from a truncated geometric observation
-        self.accept = self._ema(self.accept, (accepted + 0.5) / (k + 1), 0.2)
+        self.hits = self._ema(self.hits, float(accepted), 0.2)
+        self.misses = self._ema(self.misses, 1.0 if accepted < k else 0.0, 0.2)
         if self.t_step is not None:
             won = seconds < self.t_step * (accepted + 1)
             self.losses = 0 if won else self.losses + 1
         self.since_probe = 0
 
+    @property
+    def accept(self) -> float:
+        """Per-draft acceptance probability (kept below 1: a long run of full hits must not
+        make a single miss look impossible)."""
+        return min(0.98, max(0.02, self.hits / max(self.hits + self.misses, 1e-9)))
+
     def _verify_time(self, k: int) -> float:
         if k in self.t_verify:
             return self.t_verify[k]
         known = sorted(self.t_verify)
+        below = [j for j in known if j < k]
+        above = [j for j in known if j > k]
+        if below and above:  # between two measured sizes: linear
+            lo, hi = below[-1], above[0]
+            t_lo, t_hi = self.t_verify[lo], self.t_verify[hi]
+            return t_lo + (t_hi - t_lo) * (k - lo) / (hi - lo)
         if known:  # a verify of k costs about the nearest measured one, scaled mildly
             near = min(known, key=lambda j: abs(j - k))
             return self.t_verify[near] * (1 + 0.03 * (k - near))

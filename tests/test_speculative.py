@@ -92,3 +92,19 @@ def test_auto_drafts_when_it_pays_and_stops_when_it_does_not():
     for _ in range(5):
         q.record_step(0.010)
     assert q.choose_k(4) >= 1  # re-probes after a while
+
+
+def test_auto_uses_all_drafts_when_every_draft_is_accepted():
+    """Full-hit rounds carry no rejection: the acceptance estimate approaches 1 and auto
+    picks K = 4 when V(4) = 2.5 T (5 tokens for 2.5 steps), not K = 2 at V(2) = 1.6 T (3 for
+    1.6), which an estimate capped at 0.9 preferred."""
+    p = SpecPolicy("auto", k=4)
+    p.record_step(0.010)
+    for _ in range(10):
+        p.record_verify(2, 2, 0.016)
+        p.record_verify(4, 4, 0.025)
+    assert p.accept > 0.95
+    assert p.choose_k(4) == 4
+    for _ in range(10):  # drafts stop agreeing: the estimate falls and so does K
+        p.record_verify(4, 0, 0.025)
+    assert p.accept < 0.3 and p.choose_k(4) < 4
