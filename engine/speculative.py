@@ -58,13 +58,19 @@ class Drafter:
         self.extend(tokens)
 
     def draft(self, k: int) -> list[int]:
-        """Up to k tokens that followed the longest earlier match of the current suffix."""
+        """Up to k tokens that followed the longest earlier match of the current suffix.
+        When that continuation reaches the end of the history (the text repeats with a period
+        shorter than k), it goes on through the tokens it has just proposed: the repetition
+        continued, instead of a draft cut to the period (a 1-token loop drafted 1 token)."""
         h = self.history
+        end = len(h)
         for n in range(min(self.n_max, self._clean_run), self.n_min - 1, -1):
-            pos = self.index.get(tuple(h[len(h) - n :]))
+            pos = self.index.get(tuple(h[end - n :]))
             if pos is not None:
-                out = []
-                for t in h[pos : pos + k]:
+                out: list[int] = []
+                for i in range(k):
+                    j = pos + i
+                    t = h[j] if j < end else out[j - end]
                     if t in self.exclude:
                         break
                     out.append(t)

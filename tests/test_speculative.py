@@ -9,7 +9,8 @@ from engine.speculative import Drafter, SpecPolicy, accept_greedy, accept_sample
 
 
 def naive_draft(history, k, n_max=4, n_min=2, exclude=()):
-    """Longest suffix (n_max..n_min) with an earlier occurrence, most recent one wins."""
+    """Longest suffix (n_max..n_min) with an earlier occurrence, most recent one wins; its
+    continuation, repeated with its period where it runs into the end of the history."""
     for n in range(n_max, n_min - 1, -1):
         if len(history) < n + 1:
             continue
@@ -18,8 +19,10 @@ def naive_draft(history, k, n_max=4, n_min=2, exclude=()):
             continue
         for start in range(len(history) - n - 1, -1, -1):
             if history[start : start + n] == suffix:
+                follow = history[start + n :]  # ends at the end of the history
                 out = []
-                for t in history[start + n : start + n + k]:
+                for i in range(k):
+                    t = follow[i % len(follow)]
                     if t in exclude:
                         break
                     out.append(t)
@@ -41,6 +44,15 @@ def test_drafter_proposes_repeated_phrase():
     d.extend([1, 2, 3, 4, 5, 6, 9, 9, 1, 2, 3])
     assert d.draft(3) == [4, 5, 6]
     assert Drafter().draft(2) == []
+
+
+def test_drafter_continues_a_loop_past_the_end_of_the_history():
+    d = Drafter()
+    d.extend([1, 2, 3, 1, 2, 3, 1, 2])
+    assert d.draft(4) == [3, 1, 2, 3]  # period 3, not cut at the end
+    d = Drafter()
+    d.extend([7, 5, 5, 5])
+    assert d.draft(4) == [5, 5, 5, 5]  # a 1-token loop drafts k tokens, not 1
 
 
 def test_accept_greedy():
