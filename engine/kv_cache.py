@@ -3,8 +3,14 @@
 Layout: V is [layers, kv_heads, capacity, head_dim]; K is stored transposed,
 [layers, kv_heads, head_dim, capacity], so attention scores are a vectorised sweep over keys.
 Formats: f32, or q8 (int8 with one f32 scale per (token, layer, head) row: 132 bytes per
-128 values instead of 512). Capacity grows in steps so a short chat does not reserve the whole
-context up front. save/load write the stored rows to a checked file (engine.arrayfile).
+128 values instead of 512). The arrays hold the whole context budget from the start (as
+llama.cpp allocates its context up front), so the cache never moves: growing by copying held
+the old and the new array together, twice the KV cache at its peak. They are made with
+np.zeros; without huge pages the OS would map pages only as rows are written, but NumPy asks
+for transparent huge pages on large arrays and K, stored transposed, touches every 2 MB page
+at the first token, so in practice the budget is resident from the start (0.49 GB for
+Qwen3-VL-2B, q8, 8192 tokens): the context budget is the knob, and the memory guard counts
+it. save/load write the stored rows to a checked file (engine.arrayfile).
 """
 
 from __future__ import annotations
@@ -15,8 +21,6 @@ from . import arrayfile
 from .errors import InputError
 from .formats import KV_FORMATS
 from .kernels.attention import quantize_rows_q8
-
-GROW_STEP = 256
 
 
 class KVCache:
@@ -30,13 +34,32 @@ class KVCache:
         self.fmt = fmt
         self.dtype = np.float32 if fmt == "f32" else np.int8
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
-        self.max_tokens = max_tokens
         self.length = 0  # tokens stored
-        shape = (n_layers, n_kv_heads, 0)
-        self.k = np.zeros((n_layers, n_kv_heads, head_dim, 0), self.dtype)  # transposed
-        self.v = np.zeros((*shape, head_dim), self.dtype)
-        self.k_scale = np.ones(shape, np.float32)  # all ones for f32
-        self.v_scale = np.ones(shape, np.float32)
+        self._allocate(max_tokens)
+
+    def _allocate(self, max_tokens: int) -> None:
+        """Arrays for the whole budget (see the module docstring)."""
+        self.max_tokens = max_tokens
+        shape = (self.n_layers, self.n_kv_heads, max_tokens)
+        self.k = np.zeros((*shape[:2], self.head_dim, max_tokens), self.dtype)  # transposed
+        self.v = np.zeros((*shape, self.head_dim), self.dtype)
+        scales = np.ones if self.fmt == "f32" else np.zeros  # f32: all ones; q8: set per row
+        self.k_scale = scales(shape, np.float32)
+        self.v_scale = scales(shape, np.float32)
+
+    def set_budget(self, max_tokens: int) -> None:
+        """A new context budget (a changed setting): new arrays, the stored rows copied
+        over. Rows past the new budget must have been truncated away first."""
+        if max_tokens == self.max_tokens:
+            return
+        if self.length > max_tokens:
+            raise ValueError(f"truncate the cache to {max_tokens} tokens before shrinking it")
+        n, old = self.length, (self.k, self.v, self.k_scale, self.v_scale)
+        self._allocate(max_tokens)
+        self.k[..., :n] = old[0][..., :n]
+        self.v[:, :, :n] = old[1][:, :, :n]
+        self.k_scale[:, :, :n] = old[2][:, :, :n]
+        self.v_scale[:, :, :n] = old[3][:, :, :n]
 
     @property
     def capacity(self) -> int:
@@ -56,27 +79,12 @@ class KVCache:
         return 2 * self.n_layers * self.n_kv_heads * per_row
 
     def reserve(self, n_total: int) -> None:
-        """Make room for n_total tokens (never above max_tokens)."""
-        if n_total > self.max_tokens:
+        """Check that n_total tokens fit the context budget (the arrays hold it already)."""
+        if n_total > min(self.max_tokens, self.capacity):
             raise InputError(
                 f"the conversation needs {n_total} tokens but the context holds "
                 f"{self.max_tokens}. Start a new chat or raise the context budget."
             )
-        if n_total <= self.capacity:
-            return
-        cap = min(self.max_tokens, max(n_total, 2 * self.capacity, GROW_STEP))
-        cap = min(self.max_tokens, -(-cap // GROW_STEP) * GROW_STEP)
-        keep = self.length
-        k = np.zeros((self.n_layers, self.n_kv_heads, self.head_dim, cap), self.dtype)
-        k[..., :keep] = self.k[..., :keep]
-        self.k = k
-        for name in ("v", "k_scale", "v_scale"):
-            old = getattr(self, name)
-            new = (np.zeros if name == "v" else np.ones)(
-                (self.n_layers, self.n_kv_heads, cap, *old.shape[3:]), old.dtype
-            )
-            new[:, :, :keep] = old[:, :, :keep]
-            setattr(self, name, new)
 
     def write(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
         """k, v: [N, NKV, HD] f32 for cache indexes start..start+N-1 (capacity reserved)."""

@@ -13,8 +13,6 @@ tensor data is read), in bytes:
                     image is encoded (counted in the buffers)
     KV cache        context x bytes per token (f32, or q8 with one f32 scale per row): the
                     context budget bounds it, the cache never grows past it
-    KV growth       the old copy a growing cache holds while it moves to a larger array
-                    (KVCache.reserve), up to one more budget's worth
     buffers         the larger of a prefill over the whole context (activations of one forward)
                     plus the image rows it carries, and the vision encoder on the largest image
                     that fits the context; at least the load-time conversion chunks
@@ -148,21 +146,13 @@ class MemoryEstimate:
     text_weights: int
     vision_weights: int
     kv_cache: int
-    kv_growth: int
     buffers: int
     margin: int
     kv_bytes_per_token: int
 
     @property
     def total(self) -> int:
-        return (
-            self.text_weights
-            + self.vision_weights
-            + self.kv_cache
-            + self.kv_growth
-            + self.buffers
-            + self.margin
-        )
+        return self.text_weights + self.vision_weights + self.kv_cache + self.buffers + self.margin
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total": self.total}
@@ -171,10 +161,7 @@ class MemoryEstimate:
         parts = [f"weights {gb(self.text_weights)} ({self.weights_fmt})"]
         if self.vision_weights:
             parts.append(f"vision encoder {gb(self.vision_weights)}")
-        parts.append(
-            f"KV cache {gb(self.kv_cache)} ({self.kv_fmt}, {self.context} tokens) "
-            f"+ {gb(self.kv_growth)} while it grows"
-        )
+        parts.append(f"KV cache {gb(self.kv_cache)} ({self.kv_fmt}, {self.context} tokens)")
         parts.append(f"working buffers {gb(self.buffers + self.margin)}")
         return f"about {gb(self.total)}: " + ", ".join(parts)
 
@@ -240,7 +227,6 @@ def estimate_for(
         text_weights=text_weight_bytes(cfg, weights),
         vision_weights=vision_weight_bytes(cfg) if vision_usable else 0,
         kv_cache=kv_cache,
-        kv_growth=kv_cache,
         buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES),
         margin=MARGIN,
         kv_bytes_per_token=per_token,

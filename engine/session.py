@@ -787,7 +787,7 @@ class Session:
         if self.cache.max_tokens != budget:
             if self.cache.length > budget:
                 self._truncate(budget)
-            self.cache.max_tokens = budget
+            self.cache.set_budget(budget)
 
     def _small_chunks(self, n_new: int) -> bool:
         """Prefill n_new rows as forwards of at most SMALL_N rows (the decode kernels) rather

@@ -745,3 +745,33 @@ def test_cli_chat_continues_across_processes(demo_dir, tmp_path):
     r = run_chat(demo_dir, f"/image {tmp_path / 'missing.png'}\nHi?\nHello again?\n")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "missing.png" in r.stderr and len(answers(r.stdout)[0]) == 1
+
+
+def test_kv_cache_budget_change_keeps_the_rows():
+    """The cache holds its whole budget; a changed budget moves the stored rows to new
+    arrays (the session follows a changed setting this way), and writing past the budget is
+    refused before any kernel runs."""
+    from engine.errors import InputError
+    from engine.kv_cache import KVCache
+
+    rng = np.random.default_rng(5)
+    for fmt in ("f32", "q8"):
+        cache = KVCache(2, 2, 8, 8, fmt)
+        k, v = rng.standard_normal((2, 6, 2, 8), dtype=np.float32)
+        cache.reserve(6)
+        for layer in range(2):
+            cache.write(layer, 0, k, v)
+        cache.length = 6
+        before = [a[..., :6].copy() for a in (cache.k,)] + [
+            a[:, :, :6].copy() for a in (cache.v, cache.k_scale, cache.v_scale)
+        ]
+        cache.set_budget(100)
+        assert cache.capacity == cache.max_tokens == 100 and cache.length == 6
+        after = [cache.k[..., :6]] + [a[:, :, :6] for a in (cache.v, cache.k_scale, cache.v_scale)]
+        for a, b in zip(before, after):
+            assert np.array_equal(a, b)
+        cache.reserve(100)
+        with pytest.raises(InputError, match="context"):
+            cache.reserve(101)
+        with pytest.raises(ValueError):
+            cache.set_budget(4)  # 6 rows stored: truncate first

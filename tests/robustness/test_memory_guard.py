@@ -206,7 +206,7 @@ def test_estimates_for_the_target_models():
     assert e["q4", "q8"].text_weights < e["q8", "q8"].text_weights < 2.1 * gib
     assert e["q4", "q8"].kv_cache * 3.8 < e["q4", "f32"].kv_cache  # 132 vs 512 bytes per row
     assert e["q4", "q8"].total < 6 * gib  # fits a 8 GB board
-    assert e["f32", "f32"].total > 10 * gib  # does not
+    assert e["f32", "f32"].total > 8 * gib  # does not
     # the context budget bounds KV memory linearly
     half = estimate_for(cfg, Path("/nonexistent"), "q4", "q8", 4096, image_pixels=1 << 20)
     assert half.kv_cache * 2 == e["q4", "q8"].kv_cache
