@@ -71,11 +71,9 @@ def test_rope_pairs_half_split_dimensions():
     np.testing.assert_allclose(y, x * c + rotated * s, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("n,nh,nkv,start", [(1, 4, 2, 0), (1, 8, 2, 37), (5, 4, 4, 10)])
-@pytest.mark.parametrize("fmt", ["f32", "q8"])
-def test_attention_matches_reference(n, nh, nkv, start, fmt):
-    hd, cap = 16, start + n + 3
-    q = rng.standard_normal((n, nh, hd), dtype=np.float32)
+def kv_rows(fmt, cap, nkv, hd):
+    """Random K/V rows as the cache stores them: (kf, vf) in f32 [cap, NKV, HD] and the
+    kernel's (k transposed, k_scale, v, v_scale) in `fmt`."""
     kf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
     vf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
     if fmt == "f32":
@@ -86,6 +84,16 @@ def test_attention_matches_reference(n, nh, nkv, start, fmt):
         ks, vs = np.empty((nkv, cap), np.float32), np.empty((nkv, cap), np.float32)
         quantize_rows_q8(kf, k, ks, 0, True)
         quantize_rows_q8(vf, v, vs, 0, False)
+    return (kf, vf), (k, ks, v, vs)
+
+
+@pytest.mark.parametrize("n,nh,nkv,start", [(1, 4, 2, 0), (1, 8, 2, 37), (5, 4, 4, 10)])
+@pytest.mark.parametrize("fmt", ["f32", "q8"])
+def test_attention_matches_reference(n, nh, nkv, start, fmt):
+    hd, cap = 16, start + n + 3
+    q = rng.standard_normal((n, nh, hd), dtype=np.float32)
+    (kf, vf), (k, ks, v, vs) = kv_rows(fmt, cap, nkv, hd)
+    if fmt == "q8":
         # int8 rows reproduce the f32 rows to half a step of their scale
         v_err = np.abs(v * vs[..., None] - vf.transpose(1, 0, 2)).max()
         k_err = np.abs(k.transpose(0, 2, 1) * ks[..., None] - kf.transpose(1, 0, 2)).max()
@@ -120,16 +128,7 @@ def test_attention_rows_do_not_depend_on_batch_or_threads(fmt, nh, nkv, hd):
     import numba
 
     start0, cap = 120, 140
-    kf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
-    vf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
-    if fmt == "f32":
-        k, v = kf.transpose(1, 2, 0).copy(), vf.transpose(1, 0, 2).copy()
-        ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
-    else:
-        k, v = np.empty((nkv, hd, cap), np.int8), np.empty((nkv, cap, hd), np.int8)
-        ks, vs = np.empty((nkv, cap), np.float32), np.empty((nkv, cap), np.float32)
-        quantize_rows_q8(kf, k, ks, 0, True)
-        quantize_rows_q8(vf, v, vs, 0, False)
+    _, (k, ks, v, vs) = kv_rows(fmt, cap, nkv, hd)
     q = rng.standard_normal((9, nh, hd), dtype=np.float32)
     scale = np.float32(hd**-0.5)
     singles = np.empty((9, nh * hd), np.float32)
