@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 from engine.sampling import SamplingParams
 from engine.session import Message, SessionSettings
-
-SPEC_MODES = ("off", "on", "auto")
+from engine.speculative import SPEC_MODES  # noqa: F401 (the settings dialog lists them)
 
 
 @dataclass

@@ -210,15 +210,18 @@ class SafetensorsFile:
         self._fd.close()
 
 
-def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Stored values -> a new C-contiguous float32 array (never a view of the file)."""
+def to_f32(raw: np.ndarray, dtype: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Stored values -> float32 (exactly, for BF16/F16), into `out` (C-contiguous, raw's
+    shape) or a new array; never a view of the file."""
+    if dtype not in FLOAT_DTYPES:
+        raise CheckpointError(f"a {dtype} tensor cannot be used as a float weight")
+    if out is None:
+        out = np.empty(raw.shape, np.float32)
     if dtype == "BF16":
-        out = np.empty(raw.shape, np.uint32)
-        np.left_shift(raw, 16, out=out, dtype=np.uint32)
-        return out.view(np.float32)
-    if dtype in FLOAT_DTYPES:
-        return np.array(raw, dtype=np.float32, order="C")
-    raise CheckpointError(f"a {dtype} tensor cannot be used as a float weight")
+        np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32)
+    else:
+        out[...] = raw
+    return out
 
 
 class Checkpoint:

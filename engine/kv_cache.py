@@ -39,7 +39,6 @@ class KVCache:
 
     def _allocate(self, max_tokens: int) -> None:
         """Arrays for the whole budget (see the module docstring)."""
-        self.max_tokens = max_tokens
         shape = (self.n_layers, self.n_kv_heads, max_tokens)
         self.k = np.zeros((*shape[:2], self.head_dim, max_tokens), self.dtype)  # transposed
         self.v = np.zeros((*shape, self.head_dim), self.dtype)
@@ -62,8 +61,11 @@ class KVCache:
         self.v_scale[:, :, :n] = old[3][:, :, :n]
 
     @property
-    def capacity(self) -> int:
+    def max_tokens(self) -> int:
+        """The context budget: what the arrays hold."""
         return self.v.shape[2]
+
+    capacity = max_tokens
 
     @property
     def nbytes(self) -> int:
@@ -80,7 +82,7 @@ class KVCache:
 
     def reserve(self, n_total: int) -> None:
         """Check that n_total tokens fit the context budget (the arrays hold it already)."""
-        if n_total > min(self.max_tokens, self.capacity):
+        if n_total > self.max_tokens:
             raise InputError(
                 f"the conversation needs {n_total} tokens but the context holds "
                 f"{self.max_tokens}. Start a new chat or raise the context budget."

@@ -28,10 +28,11 @@ engine/qlinear_bench.py, see the kernels' docstring):
     blocks: every weight load is a whole block at a fixed stride, the kernels need no byte
     shuffling, and the scale stream (1/17 of the q8 bytes, 1/9 of q4) streams alongside.
   - row-major, not repacked across output rows (llama.cpp's 4x8/8x8 ARM layouts): the decode
-    kernels keep 32-lane accumulators per (activation row, output row), so there is no
-    horizontal sum per block to amortise, and whole rows are what the prefill path dequantizes
-    for BLAS and the embedding lookup gathers. One weight row at a time is also what streamed
-    fastest from DRAM (reading two adjacent rows at once ran 2-3x slower at N = 1).
+    kernels keep lane accumulators per (activation row, output row) across the whole row, so
+    there is no horizontal sum per block to amortise, and whole rows are what the prefill path
+    dequantizes for BLAS and the embedding lookup gathers. One weight row at a time is also
+    what streamed fastest from DRAM (reading two adjacent rows at once ran 2-3x slower at
+    N = 1).
   - bf16 (uint16) scales, not f32: the same kernels accept float32 scale arrays, and decode
     speed did not differ measurably, so the 2 bytes per block are saved (q4: 0.5625 instead of
     0.625 bytes per weight, 10% fewer bytes per token).

@@ -110,6 +110,23 @@ def images(tmp_path, demo_model):
     return out
 
 
+def image_inputs_from_nothing(spy: Spy, model, ids, ims: list) -> tuple[np.ndarray, dict]:
+    """(positions, forward keyword arguments) of a token sequence with its images (already
+    expanded to image pads), each image encoded on its own, as the session does."""
+    pad = model.config.image_token_id
+    if not ims:
+        return text_positions(0, len(ids)), {}
+    positions, _ = mrope_positions(ids, pad, [im.grid_thw for im in ims], 2)
+    outs = [spy.encode([im]) for im in ims]
+    return positions, dict(
+        embeds=np.concatenate([o.embeds for o in outs]),
+        embed_rows=np.flatnonzero(np.asarray(ids) == pad),
+        deepstack=[
+            np.concatenate([o.deepstack[i] for o in outs]) for i in range(len(outs[0].deepstack))
+        ],
+    )
+
+
 def scratch(spy: Spy, model, system: str, conv: list[tuple]) -> tuple[np.ndarray, int]:
     """The conversation computed from nothing: (logits of the last row, prompt length).
     conv: (role, text, [PreparedImage]) ending with the question."""
@@ -123,22 +140,10 @@ def scratch(spy: Spy, model, system: str, conv: list[tuple]) -> tuple[np.ndarray
         else:
             chat.append({"role": "assistant", "content": text})
     ids = model.tokenizer.encode_chat(chat, add_generation_prompt=True)
-    kw = {}
     pad = model.config.image_token_id
     if ims:
         ids = expand_image_pads(ids, pad, [im.n_tokens for im in ims])
-        positions, _ = mrope_positions(ids, pad, [im.grid_thw for im in ims], 2)
-        outs = [spy.encode([im]) for im in ims]  # one image at a time, as the session
-        kw = dict(
-            embeds=np.concatenate([o.embeds for o in outs]),
-            embed_rows=np.flatnonzero(np.asarray(ids) == pad),
-            deepstack=[
-                np.concatenate([o.deepstack[i] for o in outs])
-                for i in range(len(outs[0].deepstack))
-            ],
-        )
-    else:
-        positions = text_positions(0, len(ids))
+    positions, kw = image_inputs_from_nothing(spy, model, ids, ims)
     cache = model.new_cache(len(ids) + 8)
     return spy.forward(np.asarray(ids), positions, cache, **kw)[-1], len(ids)
 
@@ -148,21 +153,7 @@ def assert_cache_is_scratch(spy: Spy, model, s: Session, ims: list) -> None:
     the session's token history at positions computed from nothing (ims: the images of the
     history, in order)."""
     ids = s.token_ids
-    pad = model.config.image_token_id
-    kw = {}
-    if ims:
-        positions, _ = mrope_positions(ids, pad, [im.grid_thw for im in ims], 2)
-        outs = [spy.encode([im]) for im in ims]
-        kw = dict(
-            embeds=np.concatenate([o.embeds for o in outs]),
-            embed_rows=np.flatnonzero(np.asarray(ids) == pad),
-            deepstack=[
-                np.concatenate([o.deepstack[i] for o in outs])
-                for i in range(len(outs[0].deepstack))
-            ],
-        )
-    else:
-        positions = text_positions(0, len(ids))
+    positions, kw = image_inputs_from_nothing(spy, model, ids, ims)
     fresh = model.new_cache(len(ids) + 8)
     spy.forward(np.asarray(ids), positions, fresh, logits="none", **kw)
     n = len(ids)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checkpoint import FLOAT_DTYPES, Checkpoint
+from ..checkpoint import FLOAT_DTYPES, Checkpoint, to_f32
 from ..config import VisionConfig
 from ..errors import CheckpointError
 from .kernels import (
@@ -31,7 +31,6 @@ from .kernels import (
     bias_gelu_tanh,
     layernorm,
     split_heads_rope,
-    widen_bf16,
 )
 
 PREFIX = "model.visual."
@@ -146,14 +145,6 @@ class StoredWeight:
         self.dtype = dtype
         self.release = release
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.raw.shape
-
-    @property
-    def f32_nbytes(self) -> int:
-        return 4 * self.raw.size
-
     def f32(self, scratch: dict[str, np.ndarray], role: str) -> np.ndarray:
         """The matrix as float32: the file's own array for F32, else widened into
         scratch[role] (allocated on first use)."""
@@ -162,11 +153,7 @@ class StoredWeight:
         buf = scratch.get(role)
         if buf is None or buf.shape != self.raw.shape:
             buf = scratch[role] = np.empty(self.raw.shape, np.float32)
-        if self.dtype == "BF16":
-            widen_bf16(self.raw, buf)
-        else:
-            buf[...] = self.raw
-        return buf
+        return to_f32(self.raw, self.dtype, out=buf)
 
 
 @dataclass

@@ -129,12 +129,3 @@ def bias_gelu_erf(x, b):
             z = x[r, d] + b[d]
             e = math.erf(z * np.float32(0.7071067811865476))
             x[r, d] = np.float32(0.5) * z * (np.float32(1.0) + e)
-
-
-@njit(nogil=True, cache=True)
-def widen_bf16(raw, out):
-    """out = the bfloat16 bits in raw (uint16, any shape, C-contiguous) as float32, exactly."""
-    src = raw.reshape(-1)
-    dst = out.reshape(-1).view(np.uint32)
-    for i in range(src.size):
-        dst[i] = np.uint32(src[i]) << np.uint32(16)
