@@ -1,16 +1,18 @@
 """KV cache: K (after RoPE) and V rows per layer, appended at positions, truncated for rollback.
 
-Layout: V is [layers, kv_heads, capacity, head_dim]; K is stored transposed,
-[layers, kv_heads, head_dim, capacity], so attention scores are a vectorised sweep over keys.
+Layout: V is [layers, kv_heads, capacity, head_dim]; K is stored in tiles of 64 keys,
+[layers, kv_heads, capacity / 64, head_dim, 64], so attention scores are a vectorised sweep
+over keys reading one contiguous block per tile (engine/kernels/attention.py says why).
+Saved files hold K in the logical layout [layers, kv_heads, head_dim, tokens].
 Formats: f32, or q8 (int8 with one f32 scale per (token, layer, head) row: 132 bytes per
 128 values instead of 512). The arrays hold the whole context budget from the start (as
 llama.cpp allocates its context up front), so the cache never moves: growing by copying held
 the old and the new array together, twice the KV cache at its peak. They are made with
 np.zeros; without huge pages the OS would map pages only as rows are written, but NumPy asks
-for transparent huge pages on large arrays and K, stored transposed, touches every 2 MB page
-at the first token, so in practice the budget is resident from the start (0.49 GB for
-Qwen3-VL-2B, q8, 8192 tokens): the context budget is the knob, and the memory guard counts
-it. save/load write the stored rows to a checked file (engine.arrayfile).
+for transparent huge pages on large arrays and the first token writes a row of every head, the
+heads 1 MB apart (Qwen3-VL-2B, q8, 8192 tokens), so in practice the budget is resident from the
+start (0.49 GB there): the context budget is the knob, and the memory guard counts it.
+save/load write the stored rows to a checked file (engine.arrayfile).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ import numpy as np
 from . import arrayfile
 from .errors import InputError
 from .formats import KV_FORMATS
-from .kernels.attention import quantize_rows_q8
+from .kernels.attention import (
+    KEY_BLOCK,
+    key_tiles,
+    store_key_rows,
+    store_value_rows,
+    tile_keys_into,
+    untile_keys,
+)
 
 
 class KVCache:
@@ -40,7 +49,8 @@ class KVCache:
     def _allocate(self, max_tokens: int) -> None:
         """Arrays for the whole budget (see the module docstring)."""
         shape = (self.n_layers, self.n_kv_heads, max_tokens)
-        self.k = np.zeros((*shape[:2], self.head_dim, max_tokens), self.dtype)  # transposed
+        tiles = (*shape[:2], key_tiles(max_tokens), self.head_dim, KEY_BLOCK)
+        self.k = np.zeros(tiles, self.dtype)
         self.v = np.zeros((*shape, self.head_dim), self.dtype)
         scales = np.ones if self.fmt == "f32" else np.zeros  # f32: all ones; q8: set per row
         self.k_scale = scales(shape, np.float32)
@@ -55,7 +65,8 @@ class KVCache:
             raise ValueError(f"truncate the cache to {max_tokens} tokens before shrinking it")
         n, old = self.length, (self.k, self.v, self.k_scale, self.v_scale)
         self._allocate(max_tokens)
-        self.k[..., :n] = old[0][..., :n]
+        t = key_tiles(n)
+        self.k[:, :, :t] = old[0][:, :, :t]
         self.v[:, :, :n] = old[1][:, :, :n]
         self.k_scale[:, :, :n] = old[2][:, :, :n]
         self.v_scale[:, :, :n] = old[3][:, :, :n]
@@ -90,18 +101,18 @@ class KVCache:
 
     def write(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
         """k, v: [N, NKV, HD] f32 for cache indexes start..start+N-1 (capacity reserved)."""
-        n = k.shape[0]
-        if self.fmt == "f32":
-            self.k[layer, :, :, start : start + n] = k.transpose(1, 2, 0)
-            self.v[layer, :, start : start + n] = v.transpose(1, 0, 2)
-        else:
-            k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
-            quantize_rows_q8(k, self.k[layer], self.k_scale[layer], start, True)
-            quantize_rows_q8(v, self.v[layer], self.v_scale[layer], start, False)
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        store_key_rows(k, self.k[layer], self.k_scale[layer], start)
+        store_value_rows(v, self.v[layer], self.v_scale[layer], start)
 
     def layer(self, layer: int):
         """(k, k_scale, v, v_scale) views of one layer for the attention kernel."""
         return self.k[layer], self.k_scale[layer], self.v[layer], self.v_scale[layer]
+
+    def keys(self) -> np.ndarray:
+        """The stored keys in the logical layout [layers, kv_heads, head_dim, length] (a copy;
+        for saving and tests)."""
+        return untile_keys(self.k, self.length)
 
     def truncate(self, n: int) -> None:
         """Forget everything from cache index n on (speculative rollback, edit, regenerate)."""
@@ -126,7 +137,10 @@ class KVCache:
         n, nl, nkv, hd = self.length, self.n_layers, self.n_kv_heads, self.head_dim
         specs = [
             arrayfile.ArraySpec(
-                prefix + "k", self.dtype, (nl, nkv, hd, n), lambda: (k[..., :n] for k in self.k)
+                prefix + "k",
+                self.dtype,
+                (nl, nkv, hd, n),
+                lambda: (untile_keys(k, n) for k in self.k),
             ),
             arrayfile.ArraySpec(
                 prefix + "v", self.dtype, (nl, nkv, n, hd), lambda: (v[:, :n] for v in self.v)
@@ -177,7 +191,7 @@ class KVCache:
             dest = getattr(cache, name)
             for i, piece in enumerate(reader.iter_leading(prefix + name)):
                 if name == "k":
-                    dest[i][..., :n] = piece
+                    tile_keys_into(dest[i], piece)
                 else:
                     dest[i][:, :n] = piece
         cache.length = n

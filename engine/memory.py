@@ -34,6 +34,7 @@ from pathlib import Path
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config
 from .errors import InputError, MerlinError, ResourceError
+from .kernels.attention import KEY_BLOCK, key_tiles
 from .kv_cache import KV_FORMATS
 from .linear import WEIGHT_FORMATS, quantizable
 from .quant import BLOCK
@@ -213,7 +214,7 @@ def estimate_for(
     if context < 1:
         raise InputError(f"the context budget must be at least 1 token, got {context}.")
     per_token = kv_bytes_per_token(cfg, kv)
-    kv_cache = context * per_token
+    kv_cache = key_tiles(context) * KEY_BLOCK * per_token  # K is stored in tiles of 64 tokens
     pixels, patches = (
         _image_patches(cfg, folder, context, image_pixels) if vision_usable else (0, 0)
     )

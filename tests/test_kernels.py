@@ -8,7 +8,14 @@ from conftest import REFERENCE_DIRS
 from test_parity import load_text_model
 
 from engine.kernels.activation import silu_mul
-from engine.kernels.attention import attention, attention_reference, quantize_rows_q8
+from engine.kernels.attention import (
+    attention,
+    attention_reference,
+    key_tiles,
+    store_key_rows,
+    store_value_rows,
+    untile_keys,
+)
 from engine.kernels.linear import matmul_f32, matmul_f32_reference
 from engine.kernels.norm import rmsnorm, rmsnorm_reference
 from engine.kernels.rope import apply_rope
@@ -73,17 +80,15 @@ def test_rope_pairs_half_split_dimensions():
 
 def kv_rows(fmt, cap, nkv, hd):
     """Random K/V rows as the cache stores them: (kf, vf) in f32 [cap, NKV, HD] and the
-    kernel's (k transposed, k_scale, v, v_scale) in `fmt`."""
+    kernel's (k in tiles, k_scale, v, v_scale) in `fmt`."""
     kf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
     vf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
-    if fmt == "f32":
-        k, v = kf.transpose(1, 2, 0).copy(), vf.transpose(1, 0, 2).copy()
-        ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
-    else:
-        k, v = np.empty((nkv, hd, cap), np.int8), np.empty((nkv, cap, hd), np.int8)
-        ks, vs = np.empty((nkv, cap), np.float32), np.empty((nkv, cap), np.float32)
-        quantize_rows_q8(kf, k, ks, 0, True)
-        quantize_rows_q8(vf, v, vs, 0, False)
+    dtype = np.float32 if fmt == "f32" else np.int8
+    k = np.full((nkv, key_tiles(cap), hd, 64), 99, dtype)  # past cap: never read
+    v = np.empty((nkv, cap, hd), dtype)
+    ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
+    store_key_rows(kf, k, ks, 0)
+    store_value_rows(vf, v, vs, 0)
     return (kf, vf), (k, ks, v, vs)
 
 
@@ -96,7 +101,8 @@ def test_attention_matches_reference(n, nh, nkv, start, fmt):
     if fmt == "q8":
         # int8 rows reproduce the f32 rows to half a step of their scale
         v_err = np.abs(v * vs[..., None] - vf.transpose(1, 0, 2)).max()
-        k_err = np.abs(k.transpose(0, 2, 1) * ks[..., None] - kf.transpose(1, 0, 2)).max()
+        k_rows = untile_keys(k, cap).transpose(0, 2, 1)
+        k_err = np.abs(k_rows * ks[..., None] - kf.transpose(1, 0, 2)).max()
         assert v_err <= vs.max() / 2 + 1e-6 and k_err <= ks.max() / 2 + 1e-6
     out = np.empty((n, nh * hd), np.float32)
     attention(q, k, ks, v, vs, start, np.float32(hd**-0.5), out)

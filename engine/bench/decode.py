@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from ..kernels.attention import key_tiles
 from ..model import load_model
 from ..profile import StepTimer
 from ..rope import text_positions
@@ -22,7 +23,7 @@ def fill_cache(cache, n: int, rng) -> None:
     One layer at a time, so the random temporaries do not add a second cache to peak RSS."""
     cache.reserve(n)
     for layer in range(cache.n_layers):
-        k, v = cache.k[layer, ..., :n], cache.v[layer, :, :n]
+        k, v = cache.k[layer, :, : key_tiles(n)], cache.v[layer, :, :n]
         if cache.fmt == "f32":
             k[...] = rng.standard_normal(k.shape, dtype=np.float32)
             v[...] = rng.standard_normal(v.shape, dtype=np.float32)

@@ -4,9 +4,9 @@ Parallel over KV heads. A task gathers the M = N x group query vectors that read
 new tokens, all query heads of the group) and passes over the head's K and V once for all of
 them, so a speculative verify of N tokens reads the cache once, like a decode step:
 
-  scores  register tiles of up to 4 queries x 64 keys, summed over d (the K rows are stored
-          transposed, [head_dim, capacity], so a tile row is 64 consecutive keys): each K
-          element is loaded and converted once per 4 queries, never once per query;
+  scores  register tiles of up to 4 queries x 64 keys, summed over d: each K element is loaded
+          and converted once per 4 queries, never once per query. K is stored in tiles of
+          64 keys, [kv_head, capacity / 64, head_dim, 64] (see below);
   softmax per query over its own keys (query n sees keys 0..start+n); later keys get p = 0;
   values  register tiles of VALUE_QUERIES queries x 64 dimensions, summed over keys.
 
@@ -14,6 +14,14 @@ Each score is fma(q[d], k[d, t], acc) for d = 0, 1, ... and each output fma(p[t]
 for t = 0, 1, ...: the same float operations whatever the tile, N or thread count (FASTMATH
 without "reassoc"; the extra keys a verify sweeps for its earlier queries add fma(0, v, acc),
 exactly acc), so verify rows equal decode rows bit for bit.
+
+Key layout. A score tile reads, for each of the head_dim dimensions, 64 consecutive keys. With
+K transposed as one [head_dim, capacity] matrix those were 128 rows at a stride of the
+capacity: 128 concurrent streams, more than the hardware prefetchers follow, and from DRAM the
+K pass took twice as long as the V pass over the same bytes (q8 KV at 26-44% of the read
+bandwidth at 2K-8K context). Tiled, a score tile reads one contiguous 8 KB (int8) block and a
+head's keys are one sequential stream. Saved caches keep the logical [head_dim, tokens] layout
+(untile_keys / tile_keys_into).
 
 An f32 cache passes all-ones scales; multiplying by 1.0 is exact, so the f32 path loses
 nothing by sharing this kernel.
@@ -27,7 +35,7 @@ from .mathfn import fast_exp
 from .qlinear import _X86, stack_f32
 
 AFASTMATH = FASTMATH - {"reassoc"}
-KEY_BLOCK = 64  # keys per score tile
+KEY_BLOCK = 64  # keys per score tile and per stored K tile
 SCORE_QUERIES = 4  # queries per score tile: 4 x 64 lanes = 16 AVX-512 or NEON... registers
 DIM_BLOCK = 64  # dimensions per value tile
 # queries per value tile: 4 x 64 lanes is 16 zmm registers; NEON (4 lanes) holds one query's 64
@@ -38,15 +46,17 @@ VALUE_FLOATS = VALUE_QUERIES * DIM_BLOCK
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
 def _score_tile(qm, m0, mr, k_head, t0, width, scores):
-    """scores[m0 + m, t0 + u] = sum_d qm[m0 + m, d] * k_head[d, t0 + u] for m < mr (a
-    constant after inlining), u < width (KEY_BLOCK, or the tail)."""
+    """scores[m0 + m, t0 + u] = sum_d qm[m0 + m, d] * key t0 + u, dimension d, for m < mr (a
+    constant after inlining), u < width (KEY_BLOCK, or the tail); t0 is a multiple of
+    KEY_BLOCK, so the keys are one stored tile, k_head[t0 // KEY_BLOCK]: [head_dim, 64]."""
     acc = carray(stack_f32(SCORE_FLOATS), SCORE_FLOATS)
     for i in range(mr * KEY_BLOCK):
         acc[i] = 0.0
-    for d in range(k_head.shape[0]):
-        row = k_head[d]
+    tile = k_head[t0 // KEY_BLOCK]
+    for d in range(tile.shape[0]):
+        row = tile[d]
         for u in range(width):
-            kf = np.float32(row[t0 + u])
+            kf = np.float32(row[u])
             for m in range(mr):
                 acc[m * KEY_BLOCK + u] += qm[m0 + m, d] * kf
     for m in range(mr):
@@ -113,13 +123,13 @@ def _softmax_row(sc, n_keys, k_scale, v_scale, scale):
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, parallel=True)
-def attention(q, k_t, k_scale, v, v_scale, start, scale, out):
-    """q: [N, NH, HD] f32; k_t: [NKV, HD, cap] (keys stored transposed), v: [NKV, cap, HD],
-    f32 or int8, holding cache indexes 0..start+N-1; k_scale, v_scale: [NKV, cap] f32 (row
-    scales; ones for f32). Query n sits at cache index start + n and sees keys 0..start+n.
-    out: [N, NH * HD] f32."""
+def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
+    """q: [N, NH, HD] f32; k_tiles: [NKV, cap / 64, HD, 64] (keys in tiles of 64), v: [NKV,
+    cap, HD], f32 or int8, holding cache indexes 0..start+N-1; k_scale, v_scale: [NKV, cap]
+    f32 (row scales; ones for f32). Query n sits at cache index start + n and sees keys
+    0..start+n. out: [N, NH * HD] f32."""
     n_rows, n_heads, head_dim = q.shape
-    n_kv = k_t.shape[0]
+    n_kv = k_tiles.shape[0]
     group = n_heads // n_kv
     n_max = start + n_rows
     n_q = n_rows * group
@@ -130,7 +140,7 @@ def attention(q, k_t, k_scale, v, v_scale, start, scale, out):
             for d in range(head_dim):
                 qm[m, d] = q[m // group, h0 + m % group, d]
         scores = np.empty((n_q, n_max), np.float32)
-        k_head = k_t[g]
+        k_head = k_tiles[g]
         m0 = 0
         while m0 + SCORE_QUERIES <= n_q:
             _score_rows(qm, m0, SCORE_QUERIES, k_head, n_max, scores)
@@ -164,10 +174,11 @@ def attention(q, k_t, k_scale, v, v_scale, start, scale, out):
                 out[n, h * head_dim + d] = out_rows[m, d]
 
 
-def attention_reference(q, k_t, k_scale, v, v_scale, start, scale):
+def attention_reference(q, k_tiles, k_scale, v, v_scale, start, scale):
     """Naive float64 twin of attention()."""
     n_rows, n_heads, head_dim = q.shape
-    group = n_heads // k_t.shape[0]
+    group = n_heads // k_tiles.shape[0]
+    k_t = untile_keys(k_tiles, v.shape[1])
     kf = k_t.transpose(0, 2, 1).astype(np.float64) * k_scale[..., None]
     vf = v.astype(np.float64) * v_scale[..., None]
     out = np.zeros((n_rows, n_heads * head_dim))
@@ -181,22 +192,67 @@ def attention_reference(q, k_t, k_scale, v, v_scale, start, scale):
     return out.astype(np.float32)
 
 
+def key_tiles(capacity: int) -> int:
+    """Stored K tiles for a capacity of that many tokens."""
+    return -(-capacity // KEY_BLOCK)
+
+
+def untile_keys(k_tiles: np.ndarray, n: int) -> np.ndarray:
+    """Keys 0..n-1 of [..., tiles, HD, 64] in the logical layout [..., HD, n] (a copy)."""
+    t = key_tiles(n)
+    flat = np.swapaxes(k_tiles[..., :t, :, :], -3, -2)  # [..., HD, t, 64]
+    return flat.reshape(*flat.shape[:-2], t * KEY_BLOCK)[..., :n]
+
+
+def tile_keys_into(k_tiles: np.ndarray, keys: np.ndarray) -> None:
+    """Store logical keys [..., HD, n] as keys 0..n-1 of k_tiles [..., tiles, HD, 64]."""
+    n = keys.shape[-1]
+    full, rest = divmod(n, KEY_BLOCK)
+    head = keys[..., : full * KEY_BLOCK].reshape(*keys.shape[:-1], full, KEY_BLOCK)
+    k_tiles[..., :full, :, :] = np.swapaxes(head, -3, -2)
+    if rest:
+        k_tiles[..., full, :, :rest] = keys[..., full * KEY_BLOCK :]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _row_factor(x, n, g, scales, pos, quantized):
+    """What row (n, g) of x is multiplied by before it is stored: 1 for an f32 cache; for an
+    int8 one, 1 / its symmetric scale max|x| / 127, which goes to scales[g, pos]."""
+    if not quantized:
+        return np.float32(1.0)
+    amax = np.float32(0.0)
+    for d in range(x.shape[2]):
+        amax = max(amax, abs(x[n, g, d]))
+    sc = amax / np.float32(127.0)
+    scales[g, pos] = sc
+    return np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
+
+
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def quantize_rows_q8(x, q, s, start, transposed):
-    """x: [N, NKV, HD] f32 -> q[g, start + n, :] int8 (or q[g, :, start + n] when transposed)
-    and s[g, start + n] f32 with one symmetric scale per (token, head) row: s = max|x| / 127."""
-    n_rows, n_kv, head_dim = x.shape
-    for n in range(n_rows):
-        for g in range(n_kv):
-            amax = np.float32(0.0)
-            for d in range(head_dim):
-                amax = max(amax, abs(x[n, g, d]))
-            sc = amax / np.float32(127.0)
-            inv = np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
-            for d in range(head_dim):
-                value = np.int8(np.rint(x[n, g, d] * inv))
-                if transposed:
-                    q[g, d, start + n] = value
-                else:
-                    q[g, start + n, d] = value
-            s[g, start + n] = sc
+def store_key_rows(x, k_tiles, scales, start):
+    """x: [N, NKV, HD] f32 -> keys start..start+N-1 of every head in the tile layout,
+    k_tiles[g, t // 64, :, t % 64]. An int8 cache gets one symmetric scale per (token, head)
+    row in scales[g, t]; an f32 one gets the values (its scales stay ones)."""
+    quantized = k_tiles.itemsize == 1
+    for n in range(x.shape[0]):
+        t = start + n
+        for g in range(x.shape[1]):
+            f = _row_factor(x, n, g, scales, t, quantized)
+            for d in range(x.shape[2]):
+                value = x[n, g, d] * f
+                k_tiles[g, t // KEY_BLOCK, d, t % KEY_BLOCK] = (
+                    np.rint(value) if quantized else value
+                )
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def store_value_rows(x, v, scales, start):
+    """x: [N, NKV, HD] f32 -> v[g, start + n, :], scaled as in store_key_rows."""
+    quantized = v.itemsize == 1
+    for n in range(x.shape[0]):
+        t = start + n
+        for g in range(x.shape[1]):
+            f = _row_factor(x, n, g, scales, t, quantized)
+            for d in range(x.shape[2]):
+                value = x[n, g, d] * f
+                v[g, t, d] = np.rint(value) if quantized else value

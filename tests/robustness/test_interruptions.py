@@ -77,7 +77,7 @@ def run(model, req, cache, cancel=None, drafter=None):
 
 def stored_rows(cache):
     n = cache.length
-    return [cache.k[..., :n].copy(), cache.v[:, :, :n].copy()] + (
+    return [cache.keys(), cache.v[:, :, :n].copy()] + (
         [cache.k_scale[:, :, :n].copy(), cache.v_scale[:, :, :n].copy()]
         if cache.fmt == "q8"
         else []

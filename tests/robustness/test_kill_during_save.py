@@ -133,7 +133,7 @@ def test_kill_while_saving_the_weight_cache(demo_dir, tmp_path, seed):
 def _kv_cache(n: int, value: float) -> KVCache:
     cache = KVCache(2, 2, 8, 64)
     cache.reserve(n)
-    cache.k[..., :n] = value
+    cache.k[...] = value
     cache.v[:, :, :n] = value
     cache.length = n
     return cache
@@ -149,7 +149,7 @@ def test_kill_while_saving_a_kv_cache_file(tmp_path, seed):
         from engine.kv_cache import KVCache
         cache = KVCache(2, 2, 8, 64)
         cache.reserve(50)
-        cache.k[..., :50] = 2.0
+        cache.k[...] = 2.0
         cache.v[:, :, :50] = 2.0
         cache.length = 50
         specs = cache.array_specs()
@@ -167,6 +167,6 @@ def test_kill_while_saving_a_kv_cache_file(tmp_path, seed):
     run_and_kill(script, {}, seed, max_delay=0.4)
     cache, meta = KVCache.load(path)  # never torn: the old file or the new one, complete
     if meta["version"] == "old":
-        assert cache.length == 10 and np.all(cache.k[..., :10] == 1.0)
+        assert cache.length == 10 and np.all(cache.keys() == 1.0)
     else:
         assert cache.length == 50 and np.all(cache.v[:, :, :50] == 2.0)
