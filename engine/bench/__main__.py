@@ -70,6 +70,16 @@ def compile_times(model: Path, weights: str, kv: str) -> dict:
     return {"cold_s": cold, "warm_s": warm}
 
 
+def load_times(model: Path, weights: str) -> dict:
+    """Loading in a fresh process: first with an empty quantized-weight cache (reads the
+    checkpoint's bf16, quantizes, stores the cache), then from that cache."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, MERLIN_WEIGHT_CACHE=tmp)
+        first = run_child(model, weights, "q8", ["decode"], [16], env=env)["load_s"]
+        cached = run_child(model, weights, "q8", ["decode"], [16], env=env)["load_s"]
+    return {"first_s": first, "cached_s": cached}
+
+
 def print_table(report: dict) -> None:
     m = report["machine"]
     bw = m["bandwidth_gbs"]
@@ -109,6 +119,11 @@ def print_table(report: dict) -> None:
                 "of sgemm"
             )
         print(line)
+    for w, t in report.get("load", {}).items():
+        print(
+            f"load {w} weights: first {t['first_s']:.1f} s (quantized from the bf16 checkpoint), "
+            f"cached {t['cached_s']:.1f} s"
+        )
     for key, c in report.get("compile", {}).items():
         print(f"numba compile ({key}): cold {c['cold_s']:.1f} s, warm {c['warm_s']:.2f} s")
 
@@ -127,7 +142,9 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None, help="checkpoint (default: random 2B-shaped)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the figures to this file")
-    p.add_argument("--no-compile", action="store_true", help="skip the cold-compile runs")
+    p.add_argument(
+        "--no-compile", action="store_true", help="skip the cold-compile and first-load runs"
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     what = args.what or ["decode", "prefill"]
@@ -201,6 +218,7 @@ def main(argv=None) -> int:
         "runs": runs,
     }
     if not args.no_compile:
+        report["load"] = {w: load_times(model, w) for w in args.weights.split(",")}
         w0 = args.weights.split(",")[-1]
         report["compile"] = {f"{w0}/f32": compile_times(model, w0, "f32")}
     print_table(report)
