@@ -32,6 +32,8 @@ def test_decode_prefill_report(demo_dir, tmp_path):
     f32, q4 = report["runs"]
     assert q4["weight_bytes_per_token"] < f32["weight_bytes_per_token"] / 3
     for w in ("f32", "q4"):
-        assert report["load"][w]["first_s"] > 0 and report["load"][w]["cached_s"] > 0
+        load = report["load"][w]
+        assert load["first_s"] > 0 and load["cached_s"] > 0
+        assert 0 < load["first_peak_rss_bytes"] < 4e9 and 0 < load["cached_peak_rss_bytes"] < 4e9
     assert report["compile"]["q4/f32"]["cold_s"] > report["compile"]["q4/f32"]["warm_s"]
     assert "machine: read bandwidth" in done.stdout and "load q4 weights: first" in done.stdout

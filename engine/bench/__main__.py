@@ -72,12 +72,18 @@ def compile_times(model: Path, weights: str, kv: str) -> dict:
 
 def load_times(model: Path, weights: str) -> dict:
     """Loading in a fresh process: first with an empty quantized-weight cache (reads the
-    checkpoint's bf16, quantizes, stores the cache), then from that cache."""
+    checkpoint's bf16, quantizes, stores the cache), then from that cache. The first child's
+    peak RSS shows whether quantizing streams (it should stay near the loaded size)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, MERLIN_WEIGHT_CACHE=tmp)
-        first = run_child(model, weights, "q8", ["decode"], [16], env=env)["load_s"]
-        cached = run_child(model, weights, "q8", ["decode"], [16], env=env)["load_s"]
-    return {"first_s": first, "cached_s": cached}
+        first = run_child(model, weights, "q8", ["decode"], [16], env=env)
+        cached = run_child(model, weights, "q8", ["decode"], [16], env=env)
+    return {
+        "first_s": first["load_s"],
+        "cached_s": cached["load_s"],
+        "first_peak_rss_bytes": first["peak_rss_bytes"],
+        "cached_peak_rss_bytes": cached["peak_rss_bytes"],
+    }
 
 
 def print_table(report: dict) -> None:
@@ -121,8 +127,9 @@ def print_table(report: dict) -> None:
         print(line)
     for w, t in report.get("load", {}).items():
         print(
-            f"load {w} weights: first {t['first_s']:.1f} s (quantized from the bf16 checkpoint), "
-            f"cached {t['cached_s']:.1f} s"
+            f"load {w} weights: first {t['first_s']:.1f} s (quantized from the bf16 checkpoint, "
+            f"peak RSS {t['first_peak_rss_bytes'] / 1e9:.2f} GB), cached {t['cached_s']:.1f} s "
+            f"(peak RSS {t['cached_peak_rss_bytes'] / 1e9:.2f} GB)"
         )
     for key, c in report.get("compile", {}).items():
         print(f"numba compile ({key}): cold {c['cold_s']:.1f} s, warm {c['warm_s']:.2f} s")
