@@ -270,7 +270,7 @@ for fmt, small, twin in [("q8", ql.matmul_q8, ql.matmul_q8_small_reference),
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 1e-5, (fmt, err)
 from engine.kernels import attention as at
-assert at.VALUE_QUERIES == 1
+assert (at.SCORE_QUERIES, at.SCORE_KEYS, at.VALUE_QUERIES, at.DIM_BLOCK) == (2, 32, 2, 32)
 k = rng.standard_normal((2, 2, 128, 64), dtype=np.float32)  # 80 keys in tiles of 64
 v = rng.standard_normal((2, 80, 128), dtype=np.float32)
 ones = np.ones((2, 80), np.float32)

@@ -4,11 +4,11 @@ Parallel over KV heads. A task gathers the M = N x group query vectors that read
 new tokens, all query heads of the group) and passes over the head's K and V once for all of
 them, so a speculative verify of N tokens reads the cache once, like a decode step:
 
-  scores  register tiles of up to 4 queries x 64 keys, summed over d: each K element is loaded
-          and converted once per 4 queries, never once per query. K is stored in tiles of
-          64 keys, [kv_head, capacity / 64, head_dim, 64] (see below);
+  scores  register tiles of up to 4 queries x 64 keys (2 x 32 on NEON), summed over d: each K
+          element is loaded and converted once per tile of queries, never once per query.
+          K is stored in tiles of 64 keys, [kv_head, capacity / 64, head_dim, 64] (below);
   softmax per query over its own keys (query n sees keys 0..start+n); later keys get p = 0;
-  values  register tiles of VALUE_QUERIES queries x 64 dimensions, summed over keys.
+  values  register tiles of 4 queries x 64 dimensions (2 x 32 on NEON), summed over keys.
 
 Each score is fma(q[d], k[d, t], acc) for d = 0, 1, ... and each output fma(p[t], v[t, d], acc)
 for t = 0, 1, ...: the same float operations whatever the tile, N or thread count (FASTMATH
@@ -35,40 +35,43 @@ from .mathfn import fast_exp
 from .qlinear import _X86, stack_f32
 
 AFASTMATH = FASTMATH - {"reassoc"}
-KEY_BLOCK = 64  # keys per score tile and per stored K tile
-SCORE_QUERIES = 4  # queries per score tile: 4 x 64 lanes = 16 AVX-512 or NEON... registers
-DIM_BLOCK = 64  # dimensions per value tile
-# queries per value tile: 4 x 64 lanes is 16 zmm registers; NEON (4 lanes) holds one query's 64
-VALUE_QUERIES = 4 if _X86 else 1
-SCORE_FLOATS = SCORE_QUERIES * KEY_BLOCK
+KEY_BLOCK = 64  # keys per stored K tile
+# Register tiles of 16 accumulator registers: queries x keys for scores, queries x dimensions
+# for values. AVX-512 (32 registers of 16 floats): 4 x 64. NEON (32 registers of 4 floats):
+# 2 x 32; a 4 x 64 tile there kept its accumulators on the stack (ldr/fmla/str per product in
+# the cortex-a76 assembly).
+SCORE_QUERIES, SCORE_KEYS = (4, 64) if _X86 else (2, 32)
+VALUE_QUERIES, DIM_BLOCK = (4, 64) if _X86 else (2, 32)
+SCORE_FLOATS = SCORE_QUERIES * SCORE_KEYS
 VALUE_FLOATS = VALUE_QUERIES * DIM_BLOCK
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
 def _score_tile(qm, m0, mr, k_head, t0, width, scores):
     """scores[m0 + m, t0 + u] = sum_d qm[m0 + m, d] * key t0 + u, dimension d, for m < mr (a
-    constant after inlining), u < width (KEY_BLOCK, or the tail); t0 is a multiple of
-    KEY_BLOCK, so the keys are one stored tile, k_head[t0 // KEY_BLOCK]: [head_dim, 64]."""
+    constant after inlining), u < width (SCORE_KEYS, or the tail); t0 is a multiple of
+    SCORE_KEYS, so the keys lie in one stored tile, k_head[t0 // KEY_BLOCK]: [head_dim, 64]."""
     acc = carray(stack_f32(SCORE_FLOATS), SCORE_FLOATS)
-    for i in range(mr * KEY_BLOCK):
+    for i in range(mr * SCORE_KEYS):
         acc[i] = 0.0
     tile = k_head[t0 // KEY_BLOCK]
+    u0 = t0 % KEY_BLOCK
     for d in range(tile.shape[0]):
         row = tile[d]
         for u in range(width):
-            kf = np.float32(row[u])
+            kf = np.float32(row[u0 + u])
             for m in range(mr):
-                acc[m * KEY_BLOCK + u] += qm[m0 + m, d] * kf
+                acc[m * SCORE_KEYS + u] += qm[m0 + m, d] * kf
     for m in range(mr):
         for u in range(width):
-            scores[m0 + m, t0 + u] = acc[m * KEY_BLOCK + u]
+            scores[m0 + m, t0 + u] = acc[m * SCORE_KEYS + u]
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
 def _score_rows(qm, m0, mr, k_head, n_max, scores):
-    full = n_max // KEY_BLOCK * KEY_BLOCK
-    for t0 in range(0, full, KEY_BLOCK):
-        _score_tile(qm, m0, mr, k_head, t0, KEY_BLOCK, scores)
+    full = n_max // SCORE_KEYS * SCORE_KEYS
+    for t0 in range(0, full, SCORE_KEYS):
+        _score_tile(qm, m0, mr, k_head, t0, SCORE_KEYS, scores)
     if full < n_max:
         _score_tile(qm, m0, mr, k_head, full, n_max - full, scores)
 
@@ -146,9 +149,9 @@ def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
             _score_rows(qm, m0, SCORE_QUERIES, k_head, n_max, scores)
             m0 += SCORE_QUERIES
         rest = n_q - m0
-        if rest == 3:
+        if rest == 3 and SCORE_QUERIES > 3:
             _score_rows(qm, m0, 3, k_head, n_max, scores)
-        elif rest == 2:
+        elif rest == 2 and SCORE_QUERIES > 2:
             _score_rows(qm, m0, 2, k_head, n_max, scores)
         elif rest == 1:
             _score_rows(qm, m0, 1, k_head, n_max, scores)
@@ -161,9 +164,9 @@ def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
             _value_rows(scores, m0, VALUE_QUERIES, v_head, n_max, out_rows)
             m0 += VALUE_QUERIES
         rest = n_q - m0
-        if rest == 3:
+        if rest == 3 and VALUE_QUERIES > 3:
             _value_rows(scores, m0, 3, v_head, n_max, out_rows)
-        elif rest == 2:
+        elif rest == 2 and VALUE_QUERIES > 2:
             _value_rows(scores, m0, 2, v_head, n_max, out_rows)
         elif rest == 1:
             _value_rows(scores, m0, 1, v_head, n_max, out_rows)
