@@ -23,6 +23,12 @@ bandwidth at 2K-8K context). Tiled, a score tile reads one contiguous 8 KB (int8
 head's keys are one sequential stream. Saved caches keep the logical [head_dim, tokens] layout
 (untile_keys / tile_keys_into).
 
+Assembly of the hot loops (inspect_asm; aarch64 under qemu-user in the arm64 root of
+packaging/test-arm64.sh, NUMBA_CPU_NAME=cortex-a76), int8 cache: x86-64 znver4, per 16 values
+vpmovsxbd + vcvtdq2ps once, then one vfmadd231ps per query with the other operand broadcast;
+aarch64, per 32 values an ldp, 8 tbl + 8 scvtf #24 (sign extension and conversion), then 8
+fmla by element per query; both keep all 16 accumulators in registers.
+
 An f32 cache passes all-ones scales; multiplying by 1.0 is exact, so the f32 path loses
 nothing by sharing this kernel.
 """
