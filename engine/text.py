@@ -21,7 +21,7 @@ from .kernels.attention import attention
 from .kernels.norm import rmsnorm
 from .kernels.rope import apply_rope
 from .kv_cache import KVCache
-from .linear import F32Linear, QLinear, quantizable
+from .linear import F32Linear, quantizable, quantized_linear
 from .profile import StepTimer
 from .quant import BLOCK, QTensor, quantize
 from .rope import MRope
@@ -155,7 +155,7 @@ def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str):
             scales[o + r0 : o + r1] = qt.scales
         ckpt.release(name)
         o += rows
-    return QLinear(QTensor(fmt, qs, scales))
+    return quantized_linear(QTensor(fmt, qs, scales))
 
 
 def load_text_weights(

@@ -23,13 +23,13 @@ from platformdirs import user_cache_dir
 from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
-from .linear import WEIGHT_FORMATS, linear_from_arrays
+from .linear import GROUP, WEIGHT_FORMATS, Q4GroupLinear, linear_from_arrays
 from .quant import BLOCK
 from .text import LayerWeights, TextWeights
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1  # bump when the quantized layout or the file's naming changes
+CACHE_VERSION = 2  # bump when the quantized layout or the file's naming changes
 DEFAULT_CAP_BYTES = 8 * 1024**3
 # A .part file not written to for this long is a write that was killed (kill -9, power loss):
 # evict() removes it. A write in progress touches its file every few milliseconds.
@@ -102,6 +102,14 @@ def _check_linear(name: str, lin, out_features: int, in_features: int) -> None:
     mis-shaped array would make a Numba kernel read out of bounds, not raise)."""
     if lin.fmt == "f32":
         arrays = {"w": (lin.w, (np.float32,), (out_features, in_features))}
+    elif isinstance(lin, Q4GroupLinear):
+        if in_features % BLOCK or lin.out_features != out_features:
+            raise CheckpointError(f"{name} has {lin.out_features} rows, not {out_features}")
+        groups, blocks = -(-out_features // GROUP), in_features // BLOCK
+        arrays = {
+            "packed": (lin.packed, (np.uint8,), (groups, blocks, 4 * BLOCK)),
+            "gscales": (lin.gscales, (np.uint16, np.float32), (groups, blocks, GROUP)),
+        }
     else:
         if in_features % BLOCK:
             raise CheckpointError(f"{name} cannot be {lin.fmt}")

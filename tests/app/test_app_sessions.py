@@ -316,15 +316,22 @@ def tinted_text(message) -> str:
 
 
 def test_text_from_accepted_drafts_is_tinted(qtbot, make_window):
-    w = make_window(spec_mode="on", max_new_tokens=80, **GREEDY)
-    send(qtbot, w, "Tell me a very long story.")
-    answer = answers(w)[-1]
-    spans = answer.stats.get("drafted")
-    assert spans, "the demo's greedy story repeats itself: some drafts must be accepted"
+    w = make_window(spec_mode="on", max_new_tokens=120, **GREEDY)
+    # A random-weight model's greedy text falls into loops, which the drafter then predicts;
+    # which prompt loops first depends on the kernels' rounding, so try a few.
+    for prompt in ("Tell me a very long story.", "Describe a river.", "Count to one hundred."):
+        send(qtbot, w, prompt)
+        answer = answers(w)[-1]
+        spans = answer.stats.get("drafted")
+        if spans:
+            break
+    assert spans, "none of the demo's greedy answers had an accepted draft"
     assert all(0 <= s < e <= len(answer.text) for s, e in spans)
     tinted = tinted_text(w.chat.messages()[-1])
-    # exactly those pieces (this answer has no markdown that would rewrite them)
-    assert tinted == "".join(answer.text[s:e].strip() for s, e in spans)
+    # exactly those pieces, up to whitespace (a line break is a block boundary, not a character,
+    # in the rendered document)
+    drafted = "".join(answer.text[s:e] for s, e in spans)
+    assert "".join(tinted.split()) == "".join(drafted.split())
     cid = w.controller.current_id
     w.controller.open_conversation(None)
     w.controller.open_conversation(cid)
