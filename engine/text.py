@@ -120,7 +120,7 @@ def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
 
 # Head (and embedding) format per weights format, chosen by measurement (docs/benchmarks.md,
 # tests/test_quality.py): under q4 blocks a q8 head costs 16% more bytes per 2B token and
-# agreed with f32 on 69.5% instead of 63% of the demo model's tokens; llama.cpp likewise keeps
+# agreed with f32 on 71.5% instead of 61% of the demo model's tokens; llama.cpp likewise keeps
 # a 6-bit head in its 4-bit files.
 HEAD_FORMAT = {"f32": "f32", "q8": "q8", "q4": "q8"}
 CHUNK_WEIGHTS = 1 << 22  # rows are converted in chunks of about this many weights
