@@ -155,17 +155,25 @@ def group_block(typingctx, acc, lane0, packed, pi, xq, xi, corr, gscales, si, dx
         w_base = builder.gep(context.make_array(sig[2])(context, builder, packed_v).data, [pi_v])
         x_base = builder.gep(context.make_array(sig[4])(context, builder, xq_v).data, [xi_v])
         x_words = builder.bitcast(x_base, _I32.as_pointer())
-        dot = _splat(builder, builder.sub(_I32(0), corr_v), _V8I32)
+        # two chains of dot instructions (low and high nibbles), added at the end: one chain
+        # of 8 waits on each instruction's latency (2 chains: 15% faster in cache, 4: no more)
+        chains = [
+            _splat(builder, builder.sub(_I32(0), corr_v), _V8I32),
+            ir.Constant(_V8I32, [0] * 8),
+        ]
         low = ir.Constant(_V32I8, [15] * 32)
         for j in range(4):
             ptr = builder.gep(w_base, [ir.Constant(pi_v.type, SLICE * j)])
             w = builder.load(builder.bitcast(ptr, _V32I8.as_pointer()), align=1)
-            for nibbles, word in (
-                (builder.and_(w, low), j),
-                (builder.lshr(w, ir.Constant(_V32I8, [4] * 32)), 4 + j),
+            for c, (nibbles, word) in enumerate(
+                (
+                    (builder.and_(w, low), j),
+                    (builder.lshr(w, ir.Constant(_V32I8, [4] * 32)), 4 + j),
+                )
             ):
                 xword = builder.load(builder.gep(x_words, [_I32(word)]), align=1)
-                dot = _dot4(builder, dot, nibbles, xword)
+                chains[c] = _dot4(builder, chains[c], nibbles, xword)
+        dot = builder.add(chains[0], chains[1])
         s_ptr = builder.gep(context.make_array(sig[7])(context, builder, gs_v).data, [si_v])
         v8i16 = ir.VectorType(ir.IntType(16), 8)
         bits = builder.load(builder.bitcast(s_ptr, v8i16.as_pointer()), align=2)
