@@ -18,11 +18,11 @@ block dot, and the conversion, the scale (a vector of 8 row scales) and the fma 
 the 8 rows. The weights stay unsigned nibbles (no sign extension); the -8 is taken out exactly
 by starting each block's accumulator at -8 x (sum of the block's activations). In cache, one
 thread, 256 x 2048 (dev box, Zen 4, min of 7 x 200 calls, against qlinear.matmul_q4 in the
-same process): N = 1 11.8 us vs 24.7, N = 2 18.0 vs 35.6, N = 5 39.6 vs 91.6, N = 8 58.9 vs
-139.5. From DRAM, 2 threads, 2B shapes, host busy: N = 1 1.3-1.4x, N = 5 2.1-2.3x.
+same process): N = 1 10.2 us vs 24.6, N = 2 15.0 vs 35.6, N = 5 34.0 vs 88.8, N = 8 50.5 vs
+139.2. From DRAM, 2 threads, 2B shapes, host busy: N = 1 1.3-1.4x, N = 5 2.1-2.3x.
 
-Assembly (inspect_asm): x86-64 znver4, per block and activation row 8 vpdpbusd ymm with the
-4 activations broadcast from memory, then one vcvtdq2ps, vmulps and vfmadd for the 8 rows;
+Assembly (inspect_asm): x86-64 znver4, per block and activation row 8 vpdpbusd ymm (two chains) with
+the 4 activations broadcast from memory, then one vcvtdq2ps, vmulps and vfmadd for the 8 rows;
 the nibbles (vpand, vgf2p8affineqb for the shift) are unpacked once per block for all rows.
 aarch64 cortex-a76 (qemu, the arm64 root of packaging/test-arm64.sh): per block and row 16
 sdot (two 4-lane halves) with ld1r broadcasts, and/ushr for the nibbles, 2 scvtf, 2 fmul,
