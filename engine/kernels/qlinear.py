@@ -69,7 +69,9 @@ Cold compile (first use, cached on disk after): about 8-15 s per kernel here.
 import os
 import platform
 
+import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import carray, njit, prange
 from numba.core import cgutils, types
@@ -94,17 +96,39 @@ PREFETCH_BYTES = 1024
 _X86 = platform.machine().lower() in ("x86_64", "amd64") and (
     os.environ.get("MERLIN_QKERNEL", "") != "generic"
 )
-# int32 lanes per block dot: 16 adjacent-pair sums on x86 (vpmaddwd), 8 elsewhere (sdot)
-LANES = 16 if _X86 else 8
+
+
+def _target_features() -> str:
+    """The CPU features Numba compiles for: NUMBA_CPU_FEATURES if set, none beyond the named
+    CPU's if only NUMBA_CPU_NAME is set (a portable cache), else the host's."""
+    if numba.config.CPU_FEATURES:
+        return numba.config.CPU_FEATURES
+    if numba.config.CPU_NAME:
+        return ""
+    return llvm.get_host_cpu_features().flatten()
+
+
+_FEATURES = set(_target_features().split(",")) if _X86 else set()
+# vpdpbusd (u8 x s8 -> int32, 4 products per lane) on 256-bit vectors: AVX512-VNNI with VL
+# (Zen 4, Ice Lake and later) or the VEX form AVX-VNNI (Alder Lake); one LLVM intrinsic for both.
+_VNNI = {"+avx512vnni", "+avx512vl"} <= _FEATURES or "+avxvnni" in _FEATURES
+# int32 lanes per block dot: 8 everywhere (x86: 256-bit vpmaddwd/vpdpwssd or vpdpbusd; a
+# 512-bit op costs two 256-bit pipe slots on Zen 4, so 16 lanes only doubled the per-row cost
+# of converting and scaling them; aarch64: sdot)
+LANES = 8
+# Independent accumulators per activation row: block b goes to chain b % CHAINS. One chain
+# made a decode step wait for the fma latency (4 cycles) every block.
+CHAINS = 2 if _X86 else 1
 # Activations are quantized per block of 32 like the weights: to int16 (scale absmax / 32767,
-# an error far below the weights' own) for q8 weights everywhere and for q4 on x86, where
-# vpmaddwd takes int16 anyway; to int8 (absmax / 127, llama.cpp's choice) for q4 elsewhere,
-# where sdot multiplies int8 only and q4's own error dominates.
+# an error far below the weights' own) for q8 weights everywhere (int8 cost q8 1.5 points of
+# top-1 agreement, tests/test_quality.py), and for q4 on x86 without VNNI, where vpmaddwd
+# takes int16 anyway; to int8 (absmax / 127, llama.cpp's choice) for q4 with vpdpbusd or sdot,
+# which multiply bytes, where q4's own error dominates.
 XQ8_DTYPE = np.int16
-XQ4_DTYPE = np.int16 if _X86 else np.int8
+XQ4_DTYPE = np.int16 if _X86 and not _VNNI else np.int8
 TILE_ROWS = 4 if _X86 else 3  # activation rows per register tile (see the docstring)
-SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch)
-ACC_FLOATS = TILE_ROWS * LANES
+SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch), a multiple of CHAINS
+ACC_FLOATS = TILE_ROWS * CHAINS * LANES
 SCALE_FLOATS = TILE_ROWS * SCALE_CHUNK
 INV_LEVEL16 = np.float32(1.0 / 32767.0)
 INV_LEVEL8 = np.float32(1.0 / 127.0)
@@ -202,17 +226,36 @@ def _load(builder, ptr, elem, count):
     return builder.load(builder.bitcast(ptr, vec.as_pointer()), align=1)
 
 
+def _half(builder, v, h):
+    """Elements 16h .. 16h + 15 of a 32-element vector."""
+    return builder.shuffle_vector(
+        v, v, ir.Constant(ir.VectorType(_I32, 16), list(range(16 * h, 16 * h + 16)))
+    )
+
+
 def _int_lanes(builder, w, x):
     """<32 x i8> weights times <32 x i8|i16> activations -> <LANES x i32> partial sums, exact.
-    x86: adjacent pairs (vpmaddwd); elsewhere LLVM's partial reduction (sdot on aarch64)."""
+    x86: lane l sums products 2l, 2l + 1, 16 + 2l, 16 + 2l + 1 (two 256-bit vpmaddwd, the
+    second fused with the add into vpdpwssd on VNNI hosts); elsewhere LLVM's partial
+    reduction (sdot on aarch64)."""
+    if _X86:
+        v16 = ir.VectorType(_I32, 16)
+        even = ir.Constant(ir.VectorType(_I32, LANES), list(range(0, 16, 2)))
+        odd = ir.Constant(ir.VectorType(_I32, LANES), list(range(1, 16, 2)))
+        sums = []
+        for h in (0, 1):
+            prod = builder.mul(
+                builder.sext(_half(builder, w, h), v16), builder.sext(_half(builder, x, h), v16)
+            )
+            sums.append(
+                builder.add(
+                    builder.shuffle_vector(prod, prod, even),
+                    builder.shuffle_vector(prod, prod, odd),
+                )
+            )
+        return builder.add(sums[1], sums[0])
     v32 = ir.VectorType(_I32, 32)
     prod = builder.mul(builder.sext(w, v32), builder.sext(x, v32))
-    if _X86:
-        even = ir.Constant(ir.VectorType(_I32, 16), list(range(0, 32, 2)))
-        odd = ir.Constant(ir.VectorType(_I32, 16), list(range(1, 32, 2)))
-        return builder.add(
-            builder.shuffle_vector(prod, prod, even), builder.shuffle_vector(prod, prod, odd)
-        )
     lanes = ir.VectorType(_I32, LANES)
     fn = cgutils.get_or_insert_function(
         builder.module,
@@ -255,14 +298,18 @@ def _q8_weights(builder, ptr):
     return _load(builder, ptr, _I8, 32)
 
 
-def _q4_weights(builder, ptr):
-    """16 bytes -> the block's 32 weights in order (low nibbles, then high), minus 8."""
+def _q4_nibbles(builder, ptr):
+    """16 bytes -> the block's 32 stored nibbles (q + 8, 0..15) in order: low, then high."""
     raw = _load(builder, ptr, _I8, 16)
     v16 = ir.VectorType(_I8, 16)
     low = builder.and_(raw, ir.Constant(v16, [15] * 16))
     high = builder.lshr(raw, ir.Constant(v16, [4] * 16))
-    both = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-    return builder.sub(both, ir.Constant(ir.VectorType(_I8, 32), [8] * 32))
+    return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+
+
+def _q4_weights(builder, ptr):
+    """The block's 32 weights q in order (nibbles minus 8)."""
+    return builder.sub(_q4_nibbles(builder, ptr), ir.Constant(ir.VectorType(_I8, 32), [8] * 32))
 
 
 q8_block_dot = _block_dot_intrinsic(_q8_weights)
@@ -272,36 +319,100 @@ block starts at qs.flat[qi] (q8: 32 int8; q4: 16 packed bytes) and the activatio
 xq.flat[xi]."""
 
 
+@intrinsic
+def q4_block_dot_vnni(typingctx, acc, lane0, qs, qi, xq, xi, xs, si, scale):
+    """q4_block_dot for int8 activations with vpdpbusd (only built on VNNI hosts): the stored
+    nibbles (unsigned) times x, 4 adjacent products per lane, starting from
+    xs.flat[si : si + 8] = -8 x (sums of 4 activations), which takes off the +8 of the
+    stored weights exactly."""
+
+    def codegen(context, builder, signature, args):
+        acc_ptr, lane0_v, qs_v, qi_v, xq_v, xi_v, xs_v, si_v, scale_v = args
+        u = _q4_nibbles(builder, _array_ptr(context, builder, signature.args[2], qs_v, qi_v))
+        x = _load(builder, _array_ptr(context, builder, signature.args[4], xq_v, xi_v), _I8, 32)
+        start = _load(builder, _array_ptr(context, builder, signature.args[6], xs_v, si_v), _I32, 8)
+        v8 = ir.VectorType(_I32, 8)
+        v32 = ir.VectorType(_I8, 32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v8, [v8, v32, v32]), "llvm.x86.avx512.vpdpbusd.256"
+        )
+        _fma_into(builder, acc_ptr, lane0_v, builder.call(fn, [start, u, x]), scale_v)
+        return context.get_dummy_value()
+
+    return types.void(acc, lane0, qs, qi, xq, xi, xs, si, scale), codegen
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _lane(a, i):
+    """Lane a[i] summed over the CHAINS accumulators of a row (a[i + c * LANES]), fixed order."""
+    if CHAINS == 4:
+        return (a[i] + a[i + 2 * LANES]) + (a[i + LANES] + a[i + 3 * LANES])
+    if CHAINS == 2:
+        return a[i] + a[i + LANES]
+    return a[i]
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _hsum_lanes(a, off):
-    """Sum of a[off : off + LANES] in a fixed pairwise order."""
-    if LANES == 16:
-        t0 = (a[off + 0] + a[off + 8]) + (a[off + 4] + a[off + 12])
-        t1 = (a[off + 1] + a[off + 9]) + (a[off + 5] + a[off + 13])
-        t2 = (a[off + 2] + a[off + 10]) + (a[off + 6] + a[off + 14])
-        t3 = (a[off + 3] + a[off + 11]) + (a[off + 7] + a[off + 15])
-        return (t0 + t2) + (t1 + t3)
-    return ((a[off + 0] + a[off + 4]) + (a[off + 2] + a[off + 6])) + (
-        (a[off + 1] + a[off + 5]) + (a[off + 3] + a[off + 7])
+    """Sum of a row's CHAINS * LANES accumulators from a[off]: the chains lane by lane, then
+    a fixed pairwise tree over the 8 lanes."""
+    return ((_lane(a, off + 0) + _lane(a, off + 4)) + (_lane(a, off + 2) + _lane(a, off + 6))) + (
+        (_lane(a, off + 1) + _lane(a, off + 5)) + (_lane(a, off + 3) + _lane(a, off + 7))
     )
 
 
 # --------------------------------------------------------------------------- small N
 
 
+@njit(nogil=True, cache=True)
+def q4_offset_sums(xq, xs):
+    """xs[n, g] = -8 * (xq[n, 4g] + ... + xq[n, 4g + 3]): where vpdpbusd starts each lane, so
+    that the unsigned stored nibbles (q + 8) give the dot with q exactly."""
+    for n in range(xq.shape[0]):
+        for g in range(xs.shape[1]):
+            i = 4 * g
+            xs[n, g] = -8 * (
+                np.int32(xq[n, i])
+                + np.int32(xq[n, i + 1])
+                + np.int32(xq[n, i + 2])
+                + np.int32(xq[n, i + 3])
+            )
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _tile(block_bytes, x_q, dx, n0, nr, qs, scales, o, out):
+def _block(block_bytes, x_q, xs, sc, n0, nr, qs, o, b, c0, chain, acc_ptr):
+    """Weight block b of row o against activation rows n0 .. n0 + nr - 1, into their
+    accumulators of `chain` (nr and chain are constants after inlining: the row loop unrolls
+    and the accumulators stay in registers). sc holds the scale products of the chunk from
+    block c0."""
+    k_dim = x_q.shape[1]
+    qi = o * qs.shape[1] + b * block_bytes
+    prefetch(qs, qi + PREFETCH_BYTES)
+    for n in range(nr):
+        lane0 = (n * CHAINS + chain) * LANES
+        xi = (n0 + n) * k_dim + b * BLOCK
+        s = sc[np.uint64(n * SCALE_CHUNK + b - c0)]
+        if block_bytes == BLOCK:
+            q8_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
+        elif _VNNI:
+            si = (n0 + n) * (k_dim // 4) + b * (BLOCK // 4)
+            q4_block_dot_vnni(acc_ptr, lane0, qs, qi, x_q, xi, xs, si, s)
+        else:
+            q4_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _tile(block_bytes, x_q, xs, dx, n0, nr, qs, scales, o, out):
     """out[n0 : n0 + nr, o] for nr <= TILE_ROWS activation rows against weight row o: each
-    weight block is loaded and unpacked once for all nr rows (nr is a constant after
-    inlining, so the row loops unroll). Scales (weight scale x activation scale) are made a
-    chunk of blocks at a time by a vectorised loop, outside the block loop."""
+    weight block is loaded and unpacked once for all nr rows. Scales (weight scale x
+    activation scale) are made a chunk of blocks at a time by a vectorised loop, outside the
+    block loop. Block b goes to chain b % CHAINS whatever nr is."""
     k_dim = x_q.shape[1]
     n_blocks = k_dim // BLOCK
-    row_bytes = qs.shape[1]
     acc_ptr = stack_f32(ACC_FLOATS)
     acc = carray(acc_ptr, ACC_FLOATS)
     sc = carray(stack_f32(SCALE_FLOATS), SCALE_FLOATS)
-    for i in range(nr * LANES):
+    for i in range(nr * CHAINS * LANES):
         acc[i] = 0.0
     for c0 in range(0, n_blocks, SCALE_CHUNK):
         c1 = min(n_blocks, c0 + SCALE_CHUNK)
@@ -312,39 +423,39 @@ def _tile(block_bytes, x_q, dx, n0, nr, qs, scales, o, out):
             for b in range(c0, c1):
                 i = np.uint64(b)
                 sc[np.uint64(n * SCALE_CHUNK + b - c0)] = scale_to_f32(srow[i]) * drow[i]
-        for b in range(c0, c1):
-            prefetch(qs, o * row_bytes + b * block_bytes + PREFETCH_BYTES)
-            for n in range(nr):
-                qi = o * row_bytes + b * block_bytes
-                xi = (n0 + n) * k_dim + b * BLOCK
-                s = sc[np.uint64(n * SCALE_CHUNK + b - c0)]
-                if block_bytes == BLOCK:
-                    q8_block_dot(acc_ptr, n * LANES, qs, qi, x_q, xi, s)
-                else:
-                    q4_block_dot(acc_ptr, n * LANES, qs, qi, x_q, xi, s)
+        b = c0
+        while b + CHAINS <= c1:
+            for chain in range(CHAINS):
+                _block(block_bytes, x_q, xs, sc, n0, nr, qs, o, b + chain, c0, chain, acc_ptr)
+            b += CHAINS
+        for chain in range(CHAINS - 1):  # the last blocks of a chunk not a multiple of CHAINS
+            if b + chain < c1:
+                _block(block_bytes, x_q, xs, sc, n0, nr, qs, o, b + chain, c0, chain, acc_ptr)
     for n in range(nr):
-        out[n0 + n, o] = _hsum_lanes(acc, n * LANES)
+        out[n0 + n, o] = _hsum_lanes(acc, n * CHAINS * LANES)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _matmul_small(block_bytes, x, x_q, dx, qs, scales, out):
+def _matmul_small(block_bytes, x, x_q, xs, dx, qs, scales, out):
     n_rows = x.shape[0]
     n_out = qs.shape[0]
     quantize_activations(x, x_q, dx)
+    if xs.shape[1] > 0:
+        q4_offset_sums(x_q, xs)
     n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     for task in prange(n_tasks):
         for o in range(task * ROWS_PER_TASK, min(n_out, (task + 1) * ROWS_PER_TASK)):
             n0 = 0
             while n0 + TILE_ROWS <= n_rows:
-                _tile(block_bytes, x_q, dx, n0, TILE_ROWS, qs, scales, o, out)
+                _tile(block_bytes, x_q, xs, dx, n0, TILE_ROWS, qs, scales, o, out)
                 n0 += TILE_ROWS
             rest = n_rows - n0
             if rest == 3:
-                _tile(block_bytes, x_q, dx, n0, 3, qs, scales, o, out)
+                _tile(block_bytes, x_q, xs, dx, n0, 3, qs, scales, o, out)
             elif rest == 2:
-                _tile(block_bytes, x_q, dx, n0, 2, qs, scales, o, out)
+                _tile(block_bytes, x_q, xs, dx, n0, 2, qs, scales, o, out)
             elif rest == 1:
-                _tile(block_bytes, x_q, dx, n0, 1, qs, scales, o, out)
+                _tile(block_bytes, x_q, xs, dx, n0, 1, qs, scales, o, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
@@ -359,8 +470,9 @@ def matmul_q8(x, qs, scales, out):
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("matmul_q8: out must be [N, O]")
     x_q = np.empty((n_rows, k_dim), XQ8_DTYPE)
+    xs = np.empty((n_rows, 0), np.int32)
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    _matmul_small(BLOCK, x, x_q, dx, qs, scales, out)
+    _matmul_small(BLOCK, x, x_q, xs, dx, qs, scales, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
@@ -375,8 +487,9 @@ def matmul_q4(x, qs, scales, out):
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("matmul_q4: out must be [N, O]")
     x_q = np.empty((n_rows, k_dim), XQ4_DTYPE)
+    xs = np.empty((n_rows, k_dim // 4 if _VNNI else 0), np.int32)  # vpdpbusd start values
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    _matmul_small(BLOCK // 2, x, x_q, dx, qs, scales, out)
+    _matmul_small(BLOCK // 2, x, x_q, xs, dx, qs, scales, out)
 
 
 # --------------------------------------------------------------------------- dequantize
