@@ -99,12 +99,10 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64") and (
 
 
 def _target_features() -> str:
-    """The CPU features Numba compiles for: NUMBA_CPU_FEATURES if set, none beyond the named
-    CPU's if only NUMBA_CPU_NAME is set (a portable cache), else the host's."""
-    if numba.config.CPU_FEATURES:
+    """The CPU features Numba compiles for, as Numba picks them: NUMBA_CPU_FEATURES if set
+    (also "" for NUMBA_CPU_NAME=generic), else the host's."""
+    if numba.config.CPU_FEATURES is not None:
         return numba.config.CPU_FEATURES
-    if numba.config.CPU_NAME:
-        return ""
     return llvm.get_host_cpu_features().flatten()
 
 
@@ -116,9 +114,6 @@ _VNNI = {"+avx512vnni", "+avx512vl"} <= _FEATURES or "+avxvnni" in _FEATURES
 # 512-bit op costs two 256-bit pipe slots on Zen 4, so 16 lanes only doubled the per-row cost
 # of converting and scaling them; aarch64: sdot)
 LANES = 8
-# Independent accumulators per activation row: block b goes to chain b % CHAINS. One chain
-# made a decode step wait for the fma latency (4 cycles) every block.
-CHAINS = 2 if _X86 else 1
 # Activations are quantized per block of 32 like the weights: to int16 (scale absmax / 32767,
 # an error far below the weights' own) for q8 weights everywhere (int8 cost q8 1.5 points of
 # top-1 agreement, tests/test_quality.py), and for q4 on x86 without VNNI, where vpmaddwd
@@ -126,10 +121,15 @@ CHAINS = 2 if _X86 else 1
 # which multiply bytes, where q4's own error dominates.
 XQ8_DTYPE = np.int16
 XQ4_DTYPE = np.int16 if _X86 and not _VNNI else np.int8
-TILE_ROWS = 4 if _X86 else 3  # activation rows per register tile (see the docstring)
-SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch), a multiple of CHAINS
-ACC_FLOATS = TILE_ROWS * CHAINS * LANES
-SCALE_FLOATS = TILE_ROWS * SCALE_CHUNK
+# A register tile is TILE_ROWS activation rows x TILE_OUT weight rows (one accumulator each):
+# a weight block is unpacked once for all its activation rows, an activation block loaded
+# once for all its weight rows. x86 has 32 vector registers for the 16 accumulators; aarch64
+# kept 3 x 1 (its 4-row tile went through the stack).
+TILE_ROWS = 4 if _X86 else 3
+TILE_OUT = 4 if _X86 else 1
+SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch)
+ACC_FLOATS = TILE_OUT * TILE_ROWS * LANES
+SCALE_FLOATS = TILE_OUT * TILE_ROWS * SCALE_CHUNK
 INV_LEVEL16 = np.float32(1.0 / 32767.0)
 INV_LEVEL8 = np.float32(1.0 / 127.0)
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
@@ -343,21 +343,10 @@ def q4_block_dot_vnni(typingctx, acc, lane0, qs, qi, xq, xi, xs, si, scale):
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _lane(a, i):
-    """Lane a[i] summed over the CHAINS accumulators of a row (a[i + c * LANES]), fixed order."""
-    if CHAINS == 4:
-        return (a[i] + a[i + 2 * LANES]) + (a[i + LANES] + a[i + 3 * LANES])
-    if CHAINS == 2:
-        return a[i] + a[i + LANES]
-    return a[i]
-
-
-@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _hsum_lanes(a, off):
-    """Sum of a row's CHAINS * LANES accumulators from a[off]: the chains lane by lane, then
-    a fixed pairwise tree over the 8 lanes."""
-    return ((_lane(a, off + 0) + _lane(a, off + 4)) + (_lane(a, off + 2) + _lane(a, off + 6))) + (
-        (_lane(a, off + 1) + _lane(a, off + 5)) + (_lane(a, off + 3) + _lane(a, off + 7))
+    """Sum of a[off : off + 8] in a fixed pairwise order."""
+    return ((a[off + 0] + a[off + 4]) + (a[off + 2] + a[off + 6])) + (
+        (a[off + 1] + a[off + 5]) + (a[off + 3] + a[off + 7])
     )
 
 
@@ -380,82 +369,95 @@ def q4_offset_sums(xq, xs):
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _block(block_bytes, x_q, xs, sc, n0, nr, qs, o, b, c0, chain, acc_ptr):
-    """Weight block b of row o against activation rows n0 .. n0 + nr - 1, into their
-    accumulators of `chain` (nr and chain are constants after inlining: the row loop unrolls
-    and the accumulators stay in registers). sc holds the scale products of the chunk from
-    block c0."""
+def _block(block_bytes, x_q, xs, sc, n0, nr, qs, o0, no, b, c0, acc_ptr):
+    """Weight block b of rows o0 .. o0 + no - 1 against activation rows n0 .. n0 + nr - 1,
+    into their accumulators (nr and no are constants after inlining: the loops unroll and the
+    accumulators stay in registers). sc holds the scale products of the chunk from block c0."""
     k_dim = x_q.shape[1]
-    qi = o * qs.shape[1] + b * block_bytes
-    prefetch(qs, qi + PREFETCH_BYTES)
+    row_bytes = qs.shape[1]
+    for j in range(no):
+        prefetch(qs, (o0 + j) * row_bytes + b * block_bytes + PREFETCH_BYTES)
     for n in range(nr):
-        lane0 = (n * CHAINS + chain) * LANES
         xi = (n0 + n) * k_dim + b * BLOCK
-        s = sc[np.uint64(n * SCALE_CHUNK + b - c0)]
-        if block_bytes == BLOCK:
-            q8_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
-        elif _VNNI:
-            si = (n0 + n) * (k_dim // 4) + b * (BLOCK // 4)
-            q4_block_dot_vnni(acc_ptr, lane0, qs, qi, x_q, xi, xs, si, s)
-        else:
-            q4_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
+        si = (n0 + n) * (k_dim // 4) + b * (BLOCK // 4)
+        for j in range(no):
+            qi = (o0 + j) * row_bytes + b * block_bytes
+            t = j * TILE_ROWS + n
+            lane0 = t * LANES
+            s = sc[np.uint64(t * SCALE_CHUNK + b - c0)]
+            if block_bytes == BLOCK:
+                q8_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
+            elif _VNNI:
+                q4_block_dot_vnni(acc_ptr, lane0, qs, qi, x_q, xi, xs, si, s)
+            else:
+                q4_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _tile(block_bytes, x_q, xs, dx, n0, nr, qs, scales, o, out):
-    """out[n0 : n0 + nr, o] for nr <= TILE_ROWS activation rows against weight row o: each
-    weight block is loaded and unpacked once for all nr rows. Scales (weight scale x
-    activation scale) are made a chunk of blocks at a time by a vectorised loop, outside the
-    block loop. Block b goes to chain b % CHAINS whatever nr is."""
+def _tile(block_bytes, x_q, xs, dx, n0, nr, qs, scales, o0, no, out):
+    """out[n0 : n0 + nr, o0 : o0 + no] for nr <= TILE_ROWS activation rows and no <= TILE_OUT
+    weight rows: each weight block is loaded and unpacked once for all nr activation rows,
+    each activation block once for all no weight rows. Scales (weight scale x activation
+    scale) are made a chunk of blocks at a time by a vectorised loop, outside the block loop."""
     k_dim = x_q.shape[1]
     n_blocks = k_dim // BLOCK
     acc_ptr = stack_f32(ACC_FLOATS)
     acc = carray(acc_ptr, ACC_FLOATS)
     sc = carray(stack_f32(SCALE_FLOATS), SCALE_FLOATS)
-    for i in range(nr * CHAINS * LANES):
+    for i in range(ACC_FLOATS):
         acc[i] = 0.0
     for c0 in range(0, n_blocks, SCALE_CHUNK):
         c1 = min(n_blocks, c0 + SCALE_CHUNK)
+        for j in range(no):
+            for n in range(nr):
+                # unsigned indices: no negative-index wraparound code, so this loop vectorises
+                srow = scales[np.uint64(o0 + j)]
+                drow = dx[np.uint64(n0 + n)]
+                t = np.uint64((j * TILE_ROWS + n) * SCALE_CHUNK)
+                for b in range(c0, c1):
+                    i = np.uint64(b)
+                    sc[t + i - np.uint64(c0)] = scale_to_f32(srow[i]) * drow[i]
+        for b in range(c0, c1):
+            _block(block_bytes, x_q, xs, sc, n0, nr, qs, o0, no, b, c0, acc_ptr)
+    for j in range(no):
         for n in range(nr):
-            # unsigned indices: no negative-index wraparound code, so this loop vectorises
-            srow = scales[np.uint64(o)]
-            drow = dx[np.uint64(n0 + n)]
-            for b in range(c0, c1):
-                i = np.uint64(b)
-                sc[np.uint64(n * SCALE_CHUNK + b - c0)] = scale_to_f32(srow[i]) * drow[i]
-        b = c0
-        while b + CHAINS <= c1:
-            for chain in range(CHAINS):
-                _block(block_bytes, x_q, xs, sc, n0, nr, qs, o, b + chain, c0, chain, acc_ptr)
-            b += CHAINS
-        for chain in range(CHAINS - 1):  # the last blocks of a chunk not a multiple of CHAINS
-            if b + chain < c1:
-                _block(block_bytes, x_q, xs, sc, n0, nr, qs, o, b + chain, c0, chain, acc_ptr)
-    for n in range(nr):
-        out[n0 + n, o] = _hsum_lanes(acc, n * CHAINS * LANES)
+            out[n0 + n, o0 + j] = _hsum_lanes(acc, (j * TILE_ROWS + n) * LANES)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, no, out):
+    """All activation rows against weight rows o0 .. o0 + no - 1: tiles of TILE_ROWS, then
+    the rest (each size a separate unrolled copy)."""
+    n_rows = x_q.shape[0]
+    n0 = 0
+    while n0 + TILE_ROWS <= n_rows:
+        _tile(block_bytes, x_q, xs, dx, n0, TILE_ROWS, qs, scales, o0, no, out)
+        n0 += TILE_ROWS
+    rest = n_rows - n0
+    if rest == 3:
+        _tile(block_bytes, x_q, xs, dx, n0, 3, qs, scales, o0, no, out)
+    elif rest == 2:
+        _tile(block_bytes, x_q, xs, dx, n0, 2, qs, scales, o0, no, out)
+    elif rest == 1:
+        _tile(block_bytes, x_q, xs, dx, n0, 1, qs, scales, o0, no, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _matmul_small(block_bytes, x, x_q, xs, dx, qs, scales, out):
-    n_rows = x.shape[0]
     n_out = qs.shape[0]
     quantize_activations(x, x_q, dx)
     if xs.shape[1] > 0:
         q4_offset_sums(x_q, xs)
     n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     for task in prange(n_tasks):
-        for o in range(task * ROWS_PER_TASK, min(n_out, (task + 1) * ROWS_PER_TASK)):
-            n0 = 0
-            while n0 + TILE_ROWS <= n_rows:
-                _tile(block_bytes, x_q, xs, dx, n0, TILE_ROWS, qs, scales, o, out)
-                n0 += TILE_ROWS
-            rest = n_rows - n0
-            if rest == 3:
-                _tile(block_bytes, x_q, xs, dx, n0, 3, qs, scales, o, out)
-            elif rest == 2:
-                _tile(block_bytes, x_q, xs, dx, n0, 2, qs, scales, o, out)
-            elif rest == 1:
-                _tile(block_bytes, x_q, xs, dx, n0, 1, qs, scales, o, out)
+        end = min(n_out, (task + 1) * ROWS_PER_TASK)
+        o0 = task * ROWS_PER_TASK
+        while o0 + TILE_OUT <= end:
+            _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, TILE_OUT, out)
+            o0 += TILE_OUT
+        while TILE_OUT > 1 and o0 < end:  # a task's last rows, fewer than TILE_OUT
+            _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, 1, out)
+            o0 += 1
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
