@@ -299,12 +299,17 @@ def _q8_weights(builder, ptr):
 
 
 def _q4_nibbles(builder, ptr):
-    """16 bytes -> the block's 32 stored nibbles (q + 8, 0..15) in order: low, then high."""
+    """16 bytes -> the block's 32 stored nibbles (q + 8, 0..15) in order: low, then high.
+    Both halves from one copy of the bytes shifted by 0 and 4 bits (vbroadcasti128, vpsrlvd,
+    vpand: two instructions besides the load)."""
     raw = _load(builder, ptr, _I8, 16)
-    v16 = ir.VectorType(_I8, 16)
-    low = builder.and_(raw, ir.Constant(v16, [15] * 16))
-    high = builder.lshr(raw, ir.Constant(v16, [4] * 16))
-    return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+    both = builder.shuffle_vector(
+        raw, raw, ir.Constant(ir.VectorType(_I32, 32), list(range(16)) * 2)
+    )
+    v8 = ir.VectorType(_I32, 8)
+    shifted = builder.lshr(builder.bitcast(both, v8), ir.Constant(v8, [0] * 4 + [4] * 4))
+    v32 = ir.VectorType(_I8, 32)
+    return builder.and_(builder.bitcast(shifted, v32), ir.Constant(v32, [15] * 32))
 
 
 def _q4_weights(builder, ptr):
