@@ -10,33 +10,53 @@ Formats (made by engine/quant.py; C-contiguous, row-major like the f32 weight [O
 
 Small N (decode N = 1, speculative verify N = K + 1 <= 16): `matmul_q8` / `matmul_q4`,
 parallel over output rows (16 per task). The activations are quantized per block of 32 too
-(int16, scale absmax / 32767; int8 for q4 off x86, see XQ4_DTYPE) and each block is an exact
-integer dot product, scaled once:
+(int16, scale absmax / 32767; int8 for q4 where the int dot multiplies bytes, see
+XQ4_DTYPE) and each block is an exact integer dot product into 8 int32 lanes, scaled once:
 
     acc[l] = fma(float(sum of the products in lane l of block b), sw[o, b] * dx[n, b], acc[l])
-    out[n, o] = fixed pairwise tree over the LANES lanes
+    out[n, o] = fixed pairwise tree over the 8 lanes
 
-The int dot is written as generic LLVM vector IR (intrinsics below): on x86 as adjacent-pair
-sums, which LLVM turns into vpmaddwd (16 int32 lanes, x read from memory as int16); elsewhere
-as llvm.vector.partial.reduce.add, which aarch64 turns into sdot (q4: int8 x int8) or
-smull/smlal (q8: int8 x int16), 8 lanes. Float weights were the previous design: converting
-every weight to f32 and scaling it cost 4 vector ops per 16 weights and made q4 compute-bound
-(15 GB/s of a 34 GB/s machine); the int dot costs 4 per 32 weights (q8) and ran q4 2x faster
-from DRAM, q8 1.5x faster in cache, one thread (engine/qlinear_bench.py; in-cache
-256 x 2048, x86 N = 1: q8 27 G weights/s, q4 22 G weights/s per core).
+The int dot is generic LLVM vector IR (intrinsics below), with one x86 intrinsic:
+  x86, q8 (and q4 without VNNI): adjacent-pair sums of the two 16-weight halves, which LLVM
+    turns into a 256-bit vpmaddwd plus vpdpwssd (VNNI; vpmaddwd + vpaddd without), x int16;
+  x86 with AVX512-VNNI/AVX-VNNI, q4: llvm.x86.avx512.vpdpbusd.256 on the stored nibbles
+    (unsigned, q + 8) and int8 x, 4 products per lane, each lane starting from -8 x (sum of
+    its 4 activations), made once per activation row (`q4_offset_sums`): exact, and no -8 or
+    sign extension per weight;
+  elsewhere: llvm.vector.partial.reduce.add, which aarch64 turns into sdot (q4: int8 x int8)
+    or smull/smlal (q8: int8 x int16).
+Per activation row and weight block that is 4 vector ops for q8 (int dot 2, vcvtdq2ps,
+vfmadd) and 3 for q4 with VNNI. 256-bit vectors, not 512: Zen 4 runs a 512-bit op as two
+256-bit halves, so 16 lanes (a 512-bit vpmaddwd) cost as much as the two 256-bit int ops and
+doubled the conversion and fma, 6 slots instead of 4.
+
+A register tile is TILE_ROWS activation rows x TILE_OUT weight rows (4 x 4 on x86, 16
+accumulators in registers): each weight block is loaded and unpacked once for its 4
+activation rows, each activation block loaded once for its 4 weight rows. Tiles over one
+weight row (the previous design) re-read the activations for every weight row: 64 bytes per
+row and block for int16, from L1/L2, which held the verify at ~2.2 cycles per row and block
+instead of the ~1.5 its vector ops need; and a decode step (one accumulator) waited for the
+fma latency every block. Float weights before that converted every weight to f32 (4 vector
+ops per 16 weights) and made q4 compute-bound.
+
+Measured (engine/qlinear_bench.py; in-cache 256 x 2048, one thread, G weights/s per call
+including the activation quantization, this design vs one-weight-row tiles with 16-lane
+512-bit dots, same run): q8 N = 1 31 vs 25, N = 5 8.7 vs 6.8; q4 N = 1 32 vs 21, N = 5 9.6
+vs 5.9. From DRAM, 2 threads: up to 1.5x the old GB/s at N = 5 (the shared dev box moves
+the figures by 2x; compare in one run).
 
 Exact integer dots and no reassociation anywhere (FASTMATH without "reassoc") mean every
 register tile performs the same float operations in the same order for a given (n, o): row n
 of an N-row call is bitwise equal to a 1-row call on x[n], for any N and any thread count
-(tests/test_quant.py checks N = 1..9 with 1 and 2 threads, for both the x86 and the generic
-code). A tile of up to TILE_ROWS activation rows loads and unpacks each weight block once; a
-weight row is read from memory once for all N rows (later tiles find it in L1/L2). The cost of
-an extra activation row is its own int dot, conversion and fma per block (3 vector ops), so a
-verify of N rows is compute-bound sooner than a decode step: V(4)/T ~2.7 in cache.
+(tests/test_quant.py checks N = 1..9 with 1 and 2 threads, for the x86 code with and without
+VNNI and for the generic code). The cost of an extra activation row is its own int dot,
+conversion and fma per block, so a verify of N rows is compute-bound sooner than a decode
+step (V(4)/T ~3.4 in cache, ~1.5-1.9 from DRAM).
 
 Activation quantization error (int16: 1.5e-5 of the block's largest value) is far below the
 weights' own; with int8 activations q8 agreed with f32 on 96.5% of tokens instead of 98.5%
-(tests/test_quality.py), hence int16 where it costs nothing.
+(tests/test_quality.py), hence int16 for q8. q4 agreed on 71.0% with int8 activations and
+vpdpbusd, 69.0% with int16 (demo model, decode path; the test asks 55%).
 
 Stack scratch (`stack_f32`, an entry-block alloca) holds the accumulators: LLVM keeps them in
 registers. A heap array there is hoisted by Numba out of the prange loop and shared by the
@@ -46,14 +66,16 @@ loop with unsigned indices (signed ones add wraparound code that blocks vectoris
 
 Assembly of the hot loops (x86-64 znver4: inspect_asm; aarch64 cortex-a76: inspect_asm under
 qemu-user in the arm64 root of packaging/test-arm64.sh with NUMBA_CPU_NAME=cortex-a76):
-  x86-64, q8, 1-row tile, per block: vpmovsxbw (32 weights to int16), vpmaddwd with x from
-    memory, vcvtdq2ps, vfmadd231ps with the scale broadcast from memory ({1to16}), prefetcht0.
-    q4 adds vpand + vgf2p8affineqb (byte shift), vinserti128, vpaddb (-8) before vpmovsxbw.
-    The 4-row tile shares the vpmovsxbw; accumulators stay in zmm registers.
+  x86-64, q8, 4 x 4 tile, per block: per weight row 2 vpmovsxbw (16 weights to int16 each),
+    prefetcht0; per activation row 2 vmovdqu (x); per pair vpmaddwd, vpdpwssd, vcvtdq2ps,
+    vfmadd231ps with the scale broadcast from memory ({1to8}); accumulators in ymm registers.
+  x86-64, q4 (VNNI), 4 x 4 tile: per weight row vbroadcasti32x4 + vpsrlvd + vpandq
+    (nibbles), prefetcht0; per activation row vmovdqu of x and of the start values; per pair
+    a register copy of the start values (vmovdqa64), vpdpbusd, vcvtdq2ps, vfmadd231ps {1to8}.
   aarch64, q4, 3-row tile: ldr q (16 bytes), and + usra (nibbles, -8 folded), per row 2 sdot,
     2 scvtf, 2 fmla by element; q8: sshll/sshll2 once, per row smull/smlal/smlal2 x8, 2 scvtf,
     2 fmla; accumulators in registers. The 4-row tile is not unrolled there (its accumulators
-    go through the stack), so TILE_ROWS is 3 off x86.
+    go through the stack), so TILE_ROWS is 3 and TILE_OUT 1 off x86.
 
 Large N (prefill): `matmul_q8_prefill` / `matmul_q4_prefill` dequantize equal tiles of output
 rows (<= PREFILL_TILE_FLOATS floats) to f32 into a scratch buffer (parallel Numba kernel) and
