@@ -35,9 +35,13 @@ accumulators in registers): each weight block is loaded and unpacked once for it
 activation rows, each activation block loaded once for its 4 weight rows. Tiles over one
 weight row (the previous design) re-read the activations for every weight row: 64 bytes per
 row and block for int16, from L1/L2, which held the verify at ~2.2 cycles per row and block
-instead of the ~1.5 its vector ops need; and a decode step (one accumulator) waited for the
-fma latency every block. Float weights before that converted every weight to f32 (4 vector
-ops per 16 weights) and made q4 compute-bound.
+instead of the ~1.5 its vector ops need. But 4 weight rows read at once are 4 DRAM streams
+per thread, and that halved the bandwidth of a decode step here (q8 N = 1 from DRAM: 11
+instead of 22 G weights/s, 2 threads; prefetching on into the next tile did not restore
+it): calls with fewer than WIDE_FROM = 3 activation rows, bandwidth-bound anyway,
+tile over one weight row. The tile shape never changes the operations of one output, so
+the choice keeps rows bitwise equal across N. Float weights before all that converted every
+weight to f32 (4 vector ops per 16 weights) and made q4 compute-bound.
 
 Measured (engine/qlinear_bench.py; in-cache 256 x 2048, one thread, G weights/s per call
 including the activation quantization, this design vs one-weight-row tiles with 16-lane
@@ -149,6 +153,10 @@ XQ4_DTYPE = np.int16 if _X86 and not _VNNI else np.int8
 # kept 3 x 1 (its 4-row tile went through the stack).
 TILE_ROWS = 4 if _X86 else 3
 TILE_OUT = 4 if _X86 else 1
+# Tiles over TILE_OUT weight rows read that many weight streams at once, which halved the DRAM
+# bandwidth of decode (N = 1, 2) here: calls with fewer activation rows than this, which are
+# bandwidth-bound anyway, tile over one weight row (same arithmetic per output: bitwise equal).
+WIDE_FROM = 3
 SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch)
 ACC_FLOATS = TILE_OUT * TILE_ROWS * LANES
 SCALE_FLOATS = TILE_OUT * TILE_ROWS * SCALE_CHUNK
@@ -402,8 +410,13 @@ def _block(block_bytes, x_q, xs, sc, n0, nr, qs, o0, no, b, c0, acc_ptr):
     accumulators stay in registers). sc holds the scale products of the chunk from block c0."""
     k_dim = x_q.shape[1]
     row_bytes = qs.shape[1]
+    # past a row's end the prefetch goes on into the same row of the next tile (read first
+    # there), not into the next row, which this tile is reading already
+    ahead = b * block_bytes + PREFETCH_BYTES
+    if ahead >= row_bytes:
+        ahead += (no - 1) * row_bytes
     for j in range(no):
-        prefetch(qs, (o0 + j) * row_bytes + b * block_bytes + PREFETCH_BYTES)
+        prefetch(qs, (o0 + j) * row_bytes + ahead)
     for n in range(nr):
         xi = (n0 + n) * k_dim + b * BLOCK
         si = (n0 + n) * (k_dim // 4) + b * (BLOCK // 4)
@@ -476,13 +489,15 @@ def _matmul_small(block_bytes, x, x_q, xs, dx, qs, scales, out):
     if xs.shape[1] > 0:
         q4_offset_sums(x_q, xs)
     n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    wide = TILE_OUT > 1 and x.shape[0] >= WIDE_FROM
     for task in prange(n_tasks):
         end = min(n_out, (task + 1) * ROWS_PER_TASK)
         o0 = task * ROWS_PER_TASK
-        while o0 + TILE_OUT <= end:
-            _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, TILE_OUT, out)
-            o0 += TILE_OUT
-        while TILE_OUT > 1 and o0 < end:  # a task's last rows, fewer than TILE_OUT
+        if wide:
+            while o0 + TILE_OUT <= end:
+                _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, TILE_OUT, out)
+                o0 += TILE_OUT
+        while o0 < end:
             _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, 1, out)
             o0 += 1
 
