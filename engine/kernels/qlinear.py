@@ -18,7 +18,8 @@ XQ4_DTYPE) and each block is an exact integer dot product into 8 int32 lanes, sc
 
 The int dot is generic LLVM vector IR (intrinsics below), with one x86 intrinsic:
   x86, q8 (and q4 without VNNI): adjacent-pair sums of the two 16-weight halves, which LLVM
-    turns into a 256-bit vpmaddwd plus vpdpwssd (VNNI; vpmaddwd + vpaddd without), x int16;
+    turns into a 256-bit vpmaddwd plus vpdpwssd (VNNI; without, a second vpmaddwd and an
+    add), x int16;
   x86 with AVX512-VNNI/AVX-VNNI, q4: llvm.x86.avx512.vpdpbusd.256 on the stored nibbles
     (unsigned, q + 8) and int8 x, 4 products per lane, each lane starting from -8 x (sum of
     its 4 activations), made once per activation row (`q4_offset_sums`): exact, and no -8 or
@@ -43,11 +44,14 @@ tile over one weight row. The tile shape never changes the operations of one out
 the choice keeps rows bitwise equal across N. Float weights before all that converted every
 weight to f32 (4 vector ops per 16 weights) and made q4 compute-bound.
 
-Measured (engine/qlinear_bench.py; in-cache 256 x 2048, one thread, G weights/s per call
-including the activation quantization, this design vs one-weight-row tiles with 16-lane
-512-bit dots, same run): q8 N = 1 31 vs 25, N = 5 8.7 vs 6.8; q4 N = 1 32 vs 21, N = 5 9.6
-vs 5.9. From DRAM, 2 threads: up to 1.5x the old GB/s at N = 5 (the shared dev box moves
-the figures by 2x; compare in one run).
+Measured with engine/qlinear_bench.py, this design against the previous one (16-lane
+512-bit dots, one-weight-row tiles), runs interleaved, medians, GB/s of weight bytes:
+  --threads 1 --in-cache (compute speed): q8 N = 1 25 vs 28 (the 1-row tiles lost a little),
+    N = 5 9.3 vs 7.3; q4 N = 1 12.6 vs 11.9, N = 5 5.1 vs 3.4.
+  --threads 2 (DRAM, Qwen3-VL-2B shapes): N = 5 1.2-1.7x faster for q8 and q4 (gate_up q8
+    16.6 vs 14.0, q4 9.9 vs 7.1); N = 1 q4 1.2-1.3x (gate_up 25 vs 21 GB/s, 75% of the
+    probed bandwidth), q8 N = 1 at 80-90% as before. The shared dev box moves the figures by
+    2x from minute to minute: compare in one run.
 
 Exact integer dots and no reassociation anywhere (FASTMATH without "reassoc") mean every
 register tile performs the same float operations in the same order for a given (n, o): row n
@@ -55,12 +59,12 @@ of an N-row call is bitwise equal to a 1-row call on x[n], for any N and any thr
 (tests/test_quant.py checks N = 1..9 with 1 and 2 threads, for the x86 code with and without
 VNNI and for the generic code). The cost of an extra activation row is its own int dot,
 conversion and fma per block, so a verify of N rows is compute-bound sooner than a decode
-step (V(4)/T ~3.4 in cache, ~1.5-1.9 from DRAM).
+step (V(4)/T ~2.5-2.7 in cache; from DRAM, 2 threads, 1.7-1.8 for q8 and 2.2-2.5 for q4).
 
 Activation quantization error (int16: 1.5e-5 of the block's largest value) is far below the
 weights' own; with int8 activations q8 agreed with f32 on 96.5% of tokens instead of 98.5%
-(tests/test_quality.py), hence int16 for q8. q4 agreed on 71.0% with int8 activations and
-vpdpbusd, 69.0% with int16 (demo model, decode path; the test asks 55%).
+(tests/test_quality.py), hence int16 for q8. q4 agreed on 71.0-71.5% with int8 activations
+and vpdpbusd, 69.0% with int16 (demo model, decode path; the test asks 55%).
 
 Stack scratch (`stack_f32`, an entry-block alloca) holds the accumulators: LLVM keeps them in
 registers. A heap array there is hoisted by Numba out of the prange loop and shared by the
