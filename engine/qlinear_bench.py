@@ -1,6 +1,7 @@
 """Roofline benchmark of the weight kernels (temporary; to be folded into `python -m engine.bench`).
 
-    python -m engine.qlinear_bench [--threads 2] [--repeats 7] [--quick] [--json PATH]
+    python -m engine.qlinear_bench [--threads 2] [--repeats 7] [--quick] [--in-cache]
+                                   [--json PATH]
 
 In one run, because the shared host's bandwidth moves by 2x from minute to minute:
   1. the machine's read bandwidth: best of a NumPy float32 matrix-vector dot over 1 GB and a
@@ -13,7 +14,9 @@ In one run, because the shared host's bandwidth moves by 2x from minute to minut
 
 Weights are cycled through enough copies (>= 256 MB per configuration) that every call reads
 them from DRAM, as in a real decode step; repeats are interleaved across configurations and
-the median is reported.
+the median is reported. --in-cache times one 256 x 2048 weight instead (q8: 0.5 MB, in one
+core's L2) called IN_CACHE_CALLS times per repeat: the kernels' compute speed (run it with
+--threads 1), which is what bounds a verify.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ SHAPES = [
 NS = (1, 2, 4, 5, 8)
 FORMATS = ("f32", "q8", "q4")
 MIN_BYTES = 256e6  # per configuration: 8x the last-level cache here
+IN_CACHE = ("in-cache", 256, 2048)
+IN_CACHE_CALLS = 64
 
 
 # --------------------------------------------------------------------------- bandwidth
@@ -106,10 +111,13 @@ def _random_weights(fmt, o, k, rng, scale_dtype="bf16"):
     return rng.integers(0, 256, (o, k // 2), dtype=np.uint8), s
 
 
-def _copies(fmt, o, k, rng, scale_dtype="bf16"):
-    """Enough distinct copies of one random weight that cycling through them reads DRAM."""
+def _copies(fmt, o, k, rng, scale_dtype="bf16", in_cache=False):
+    """Enough distinct copies of one random weight that cycling through them reads DRAM (or,
+    in_cache, the same weight IN_CACHE_CALLS times)."""
     first = _random_weights(fmt, o, k, rng, scale_dtype)
     nbytes = sum(a.nbytes for a in first)
+    if in_cache:
+        return [first] * IN_CACHE_CALLS, nbytes
     n = max(1, int(np.ceil(MIN_BYTES / nbytes)))
     return [first] + [tuple(a.copy() for a in first) for _ in range(n - 1)], nbytes
 
@@ -129,7 +137,9 @@ def _prefill_call(fmt, x, w, out, scratch):
 # --------------------------------------------------------------------------- runs
 
 
-def bench_decode(shapes, formats, ns, repeats, rng, scale_dtype="bf16") -> list[dict]:
+def bench_decode(
+    shapes, formats, ns, repeats, rng, scale_dtype="bf16", in_cache=False
+) -> list[dict]:
     """Per shape, all formats and N interleaved in every repeat, and a read-bandwidth probe
     (Numba sum over MIN_BYTES) in the same repeat: `of_bandwidth` is the median of per-repeat
     ratios, so a co-tenant that halves the bandwidth for a while moves both alike."""
@@ -137,7 +147,7 @@ def bench_decode(shapes, formats, ns, repeats, rng, scale_dtype="bf16") -> list[
     read_sum(probe)
     rows = []
     for name, o, k in shapes:
-        sets = {fmt: _copies(fmt, o, k, rng, scale_dtype) for fmt in formats}
+        sets = {fmt: _copies(fmt, o, k, rng, scale_dtype, in_cache) for fmt in formats}
         xs = {n: rng.standard_normal((n, k), dtype=np.float32) for n in ns}
         outs = {n: np.empty((n, o), np.float32) for n in ns}
         times = {(fmt, n): [] for fmt in formats for n in ns}
@@ -214,17 +224,21 @@ def bench_quantize(rng, o=12288, k=2048) -> dict:
     return res
 
 
-def run(threads=None, repeats=7, quick=False, scale_dtypes=False, prefill=True) -> dict:
+def run(
+    threads=None, repeats=7, quick=False, scale_dtypes=False, prefill=True, in_cache=False
+) -> dict:
     if threads:
         numba.set_num_threads(threads)
     rng = np.random.default_rng(0)
     shapes = SHAPES if not quick else [s for s in SHAPES if s[0] in ("gate_up", "down")]
+    if in_cache:
+        shapes, prefill = [IN_CACHE], False
     result = {"threads": numba.get_num_threads(), "repeats": repeats}
     result["bandwidth_before"] = measure_bandwidth()
-    result["decode"] = bench_decode(shapes, FORMATS, NS, repeats, rng)
+    result["decode"] = bench_decode(shapes, FORMATS, NS, repeats, rng, in_cache=in_cache)
     if scale_dtypes:
         result["decode_f32_scales"] = bench_decode(
-            shapes, ("q8", "q4"), (1, 4), repeats, rng, scale_dtype="f32"
+            shapes, ("q8", "q4"), (1, 4), repeats, rng, scale_dtype="f32", in_cache=in_cache
         )
     result["bandwidth_after"] = measure_bandwidth()
     bw = max(result["bandwidth_before"]["GBps"], result["bandwidth_after"]["GBps"])
@@ -293,9 +307,10 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="gate_up and down shapes only")
     p.add_argument("--scale-dtypes", action="store_true", help="also time f32 block scales")
     p.add_argument("--no-prefill", action="store_true")
+    p.add_argument("--in-cache", action="store_true", help="one 256 x 2048 weight, in cache")
     p.add_argument("--json", help="write the figures to this file")
     a = p.parse_args(argv)
-    r = run(a.threads, a.repeats, a.quick, a.scale_dtypes, not a.no_prefill)
+    r = run(a.threads, a.repeats, a.quick, a.scale_dtypes, not a.no_prefill, a.in_cache)
     print(format_report(r))
     if a.json:
         with open(a.json, "w") as f:

@@ -246,11 +246,11 @@ def test_rows_do_not_depend_on_batch_or_threads(fmt, mats):
         numba.set_num_threads(before)
 
 
-GENERIC_CHECK = """
+QLINEAR_CHECK = """
 import numpy as np
 from engine import quant
 from engine.kernels import qlinear as ql
-assert ql.LANES == 8 and ql.XQ4_DTYPE is np.int8
+assert {expect}, (ql._X86, ql._VNNI, ql.XQ4_DTYPE, ql.TILE_ROWS, ql.TILE_OUT)
 rng = np.random.default_rng(3)
 w = rng.standard_normal((37, 96), dtype=np.float32)
 for fmt, small, twin in [("q8", ql.matmul_q8, ql.matmul_q8_small_reference),
@@ -269,7 +269,15 @@ for fmt, small, twin in [("q8", ql.matmul_q8, ql.matmul_q8_small_reference),
     ref = twin(x, qt.qs, qt.scales)
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 1e-5, (fmt, err)
+print("qlinear ok")
+"""
+
+GENERIC_CHECK = (
+    QLINEAR_CHECK.format(expect="not ql._X86 and ql.XQ4_DTYPE is np.int8 and ql.TILE_OUT == 1")
+    + """
+import numpy as np
 from engine.kernels import attention as at
+rng = np.random.default_rng(4)
 assert (at.SCORE_QUERIES, at.SCORE_KEYS, at.VALUE_QUERIES, at.DIM_BLOCK) == (2, 32, 2, 32)
 k = rng.standard_normal((2, 2, 128, 64), dtype=np.float32)  # 80 keys in tiles of 64
 v = rng.standard_normal((2, 80, 128), dtype=np.float32)
@@ -285,6 +293,7 @@ ref = at.attention_reference(q, k, ones, v, ones, 70, 0.1)
 assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
 print("generic ok")
 """
+)
 
 
 def test_generic_code_path(tmp_path):
@@ -301,3 +310,36 @@ def test_generic_code_path(tmp_path):
         [sys.executable, "-c", GENERIC_CHECK], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0 and "generic ok" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not ql._X86, reason="x86 code paths")
+def test_x86_code_path_without_vnni(tmp_path):
+    """The x86 kernels for a CPU without VNNI (AVX2 x86-64-v3: q4 with int16 activations and
+    vpmaddwd, as q8), built here by naming that CPU to Numba: twin agreement and bitwise
+    N-independence. The host's own path (vpdpbusd for q4 on VNNI hosts) is the one the tests
+    above run."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ,
+        NUMBA_CPU_NAME="x86-64-v3",
+        NUMBA_CPU_FEATURES="",
+        NUMBA_CACHE_DIR=str(tmp_path),
+    )
+    check = QLINEAR_CHECK.format(expect="ql._X86 and not ql._VNNI and ql.XQ4_DTYPE is np.int16")
+    done = subprocess.run(
+        [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and "qlinear ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_q4_offset_sums():
+    """vpdpbusd's start values: -8 x the sum of each 4 activations (int32, no overflow)."""
+    xq = rng.integers(-127, 128, (3, 64)).astype(np.int8)
+    xq[0, :4] = -127
+    xs = np.empty((3, 16), np.int32)
+    ql.q4_offset_sums(xq, xs)
+    np.testing.assert_array_equal(xs, -8 * xq.astype(np.int32).reshape(3, 16, 4).sum(axis=2))
+    assert xs[0, 0] == 8 * 4 * 127

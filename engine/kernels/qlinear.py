@@ -10,33 +10,61 @@ Formats (made by engine/quant.py; C-contiguous, row-major like the f32 weight [O
 
 Small N (decode N = 1, speculative verify N = K + 1 <= 16): `matmul_q8` / `matmul_q4`,
 parallel over output rows (16 per task). The activations are quantized per block of 32 too
-(int16, scale absmax / 32767; int8 for q4 off x86, see XQ4_DTYPE) and each block is an exact
-integer dot product, scaled once:
+(int16, scale absmax / 32767; int8 for q4 where the int dot multiplies bytes, see
+XQ4_DTYPE) and each block is an exact integer dot product into 8 int32 lanes, scaled once:
 
     acc[l] = fma(float(sum of the products in lane l of block b), sw[o, b] * dx[n, b], acc[l])
-    out[n, o] = fixed pairwise tree over the LANES lanes
+    out[n, o] = fixed pairwise tree over the 8 lanes
 
-The int dot is written as generic LLVM vector IR (intrinsics below): on x86 as adjacent-pair
-sums, which LLVM turns into vpmaddwd (16 int32 lanes, x read from memory as int16); elsewhere
-as llvm.vector.partial.reduce.add, which aarch64 turns into sdot (q4: int8 x int8) or
-smull/smlal (q8: int8 x int16), 8 lanes. Float weights were the previous design: converting
-every weight to f32 and scaling it cost 4 vector ops per 16 weights and made q4 compute-bound
-(15 GB/s of a 34 GB/s machine); the int dot costs 4 per 32 weights (q8) and ran q4 2x faster
-from DRAM, q8 1.5x faster in cache, one thread (engine/qlinear_bench.py; in-cache
-256 x 2048, x86 N = 1: q8 27 G weights/s, q4 22 G weights/s per core).
+The int dot is generic LLVM vector IR (intrinsics below), with one x86 intrinsic:
+  x86, q8 (and q4 without VNNI): adjacent-pair sums of the two 16-weight halves, which LLVM
+    turns into a 256-bit vpmaddwd plus vpdpwssd (VNNI; without, a second vpmaddwd and an
+    add), x int16;
+  x86 with AVX512-VNNI/AVX-VNNI, q4: llvm.x86.avx512.vpdpbusd.256 on the stored nibbles
+    (unsigned, q + 8) and int8 x, 4 products per lane, each lane starting from -8 x (sum of
+    its 4 activations), made once per activation row (`q4_offset_sums`): exact, and no -8 or
+    sign extension per weight;
+  elsewhere: llvm.vector.partial.reduce.add, which aarch64 turns into sdot (q4: int8 x int8)
+    or smull/smlal (q8: int8 x int16).
+Per activation row and weight block that is 4 vector ops for q8 (int dot 2, vcvtdq2ps,
+vfmadd) and 3 for q4 with VNNI. 256-bit vectors, not 512: Zen 4 runs a 512-bit op as two
+256-bit halves, so 16 lanes (a 512-bit vpmaddwd) cost as much as the two 256-bit int ops and
+doubled the conversion and fma, 6 slots instead of 4.
+
+A register tile is TILE_ROWS activation rows x TILE_OUT weight rows (4 x 4 on x86, 16
+accumulators in registers): each weight block is loaded and unpacked once for its 4
+activation rows, each activation block loaded once for its 4 weight rows. Tiles over one
+weight row (the previous design) re-read the activations for every weight row: 64 bytes per
+row and block for int16, from L1/L2, which held the verify at ~2.2 cycles per row and block
+instead of the ~1.5 its vector ops need. But 4 weight rows read at once are 4 DRAM streams
+per thread, and that halved the bandwidth of a decode step here (q8 N = 1 from DRAM: 11
+instead of 22 G weights/s, 2 threads; prefetching on into the next tile did not restore
+it): calls with fewer than WIDE_FROM = 3 activation rows, bandwidth-bound anyway,
+tile over one weight row. The tile shape never changes the operations of one output, so
+the choice keeps rows bitwise equal across N. Float weights before all that converted every
+weight to f32 (4 vector ops per 16 weights) and made q4 compute-bound.
+
+Measured with engine/qlinear_bench.py, this design against the previous one (16-lane
+512-bit dots, one-weight-row tiles), runs interleaved, medians, GB/s of weight bytes:
+  --threads 1 --in-cache (compute speed): q8 N = 1 25 vs 28 (the 1-row tiles lost a little),
+    N = 5 9.3 vs 7.3; q4 N = 1 12.6 vs 11.9, N = 5 5.1 vs 3.4.
+  --threads 2 (DRAM, Qwen3-VL-2B shapes): N = 5 1.2-1.7x faster for q8 and q4 (gate_up q8
+    16.6 vs 14.0, q4 9.9 vs 7.1); N = 1 q4 1.2-1.3x (gate_up 25 vs 21 GB/s, 75% of the
+    probed bandwidth), q8 N = 1 at 80-90% as before. The shared dev box moves the figures by
+    2x from minute to minute: compare in one run.
 
 Exact integer dots and no reassociation anywhere (FASTMATH without "reassoc") mean every
 register tile performs the same float operations in the same order for a given (n, o): row n
 of an N-row call is bitwise equal to a 1-row call on x[n], for any N and any thread count
-(tests/test_quant.py checks N = 1..9 with 1 and 2 threads, for both the x86 and the generic
-code). A tile of up to TILE_ROWS activation rows loads and unpacks each weight block once; a
-weight row is read from memory once for all N rows (later tiles find it in L1/L2). The cost of
-an extra activation row is its own int dot, conversion and fma per block (3 vector ops), so a
-verify of N rows is compute-bound sooner than a decode step: V(4)/T ~2.7 in cache.
+(tests/test_quant.py checks N = 1..9 with 1 and 2 threads, for the x86 code with and without
+VNNI and for the generic code). The cost of an extra activation row is its own int dot,
+conversion and fma per block, so a verify of N rows is compute-bound sooner than a decode
+step (V(4)/T ~2.5-2.7 in cache; from DRAM, 2 threads, 1.7-1.8 for q8 and 2.2-2.5 for q4).
 
 Activation quantization error (int16: 1.5e-5 of the block's largest value) is far below the
 weights' own; with int8 activations q8 agreed with f32 on 96.5% of tokens instead of 98.5%
-(tests/test_quality.py), hence int16 where it costs nothing.
+(tests/test_quality.py), hence int16 for q8. q4 agreed on 71.0-71.5% with int8 activations
+and vpdpbusd, 69.0% with int16 (demo model, decode path; the test asks 55%).
 
 Stack scratch (`stack_f32`, an entry-block alloca) holds the accumulators: LLVM keeps them in
 registers. A heap array there is hoisted by Numba out of the prange loop and shared by the
@@ -46,14 +74,16 @@ loop with unsigned indices (signed ones add wraparound code that blocks vectoris
 
 Assembly of the hot loops (x86-64 znver4: inspect_asm; aarch64 cortex-a76: inspect_asm under
 qemu-user in the arm64 root of packaging/test-arm64.sh with NUMBA_CPU_NAME=cortex-a76):
-  x86-64, q8, 1-row tile, per block: vpmovsxbw (32 weights to int16), vpmaddwd with x from
-    memory, vcvtdq2ps, vfmadd231ps with the scale broadcast from memory ({1to16}), prefetcht0.
-    q4 adds vpand + vgf2p8affineqb (byte shift), vinserti128, vpaddb (-8) before vpmovsxbw.
-    The 4-row tile shares the vpmovsxbw; accumulators stay in zmm registers.
+  x86-64, q8, 4 x 4 tile, per block: per weight row 2 vpmovsxbw (16 weights to int16 each),
+    prefetcht0; per activation row 2 vmovdqu (x); per pair vpmaddwd, vpdpwssd, vcvtdq2ps,
+    vfmadd231ps with the scale broadcast from memory ({1to8}); accumulators in ymm registers.
+  x86-64, q4 (VNNI), 4 x 4 tile: per weight row vbroadcasti32x4 + vpsrlvd + vpandq
+    (nibbles), prefetcht0; per activation row vmovdqu of x and of the start values; per pair
+    a register copy of the start values (vmovdqa64), vpdpbusd, vcvtdq2ps, vfmadd231ps {1to8}.
   aarch64, q4, 3-row tile: ldr q (16 bytes), and + usra (nibbles, -8 folded), per row 2 sdot,
     2 scvtf, 2 fmla by element; q8: sshll/sshll2 once, per row smull/smlal/smlal2 x8, 2 scvtf,
     2 fmla; accumulators in registers. The 4-row tile is not unrolled there (its accumulators
-    go through the stack), so TILE_ROWS is 3 off x86.
+    go through the stack), so TILE_ROWS is 3 and TILE_OUT 1 off x86.
 
 Large N (prefill): `matmul_q8_prefill` / `matmul_q4_prefill` dequantize equal tiles of output
 rows (<= PREFILL_TILE_FLOATS floats) to f32 into a scratch buffer (parallel Numba kernel) and
@@ -69,7 +99,9 @@ Cold compile (first use, cached on disk after): about 8-15 s per kernel here.
 import os
 import platform
 
+import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import carray, njit, prange
 from numba.core import cgutils, types
@@ -94,18 +126,44 @@ PREFETCH_BYTES = 1024
 _X86 = platform.machine().lower() in ("x86_64", "amd64") and (
     os.environ.get("MERLIN_QKERNEL", "") != "generic"
 )
-# int32 lanes per block dot: 16 adjacent-pair sums on x86 (vpmaddwd), 8 elsewhere (sdot)
-LANES = 16 if _X86 else 8
+
+
+def _target_features() -> str:
+    """The CPU features Numba compiles for, as Numba picks them: NUMBA_CPU_FEATURES if set
+    (also "" for NUMBA_CPU_NAME=generic), else the host's."""
+    if numba.config.CPU_FEATURES is not None:
+        return numba.config.CPU_FEATURES
+    return llvm.get_host_cpu_features().flatten()
+
+
+_FEATURES = set(_target_features().split(",")) if _X86 else set()
+# vpdpbusd (u8 x s8 -> int32, 4 products per lane) on 256-bit vectors: AVX512-VNNI with VL
+# (Zen 4, Ice Lake and later) or the VEX form AVX-VNNI (Alder Lake); one LLVM intrinsic for both.
+_VNNI = {"+avx512vnni", "+avx512vl"} <= _FEATURES or "+avxvnni" in _FEATURES
+# int32 lanes per block dot: 8 everywhere (x86: 256-bit vpmaddwd/vpdpwssd or vpdpbusd; a
+# 512-bit op costs two 256-bit pipe slots on Zen 4, so 16 lanes only doubled the per-row cost
+# of converting and scaling them; aarch64: sdot)
+LANES = 8
 # Activations are quantized per block of 32 like the weights: to int16 (scale absmax / 32767,
-# an error far below the weights' own) for q8 weights everywhere and for q4 on x86, where
-# vpmaddwd takes int16 anyway; to int8 (absmax / 127, llama.cpp's choice) for q4 elsewhere,
-# where sdot multiplies int8 only and q4's own error dominates.
+# an error far below the weights' own) for q8 weights everywhere (int8 cost q8 1.5 points of
+# top-1 agreement, tests/test_quality.py), and for q4 on x86 without VNNI, where vpmaddwd
+# takes int16 anyway; to int8 (absmax / 127, llama.cpp's choice) for q4 with vpdpbusd or sdot,
+# which multiply bytes, where q4's own error dominates.
 XQ8_DTYPE = np.int16
-XQ4_DTYPE = np.int16 if _X86 else np.int8
-TILE_ROWS = 4 if _X86 else 3  # activation rows per register tile (see the docstring)
+XQ4_DTYPE = np.int16 if _X86 and not _VNNI else np.int8
+# A register tile is TILE_ROWS activation rows x TILE_OUT weight rows (one accumulator each):
+# a weight block is unpacked once for all its activation rows, an activation block loaded
+# once for all its weight rows. x86 has 32 vector registers for the 16 accumulators; aarch64
+# kept 3 x 1 (its 4-row tile went through the stack).
+TILE_ROWS = 4 if _X86 else 3
+TILE_OUT = 4 if _X86 else 1
+# Tiles over TILE_OUT weight rows read that many weight streams at once, which halved the DRAM
+# bandwidth of decode (N = 1, 2) here: calls with fewer activation rows than this, which are
+# bandwidth-bound anyway, tile over one weight row (same arithmetic per output: bitwise equal).
+WIDE_FROM = 3
 SCALE_CHUNK = 64  # blocks whose scales are made at once (stack scratch)
-ACC_FLOATS = TILE_ROWS * LANES
-SCALE_FLOATS = TILE_ROWS * SCALE_CHUNK
+ACC_FLOATS = TILE_OUT * TILE_ROWS * LANES
+SCALE_FLOATS = TILE_OUT * TILE_ROWS * SCALE_CHUNK
 INV_LEVEL16 = np.float32(1.0 / 32767.0)
 INV_LEVEL8 = np.float32(1.0 / 127.0)
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
@@ -202,17 +260,36 @@ def _load(builder, ptr, elem, count):
     return builder.load(builder.bitcast(ptr, vec.as_pointer()), align=1)
 
 
+def _half(builder, v, h):
+    """Elements 16h .. 16h + 15 of a 32-element vector."""
+    return builder.shuffle_vector(
+        v, v, ir.Constant(ir.VectorType(_I32, 16), list(range(16 * h, 16 * h + 16)))
+    )
+
+
 def _int_lanes(builder, w, x):
     """<32 x i8> weights times <32 x i8|i16> activations -> <LANES x i32> partial sums, exact.
-    x86: adjacent pairs (vpmaddwd); elsewhere LLVM's partial reduction (sdot on aarch64)."""
+    x86: lane l sums products 2l, 2l + 1, 16 + 2l, 16 + 2l + 1 (two 256-bit vpmaddwd, the
+    second fused with the add into vpdpwssd on VNNI hosts); elsewhere LLVM's partial
+    reduction (sdot on aarch64)."""
+    if _X86:
+        v16 = ir.VectorType(_I32, 16)
+        even = ir.Constant(ir.VectorType(_I32, LANES), list(range(0, 16, 2)))
+        odd = ir.Constant(ir.VectorType(_I32, LANES), list(range(1, 16, 2)))
+        sums = []
+        for h in (0, 1):
+            prod = builder.mul(
+                builder.sext(_half(builder, w, h), v16), builder.sext(_half(builder, x, h), v16)
+            )
+            sums.append(
+                builder.add(
+                    builder.shuffle_vector(prod, prod, even),
+                    builder.shuffle_vector(prod, prod, odd),
+                )
+            )
+        return builder.add(sums[1], sums[0])
     v32 = ir.VectorType(_I32, 32)
     prod = builder.mul(builder.sext(w, v32), builder.sext(x, v32))
-    if _X86:
-        even = ir.Constant(ir.VectorType(_I32, 16), list(range(0, 32, 2)))
-        odd = ir.Constant(ir.VectorType(_I32, 16), list(range(1, 32, 2)))
-        return builder.add(
-            builder.shuffle_vector(prod, prod, even), builder.shuffle_vector(prod, prod, odd)
-        )
     lanes = ir.VectorType(_I32, LANES)
     fn = cgutils.get_or_insert_function(
         builder.module,
@@ -255,14 +332,23 @@ def _q8_weights(builder, ptr):
     return _load(builder, ptr, _I8, 32)
 
 
-def _q4_weights(builder, ptr):
-    """16 bytes -> the block's 32 weights in order (low nibbles, then high), minus 8."""
+def _q4_nibbles(builder, ptr):
+    """16 bytes -> the block's 32 stored nibbles (q + 8, 0..15) in order: low, then high.
+    Both halves from one copy of the bytes shifted by 0 and 4 bits (vbroadcasti128, vpsrlvd,
+    vpand: two instructions besides the load)."""
     raw = _load(builder, ptr, _I8, 16)
-    v16 = ir.VectorType(_I8, 16)
-    low = builder.and_(raw, ir.Constant(v16, [15] * 16))
-    high = builder.lshr(raw, ir.Constant(v16, [4] * 16))
-    both = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-    return builder.sub(both, ir.Constant(ir.VectorType(_I8, 32), [8] * 32))
+    both = builder.shuffle_vector(
+        raw, raw, ir.Constant(ir.VectorType(_I32, 32), list(range(16)) * 2)
+    )
+    v8 = ir.VectorType(_I32, 8)
+    shifted = builder.lshr(builder.bitcast(both, v8), ir.Constant(v8, [0] * 4 + [4] * 4))
+    v32 = ir.VectorType(_I8, 32)
+    return builder.and_(builder.bitcast(shifted, v32), ir.Constant(v32, [15] * 32))
+
+
+def _q4_weights(builder, ptr):
+    """The block's 32 weights q in order (nibbles minus 8)."""
+    return builder.sub(_q4_nibbles(builder, ptr), ir.Constant(ir.VectorType(_I8, 32), [8] * 32))
 
 
 q8_block_dot = _block_dot_intrinsic(_q8_weights)
@@ -272,15 +358,32 @@ block starts at qs.flat[qi] (q8: 32 int8; q4: 16 packed bytes) and the activatio
 xq.flat[xi]."""
 
 
+@intrinsic
+def q4_block_dot_vnni(typingctx, acc, lane0, qs, qi, xq, xi, xs, si, scale):
+    """q4_block_dot for int8 activations with vpdpbusd (only built on VNNI hosts): the stored
+    nibbles (unsigned) times x, 4 adjacent products per lane, starting from
+    xs.flat[si : si + 8] = -8 x (sums of 4 activations), which takes off the +8 of the
+    stored weights exactly."""
+
+    def codegen(context, builder, signature, args):
+        acc_ptr, lane0_v, qs_v, qi_v, xq_v, xi_v, xs_v, si_v, scale_v = args
+        u = _q4_nibbles(builder, _array_ptr(context, builder, signature.args[2], qs_v, qi_v))
+        x = _load(builder, _array_ptr(context, builder, signature.args[4], xq_v, xi_v), _I8, 32)
+        start = _load(builder, _array_ptr(context, builder, signature.args[6], xs_v, si_v), _I32, 8)
+        v8 = ir.VectorType(_I32, 8)
+        v32 = ir.VectorType(_I8, 32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v8, [v8, v32, v32]), "llvm.x86.avx512.vpdpbusd.256"
+        )
+        _fma_into(builder, acc_ptr, lane0_v, builder.call(fn, [start, u, x]), scale_v)
+        return context.get_dummy_value()
+
+    return types.void(acc, lane0, qs, qi, xq, xi, xs, si, scale), codegen
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _hsum_lanes(a, off):
-    """Sum of a[off : off + LANES] in a fixed pairwise order."""
-    if LANES == 16:
-        t0 = (a[off + 0] + a[off + 8]) + (a[off + 4] + a[off + 12])
-        t1 = (a[off + 1] + a[off + 9]) + (a[off + 5] + a[off + 13])
-        t2 = (a[off + 2] + a[off + 10]) + (a[off + 6] + a[off + 14])
-        t3 = (a[off + 3] + a[off + 11]) + (a[off + 7] + a[off + 15])
-        return (t0 + t2) + (t1 + t3)
+    """Sum of a[off : off + 8] in a fixed pairwise order."""
     return ((a[off + 0] + a[off + 4]) + (a[off + 2] + a[off + 6])) + (
         (a[off + 1] + a[off + 5]) + (a[off + 3] + a[off + 7])
     )
@@ -289,62 +392,118 @@ def _hsum_lanes(a, off):
 # --------------------------------------------------------------------------- small N
 
 
+@njit(nogil=True, cache=True)
+def q4_offset_sums(xq, xs):
+    """xs[n, g] = -8 * (xq[n, 4g] + ... + xq[n, 4g + 3]): where vpdpbusd starts each lane, so
+    that the unsigned stored nibbles (q + 8) give the dot with q exactly."""
+    for n in range(xq.shape[0]):
+        for g in range(xs.shape[1]):
+            i = 4 * g
+            xs[n, g] = -8 * (
+                np.int32(xq[n, i])
+                + np.int32(xq[n, i + 1])
+                + np.int32(xq[n, i + 2])
+                + np.int32(xq[n, i + 3])
+            )
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _tile(block_bytes, x_q, dx, n0, nr, qs, scales, o, out):
-    """out[n0 : n0 + nr, o] for nr <= TILE_ROWS activation rows against weight row o: each
-    weight block is loaded and unpacked once for all nr rows (nr is a constant after
-    inlining, so the row loops unroll). Scales (weight scale x activation scale) are made a
-    chunk of blocks at a time by a vectorised loop, outside the block loop."""
+def _block(block_bytes, x_q, xs, sc, n0, nr, qs, o0, no, b, c0, acc_ptr):
+    """Weight block b of rows o0 .. o0 + no - 1 against activation rows n0 .. n0 + nr - 1,
+    into their accumulators (nr and no are constants after inlining: the loops unroll and the
+    accumulators stay in registers). sc holds the scale products of the chunk from block c0."""
+    k_dim = x_q.shape[1]
+    row_bytes = qs.shape[1]
+    # past a row's end the prefetch goes on into the same row of the next tile (read first
+    # there), not into the next row, which this tile is reading already
+    ahead = b * block_bytes + PREFETCH_BYTES
+    if ahead >= row_bytes:
+        ahead += (no - 1) * row_bytes
+    for j in range(no):
+        prefetch(qs, (o0 + j) * row_bytes + ahead)
+    for n in range(nr):
+        xi = (n0 + n) * k_dim + b * BLOCK
+        si = (n0 + n) * (k_dim // 4) + b * (BLOCK // 4)
+        for j in range(no):
+            qi = (o0 + j) * row_bytes + b * block_bytes
+            t = j * TILE_ROWS + n
+            lane0 = t * LANES
+            s = sc[np.uint64(t * SCALE_CHUNK + b - c0)]
+            if block_bytes == BLOCK:
+                q8_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
+            elif _VNNI:
+                q4_block_dot_vnni(acc_ptr, lane0, qs, qi, x_q, xi, xs, si, s)
+            else:
+                q4_block_dot(acc_ptr, lane0, qs, qi, x_q, xi, s)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _tile(block_bytes, x_q, xs, dx, n0, nr, qs, scales, o0, no, out):
+    """out[n0 : n0 + nr, o0 : o0 + no] for nr <= TILE_ROWS activation rows and no <= TILE_OUT
+    weight rows: each weight block is loaded and unpacked once for all nr activation rows,
+    each activation block once for all no weight rows. Scales (weight scale x activation
+    scale) are made a chunk of blocks at a time by a vectorised loop, outside the block loop."""
     k_dim = x_q.shape[1]
     n_blocks = k_dim // BLOCK
-    row_bytes = qs.shape[1]
     acc_ptr = stack_f32(ACC_FLOATS)
     acc = carray(acc_ptr, ACC_FLOATS)
     sc = carray(stack_f32(SCALE_FLOATS), SCALE_FLOATS)
-    for i in range(nr * LANES):
+    for i in range(ACC_FLOATS):
         acc[i] = 0.0
     for c0 in range(0, n_blocks, SCALE_CHUNK):
         c1 = min(n_blocks, c0 + SCALE_CHUNK)
-        for n in range(nr):
-            # unsigned indices: no negative-index wraparound code, so this loop vectorises
-            srow = scales[np.uint64(o)]
-            drow = dx[np.uint64(n0 + n)]
-            for b in range(c0, c1):
-                i = np.uint64(b)
-                sc[np.uint64(n * SCALE_CHUNK + b - c0)] = scale_to_f32(srow[i]) * drow[i]
-        for b in range(c0, c1):
-            prefetch(qs, o * row_bytes + b * block_bytes + PREFETCH_BYTES)
+        for j in range(no):
             for n in range(nr):
-                qi = o * row_bytes + b * block_bytes
-                xi = (n0 + n) * k_dim + b * BLOCK
-                s = sc[np.uint64(n * SCALE_CHUNK + b - c0)]
-                if block_bytes == BLOCK:
-                    q8_block_dot(acc_ptr, n * LANES, qs, qi, x_q, xi, s)
-                else:
-                    q4_block_dot(acc_ptr, n * LANES, qs, qi, x_q, xi, s)
-    for n in range(nr):
-        out[n0 + n, o] = _hsum_lanes(acc, n * LANES)
+                # unsigned indices: no negative-index wraparound code, so this loop vectorises
+                srow = scales[np.uint64(o0 + j)]
+                drow = dx[np.uint64(n0 + n)]
+                t = np.uint64((j * TILE_ROWS + n) * SCALE_CHUNK)
+                for b in range(c0, c1):
+                    i = np.uint64(b)
+                    sc[t + i - np.uint64(c0)] = scale_to_f32(srow[i]) * drow[i]
+        for b in range(c0, c1):
+            _block(block_bytes, x_q, xs, sc, n0, nr, qs, o0, no, b, c0, acc_ptr)
+    for j in range(no):
+        for n in range(nr):
+            out[n0 + n, o0 + j] = _hsum_lanes(acc, (j * TILE_ROWS + n) * LANES)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
-def _matmul_small(block_bytes, x, x_q, dx, qs, scales, out):
-    n_rows = x.shape[0]
+def _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, no, out):
+    """All activation rows against weight rows o0 .. o0 + no - 1: tiles of TILE_ROWS, then
+    the rest (each size a separate unrolled copy)."""
+    n_rows = x_q.shape[0]
+    n0 = 0
+    while n0 + TILE_ROWS <= n_rows:
+        _tile(block_bytes, x_q, xs, dx, n0, TILE_ROWS, qs, scales, o0, no, out)
+        n0 += TILE_ROWS
+    rest = n_rows - n0
+    if rest == 3:
+        _tile(block_bytes, x_q, xs, dx, n0, 3, qs, scales, o0, no, out)
+    elif rest == 2:
+        _tile(block_bytes, x_q, xs, dx, n0, 2, qs, scales, o0, no, out)
+    elif rest == 1:
+        _tile(block_bytes, x_q, xs, dx, n0, 1, qs, scales, o0, no, out)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _matmul_small(block_bytes, x, x_q, xs, dx, qs, scales, out):
     n_out = qs.shape[0]
     quantize_activations(x, x_q, dx)
+    if xs.shape[1] > 0:
+        q4_offset_sums(x_q, xs)
     n_tasks = (n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    wide = TILE_OUT > 1 and x.shape[0] >= WIDE_FROM
     for task in prange(n_tasks):
-        for o in range(task * ROWS_PER_TASK, min(n_out, (task + 1) * ROWS_PER_TASK)):
-            n0 = 0
-            while n0 + TILE_ROWS <= n_rows:
-                _tile(block_bytes, x_q, dx, n0, TILE_ROWS, qs, scales, o, out)
-                n0 += TILE_ROWS
-            rest = n_rows - n0
-            if rest == 3:
-                _tile(block_bytes, x_q, dx, n0, 3, qs, scales, o, out)
-            elif rest == 2:
-                _tile(block_bytes, x_q, dx, n0, 2, qs, scales, o, out)
-            elif rest == 1:
-                _tile(block_bytes, x_q, dx, n0, 1, qs, scales, o, out)
+        end = min(n_out, (task + 1) * ROWS_PER_TASK)
+        o0 = task * ROWS_PER_TASK
+        if wide:
+            while o0 + TILE_OUT <= end:
+                _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, TILE_OUT, out)
+                o0 += TILE_OUT
+        while o0 < end:
+            _tiles(block_bytes, x_q, xs, dx, qs, scales, o0, 1, out)
+            o0 += 1
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
@@ -359,8 +518,9 @@ def matmul_q8(x, qs, scales, out):
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("matmul_q8: out must be [N, O]")
     x_q = np.empty((n_rows, k_dim), XQ8_DTYPE)
+    xs = np.empty((n_rows, 0), np.int32)
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    _matmul_small(BLOCK, x, x_q, dx, qs, scales, out)
+    _matmul_small(BLOCK, x, x_q, xs, dx, qs, scales, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
@@ -375,8 +535,9 @@ def matmul_q4(x, qs, scales, out):
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("matmul_q4: out must be [N, O]")
     x_q = np.empty((n_rows, k_dim), XQ4_DTYPE)
+    xs = np.empty((n_rows, k_dim // 4 if _VNNI else 0), np.int32)  # vpdpbusd start values
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    _matmul_small(BLOCK // 2, x, x_q, dx, qs, scales, out)
+    _matmul_small(BLOCK // 2, x, x_q, xs, dx, qs, scales, out)
 
 
 # --------------------------------------------------------------------------- dequantize
