@@ -30,9 +30,8 @@ import numpy as np
 from numba import njit, prange
 
 from .kernels.linear import matmul_f32
+from .kernels.qgroup import matmul_q4g, matmul_q4g_prefill, pack_q4_groups
 from .kernels.qlinear import (
-    matmul_q4,
-    matmul_q4_prefill,
     matmul_q8,
     matmul_q8_prefill,
     prefill_tile_rows,
@@ -108,7 +107,9 @@ def _random_weights(fmt, o, k, rng, scale_dtype="bf16"):
     s = bf16_round_up(s) if scale_dtype == "bf16" else s
     if fmt == "q8":
         return rng.integers(-127, 128, (o, k), dtype=np.int8), s
-    return rng.integers(0, 256, (o, k // 2), dtype=np.uint8), s
+    # q4 as the model holds it: groups of 8 rows (engine/kernels/qgroup.py), bf16 scale bits
+    bits = (bf16_round_up(s).view(np.uint32) >> 16).astype(np.uint16)
+    return pack_q4_groups(rng.integers(0, 256, (o, k // 2), dtype=np.uint8), bits)
 
 
 def _copies(fmt, o, k, rng, scale_dtype="bf16", in_cache=False):
@@ -123,14 +124,14 @@ def _copies(fmt, o, k, rng, scale_dtype="bf16", in_cache=False):
 
 
 def _small_n_fn(fmt):
-    return {"f32": matmul_f32, "q8": matmul_q8, "q4": matmul_q4}[fmt]
+    return {"f32": matmul_f32, "q8": matmul_q8, "q4": matmul_q4g}[fmt]
 
 
 def _prefill_call(fmt, x, w, out, scratch):
     """A no-argument call of the prefill product (BLAS sgemm for f32 weights)."""
     if fmt == "f32":
         return lambda: np.matmul(x, w[0].T, out=out)
-    fn = matmul_q8_prefill if fmt == "q8" else matmul_q4_prefill
+    fn = matmul_q8_prefill if fmt == "q8" else matmul_q4g_prefill
     return lambda: fn(x, *w, out, scratch)
 
 

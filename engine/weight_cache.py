@@ -1,5 +1,12 @@
 """Converted text weights cached on disk, so the second load of a checkpoint in a format is
-a memory map instead of a quantization pass.
+a copy from the page cache instead of a quantization pass.
+
+Loaded arrays are copied out of the file's map into anonymous memory, one tensor at a time
+(each tensor's file pages released after its copy, so peak memory stays near the weights):
+decode streams every weight once per token, mapped file pages are 4 KB, and NumPy asks for
+2 MB pages for large arrays. The gain is small: a decode step's products 52.5 vs 54.7 ms (q4)
+and 70.7 vs 72.6 ms (q8) in an interleaved A/B on the 2B-shaped checkpoint, for about 0.3 s
+more load time.
 
 Key: the checkpoint's identity (config hash, each weights file's name, size and mtime), the
 format and the engine's quantization version. The file is safetensors (read by our own checked
@@ -108,7 +115,7 @@ def _check_linear(name: str, lin, out_features: int, in_features: int) -> None:
         groups, blocks = -(-out_features // GROUP), in_features // BLOCK
         arrays = {
             "packed": (lin.packed, (np.uint8,), (groups, blocks, 4 * BLOCK)),
-            "gscales": (lin.gscales, (np.uint16, np.float32), (groups, blocks, GROUP)),
+            "gscales": (lin.gscales, (np.uint16,), (groups, blocks, GROUP)),  # bf16 bits
         }
     else:
         if in_features % BLOCK:
@@ -157,25 +164,29 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
         return None
     try:
         f = SafetensorsFile(path)
-        meta = f.metadata
-        if meta.get("key") != key:
-            raise CheckpointError("the file's key does not match its name")
-        crcs = json.loads(meta["crc32"])
-        formats = json.loads(meta["formats"])
-        if not isinstance(crcs, dict) or not isinstance(formats, dict):
-            raise CheckpointError("the metadata is damaged")
-        if not all(f in WEIGHT_FORMATS for f in formats.values()):
-            raise CheckpointError("unknown weight format")
-        arrays = {}
-        for name in f.tensors:
-            a = f.raw(name)
-            if _crc(a) != crcs.get(name):
-                raise CheckpointError(f"checksum mismatch in {name}")
-            arrays[name] = a
-        if set(crcs) != set(arrays):
-            raise CheckpointError("tensors are missing")
-        weights = _unflatten(arrays, formats, cfg.text.num_hidden_layers)
-        _check_weights(weights, cfg)
+        try:
+            meta = f.metadata
+            if meta.get("key") != key:
+                raise CheckpointError("the file's key does not match its name")
+            crcs = json.loads(meta["crc32"])
+            formats = json.loads(meta["formats"])
+            if not isinstance(crcs, dict) or not isinstance(formats, dict):
+                raise CheckpointError("the metadata is damaged")
+            if not all(fmt in WEIGHT_FORMATS for fmt in formats.values()):
+                raise CheckpointError("unknown weight format")
+            arrays = {}
+            for name in f.tensors:
+                a = np.array(f.raw(name))  # anonymous memory, huge pages (see the docstring)
+                f.release(name)
+                if _crc(a) != crcs.get(name):
+                    raise CheckpointError(f"checksum mismatch in {name}")
+                arrays[name] = a
+            if set(crcs) != set(arrays):
+                raise CheckpointError("tensors are missing")
+            weights = _unflatten(arrays, formats, cfg.text.num_hidden_layers)
+            _check_weights(weights, cfg)
+        finally:
+            f.close()  # the arrays are copies
     except (CheckpointError, KeyError, ValueError, TypeError, AttributeError) as e:
         log.warning("weight cache %s is unusable (%s); rebuilding it", path, e)
         try:

@@ -65,6 +65,9 @@ def test_shapes_are_checked(packed):
         qgroup.matmul_q4g(np.ones((1, k + 32), np.float32), p, s, np.empty((1, o), np.float32))
     with pytest.raises(ValueError):
         qgroup.matmul_q4g(np.ones((1, k), np.float32), p, s, np.empty((1, o + 8), np.float32))
+    out = np.empty((1, o), np.float32)
+    with pytest.raises(numba.TypingError):  # the kernel reads the scales as bf16 bits
+        qgroup.matmul_q4g(np.ones((1, k), np.float32), p, s.astype(np.float32), out)
 
 
 GENERIC = """

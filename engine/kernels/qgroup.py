@@ -38,15 +38,14 @@ every product is an exact integer, and per (n, o) the float operations are the s
 fma(float(dot_b) * dx[n, b], w_scale[o, b], acc) for b = 0, 1, ... whatever N, the tile or the
 thread count: row n of an N-row call is bitwise equal to a 1-row call.
 
-Dot instructions: x86 with AVX512-VNNI: vpdpbusd ymm (llvm.x86.avx512.vpdpbusd.256); aarch64
-with the dot-product extension: sdot (llvm.aarch64.neon.sdot); anywhere else (and with
+Dot instructions: x86 with VNNI (AVX512-VNNI or AVX-VNNI, as qlinear decides): vpdpbusd ymm;
+aarch64 with the dot-product extension: sdot (llvm.aarch64.neon.sdot); anywhere else (and with
 MERLIN_QKERNEL=generic, to test it here) the same sums written as plain LLVM vector IR.
 """
 
 import os
 import platform
 
-import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import carray, njit, prange
@@ -54,9 +53,12 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .qlinear import (
+    _VNNI,
+    _X86,
     BLOCK,
     PREFETCH_BYTES,
     QFASTMATH,
+    _target_features,
     prefetch,
     prefill_tile_rows,
     quantize_activations,
@@ -72,21 +74,13 @@ ACC_FLOATS = TILE_ROWS * GROUP
 
 
 def _dot_kind() -> str:
-    """Which dot instruction the kernels are built for: the CPU Numba compiles for (the host,
-    or NUMBA_CPU_FEATURES when set, as for the board's cortex-a76 under emulation)."""
+    """Which dot instruction the kernels are built for, on the CPU Numba compiles for."""
     if os.environ.get("MERLIN_QKERNEL", "") == "generic":
         return "generic"
-    given = os.environ.get("NUMBA_CPU_FEATURES")
-    if given:
-        features = {f[1:]: f[0] == "+" for f in given.split(",") if f[:1] in "+-" and f[1:]}
-    else:
-        features = dict(llvm.get_host_cpu_features())
-    machine = platform.machine().lower()
-    if machine in ("x86_64", "amd64") and features.get("avx512vnni") and features.get("avx512vl"):
-        return "vnni"
-    if machine in ("aarch64", "arm64") and features.get("dotprod"):
-        return "sdot"
-    return "generic"
+    if _X86:
+        return "vnni" if _VNNI else "generic"
+    arm = platform.machine().lower() in ("aarch64", "arm64")
+    return "sdot" if arm and "+dotprod" in _target_features().split(",") else "generic"
 
 
 DOT = _dot_kind()
@@ -148,6 +142,8 @@ def group_block(typingctx, acc, lane0, packed, pi, xq, xi, corr, gscales, si, dx
     """acc[lane0 : lane0 + 8] = fma(float(dot - corr) * dx, scales, acc): the block dot of the
     8 rows of one group (packed.flat[pi:], 128 bytes) with the 32 int8 activations at
     xq.flat[xi:]; corr = 8 x their sum; scales: the 8 bf16 at gscales.flat[si:]."""
+    if not (isinstance(gscales, types.Array) and gscales.dtype == types.uint16):
+        return None  # the scales are read as bf16 bits
 
     def codegen(context, builder, signature, args):
         acc_p, lane0_v, packed_v, pi_v, xq_v, xi_v, corr_v, gs_v, si_v, dx_v = args
