@@ -20,10 +20,7 @@ from .kernels.qgroup import (
     pack_q4_groups,
 )
 from .kernels.qlinear import (
-    dequantize_q4_rows,
     dequantize_q8_rows,
-    matmul_q4,
-    matmul_q4_prefill,
     matmul_q8,
     matmul_q8_prefill,
 )
@@ -67,12 +64,9 @@ class F32Linear:
 
 
 class QLinear:
-    """q8_0 / q4_0 weights (see engine/quant.py for the layout)."""
+    """q8_0 weights, row-major (engine/quant.py); q4 runs in groups (Q4GroupLinear)."""
 
-    _kernels = {
-        "q8": (matmul_q8, matmul_q8_prefill, dequantize_q8_rows),
-        "q4": (matmul_q4, matmul_q4_prefill, dequantize_q4_rows),
-    }
+    _kernels = {"q8": (matmul_q8, matmul_q8_prefill, dequantize_q8_rows)}
 
     def __init__(self, qt: QTensor):
         self.qt = qt

@@ -117,11 +117,10 @@ def _check_linear(name: str, lin, out_features: int, in_features: int) -> None:
             "packed": (lin.packed, (np.uint8,), (groups, blocks, 4 * BLOCK)),
             "gscales": (lin.gscales, (np.uint16,), (groups, blocks, GROUP)),  # bf16 bits
         }
-    else:
-        if in_features % BLOCK:
+    else:  # row-major: q8 only
+        if in_features % BLOCK or lin.fmt != "q8":
             raise CheckpointError(f"{name} cannot be {lin.fmt}")
-        width = in_features if lin.fmt == "q8" else in_features // 2
-        qs_dtype = np.int8 if lin.fmt == "q8" else np.uint8
+        width, qs_dtype = in_features, np.int8
         arrays = {
             "qs": (lin.qt.qs, (qs_dtype,), (out_features, width)),
             # bf16 bits; the kernels also take float32 scales

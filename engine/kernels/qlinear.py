@@ -8,6 +8,10 @@ Formats (made by engine/quant.py; C-contiguous, row-major like the f32 weight [O
                                 nibble, each stored as q + 8 (q in -8..7)
         scales uint16 [O, K // 32], bfloat16 bits (float32 scale arrays work too)
 
+The model runs q4 through engine/kernels/qgroup.py (8 rows interleaved per integer dot
+instruction, 2-2.5x faster in cache); the row-major q4 kernels here are no longer on its path
+and stay, tested, only until they are removed. q8 runs here.
+
 Small N (decode N = 1, speculative verify N = K + 1 <= 16): `matmul_q8` / `matmul_q4`,
 parallel over output rows (16 per task). The activations are quantized per block of 32 too
 (int16, scale absmax / 32767; int8 for q4 where the int dot multiplies bytes, see
