@@ -25,8 +25,7 @@ from .formats import KV_FORMATS
 from .kernels.attention import (
     KEY_BLOCK,
     key_tiles,
-    store_key_rows,
-    store_value_rows,
+    store_rows,
     tile_keys_into,
     untile_keys,
 )
@@ -102,8 +101,8 @@ class KVCache:
     def write(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
         """k, v: [N, NKV, HD] f32 for cache indexes start..start+N-1 (capacity reserved)."""
         k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
-        store_key_rows(k, self.k[layer], self.k_scale[layer], start)
-        store_value_rows(v, self.v[layer], self.v_scale[layer], start)
+        store_rows(k, self.k[layer], self.k_scale[layer], start)
+        store_rows(v, self.v[layer][..., None], self.v_scale[layer], start)
 
     def layer(self, layer: int):
         """(k, k_scale, v, v_scale) views of one layer for the attention kernel."""

@@ -12,8 +12,7 @@ from engine.kernels.attention import (
     attention,
     attention_reference,
     key_tiles,
-    store_key_rows,
-    store_value_rows,
+    store_rows,
     untile_keys,
 )
 from engine.kernels.linear import matmul_f32, matmul_f32_reference
@@ -87,8 +86,8 @@ def kv_rows(fmt, cap, nkv, hd):
     k = np.full((nkv, key_tiles(cap), hd, 64), 99, dtype)  # past cap: never read
     v = np.empty((nkv, cap, hd), dtype)
     ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
-    store_key_rows(kf, k, ks, 0)
-    store_value_rows(vf, v, vs, 0)
+    store_rows(kf, k, ks, 0)
+    store_rows(vf, v[..., None], vs, 0)
     return (kf, vf), (k, ks, v, vs)
 
 

@@ -238,30 +238,17 @@ def _row_factor(x, n, g, scales, pos, quantized):
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def store_key_rows(x, k_tiles, scales, start):
-    """x: [N, NKV, HD] f32 -> keys start..start+N-1 of every head in the tile layout,
-    k_tiles[g, t // 64, :, t % 64]. An int8 cache gets one symmetric scale per (token, head)
+def store_rows(x, dest, scales, start):
+    """x: [N, NKV, HD] f32 -> cache index t = start + n of every head at dest[g, t // B, d,
+    t % B], B = dest.shape[3]: keys in tiles of 64 (dest = the K tiles), values row by row
+    (dest = V[..., None], B = 1). An int8 cache gets one symmetric scale per (token, head)
     row in scales[g, t]; an f32 one gets the values (its scales stay ones)."""
-    quantized = k_tiles.itemsize == 1
+    quantized = dest.itemsize == 1
+    block = dest.shape[3]
     for n in range(x.shape[0]):
         t = start + n
         for g in range(x.shape[1]):
             f = _row_factor(x, n, g, scales, t, quantized)
             for d in range(x.shape[2]):
                 value = x[n, g, d] * f
-                k_tiles[g, t // KEY_BLOCK, d, t % KEY_BLOCK] = (
-                    np.rint(value) if quantized else value
-                )
-
-
-@njit(nogil=True, cache=True, fastmath=FASTMATH)
-def store_value_rows(x, v, scales, start):
-    """x: [N, NKV, HD] f32 -> v[g, start + n, :], scaled as in store_key_rows."""
-    quantized = v.itemsize == 1
-    for n in range(x.shape[0]):
-        t = start + n
-        for g in range(x.shape[1]):
-            f = _row_factor(x, n, g, scales, t, quantized)
-            for d in range(x.shape[2]):
-                value = x[n, g, d] * f
-                v[g, t, d] = np.rint(value) if quantized else value
+                dest[g, t // block, d, t % block] = np.rint(value) if quantized else value
