@@ -30,8 +30,9 @@ def main(out_dir: str) -> int:
     from llvmlite import binding as llvm
 
     from engine.kernels import attention as att
+    from engine.kernels import qgroup as qg
     from engine.kernels import qlinear as ql
-    from engine.quant import quantize
+    from engine.quant import quantize_q4, quantize_q8
 
     os.makedirs(out_dir, exist_ok=True)
     cpu = os.environ.get("NUMBA_CPU_NAME") or f"host ({llvm.get_host_cpu_name()})"
@@ -40,9 +41,10 @@ def main(out_dir: str) -> int:
     w = rng.standard_normal((64, 256)).astype(np.float32)
     x = rng.standard_normal((2, 256)).astype(np.float32)
     out = np.zeros((2, 64), np.float32)
-    for fmt, fn in (("q8", ql.matmul_q8), ("q4", ql.matmul_q4)):
-        qt = quantize(w, fmt)
-        fn(x, qt.qs, qt.scales, out)
+    q8 = quantize_q8(w)
+    ql.matmul_q8(x, q8.qs, q8.scales, out)
+    q4 = quantize_q4(w)
+    qg.matmul_q4g(x, *qg.pack_q4_groups(q4.qs, q4.scales), out)  # q4 as the model runs it
     # attention with the engine's own KV cache arrays: one short forward per KV format
     from engine.demo import ensure_demo_checkpoint
     from engine.model import load_model
@@ -56,7 +58,7 @@ def main(out_dir: str) -> int:
     found: Counter = Counter()
     for name, fn in (
         ("matmul_q8", ql.matmul_q8),
-        ("matmul_q4", ql.matmul_q4),
+        ("matmul_q4g", qg.matmul_q4g),
         ("attention", att.attention),
     ):
         for i, sig in enumerate(fn.signatures):

@@ -5,7 +5,7 @@
 #   2. runs packaging/install.sh inside it (system packages, venv, pip, kernel warm-up);
 #   3. runs `merlin --self-test` there (demo checkpoint, an image question, the window
 #      rendered offscreen);
-#   4. prints the aarch64 assembly of the hot kernels (qlinear matmul_q8 / matmul_q4,
+#   4. prints the aarch64 assembly of the hot kernels (qlinear matmul_q8, qgroup matmul_q4g,
 #      attention) and counts their NEON instructions (fmla v.4s, sdot, ...).
 # Not part of the test suite. Its last result is recorded in packaging/README.md.
 #

@@ -1,24 +1,17 @@
-"""Block-quantized weights (engine/quant.py) and their kernels (engine/kernels/qlinear.py):
+"""Block-quantized weights (engine/quant.py) and the q8 kernels (engine/kernels/qlinear.py):
 round-trip error bounds, every kernel against its naive twin, and the property speculative
 decoding rests on: row i of an N-row product is bitwise equal to a 1-row product on x[i], for
-any N and thread count."""
+any N and thread count. The q4 kernels (engine/kernels/qgroup.py): tests/test_qgroup.py."""
 
 import numba
 import numpy as np
 import pytest
 
 from engine import quant
+from engine.kernels import qgroup
 from engine.kernels import qlinear as ql
 
 rng = np.random.default_rng(0)
-
-SMALL = {"q8": ql.matmul_q8, "q4": ql.matmul_q4}
-PREFILL = {"q8": ql.matmul_q8_prefill, "q4": ql.matmul_q4_prefill}
-REFERENCE = {"q8": ql.matmul_q8_reference, "q4": ql.matmul_q4_reference}
-XQ_DTYPE = {"q8": ql.XQ8_DTYPE, "q4": ql.XQ4_DTYPE}
-SMALL_REFERENCE = {"q8": ql.matmul_q8_small_reference, "q4": ql.matmul_q4_small_reference}
-DEQUANT = {"q8": ql.dequantize_q8_rows, "q4": ql.dequantize_q4_rows}
-DEQUANT_REF = {"q8": ql.dequantize_q8_reference, "q4": ql.dequantize_q4_reference}
 
 
 def weights(o, k, scale=0.05):
@@ -38,11 +31,10 @@ def close(out, ref, rtol=2e-6):
 
 @pytest.fixture(scope="module")
 def mats():
-    out = {}
-    for o, k in [(70, 2048 + 32), (33, 64), (5, 32)]:
-        w = weights(o, k)
-        out[(o, k)] = {fmt: quant.quantize(w, fmt) for fmt in quant.FORMATS}
-    return out
+    """q8 weights by shape (O, K)."""
+    return {
+        (o, k): quant.quantize_q8(weights(o, k)) for o, k in [(70, 2048 + 32), (33, 64), (5, 32)]
+    }
 
 
 # --------------------------------------------------------------------------- formats
@@ -101,7 +93,7 @@ def test_q4_packing_order():
     u = (q_true + 8).astype(np.uint8)
     np.testing.assert_array_equal(qt.qs[0, :16], u[:16] | (u[16:] << 4))
     np.testing.assert_array_equal(
-        quant.dequantize(qt), ql.dequantize_q4_reference(qt.qs, qt.scales)
+        quant.dequantize(qt), qgroup.dequantize_q4_reference(qt.qs, qt.scales)
     )
 
 
@@ -137,31 +129,29 @@ def test_quantize_accepts_other_float_dtypes():
 # --------------------------------------------------------------------------- kernels vs twins
 
 
-@pytest.mark.parametrize("fmt", quant.FORMATS)
-def test_dequantize_kernels_match_reference(fmt, mats):
-    for qt in (m[fmt] for m in mats.values()):
+def test_dequantize_kernel_matches_reference(mats):
+    for qt in mats.values():
         o, k = qt.shape
         out = np.empty((o - 1, k), np.float32)
-        DEQUANT[fmt](qt.qs, qt.scales, 1, out)
-        ref = DEQUANT_REF[fmt](qt.qs, qt.scales)
+        ql.dequantize_q8_rows(qt.qs, qt.scales, 1, out)
+        ref = ql.dequantize_q8_reference(qt.qs, qt.scales)
         np.testing.assert_array_equal(out, ref[1:])
         np.testing.assert_array_equal(quant.dequantize(qt), ref)
 
 
-@pytest.mark.parametrize("fmt", quant.FORMATS)
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 9, 16])
-def test_small_n_kernels_match_reference(fmt, n, mats):
-    for qt in (m[fmt] for m in mats.values()):
+def test_small_n_kernel_matches_reference(n, mats):
+    for qt in mats.values():
         o, k = qt.shape
         x = rng.standard_normal((n, k), dtype=np.float32)
         out = np.full((n, o), np.nan, np.float32)
-        SMALL[fmt](x, qt.qs, qt.scales, out)
-        close(out, SMALL_REFERENCE[fmt](x, qt.qs, qt.scales).astype(np.float64))
+        ql.matmul_q8(x, qt.qs, qt.scales, out)
+        close(out, ql.matmul_q8_small_reference(x, qt.qs, qt.scales).astype(np.float64))
         # activation quantization (q8_0): each x is off by at most half its block's step
-        exact = REFERENCE[fmt](x, qt.qs, qt.scales).astype(np.float64)
-        _, dx = ql.quantize_activations_reference(x, XQ_DTYPE[fmt])
-        w = np.abs(DEQUANT_REF[fmt](qt.qs, qt.scales)).reshape(o, -1, ql.BLOCK).sum(axis=2)
-        bound = (dx.astype(np.float64) / 2) @ w.T
+        exact = ql.matmul_q8_reference(x, qt.qs, qt.scales).astype(np.float64)
+        _, dx = ql.quantize_activations_reference(x, ql.XQ8_DTYPE)
+        w = np.abs(ql.dequantize_q8_reference(qt.qs, qt.scales)).reshape(o, -1, ql.BLOCK)
+        bound = (dx.astype(np.float64) / 2) @ w.sum(axis=2).T
         assert (np.abs(out - exact) <= bound * 1.001 + 1e-6 * np.abs(exact).max()).all()
 
 
@@ -181,50 +171,46 @@ def test_activation_quantization_matches_twin(dtype, level):
     assert (np.abs(xq.astype(np.int32)).reshape(3, 3, 32).max(axis=2)[dx > 0] == level).all()
 
 
-@pytest.mark.parametrize("fmt", quant.FORMATS)
-def test_f32_scales_give_the_same_weights(fmt, mats):
+def test_f32_scales_give_the_same_weights(mats):
     """Kernels also take float32 block scales (the layout benchmark times both); the decode
     is the same intrinsic in every kernel, so the cheap dequantize kernel checks it."""
-    qt = mats[(33, 64)][fmt]
+    qt = mats[(33, 64)]
     a = np.empty(qt.shape, np.float32)
     b = np.empty_like(a)
-    DEQUANT[fmt](qt.qs, qt.scales, 0, a)
-    DEQUANT[fmt](qt.qs, quant.scales_f32(qt).copy(), 0, b)
+    ql.dequantize_q8_rows(qt.qs, qt.scales, 0, a)
+    ql.dequantize_q8_rows(qt.qs, quant.scales_f32(qt).copy(), 0, b)
     assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("fmt", quant.FORMATS)
-def test_prefill_matches_reference(fmt, mats, monkeypatch):
+def test_prefill_matches_reference(mats, monkeypatch):
     monkeypatch.setattr(ql, "PREFILL_TILE_FLOATS", 2048 * 24)  # several tiles, a partial one
-    for qt in (m[fmt] for m in mats.values()):
+    for qt in mats.values():
         o, k = qt.shape
         x = rng.standard_normal((40, k), dtype=np.float32)
         out = np.full((40, o), np.nan, np.float32)
-        PREFILL[fmt](x, qt.qs, qt.scales, out)
-        close(out, REFERENCE[fmt](x, qt.qs, qt.scales).astype(np.float64))
+        ql.matmul_q8_prefill(x, qt.qs, qt.scales, out)
+        close(out, ql.matmul_q8_reference(x, qt.qs, qt.scales).astype(np.float64))
         scratch = np.empty(ql.prefill_tile_rows(o, k) * k, np.float32)
         again = np.empty_like(out)
-        PREFILL[fmt](x, qt.qs, qt.scales, again, scratch)
+        ql.matmul_q8_prefill(x, qt.qs, qt.scales, again, scratch)
         assert np.array_equal(out, again)
 
 
-@pytest.mark.parametrize("fmt", quant.FORMATS)
-def test_kernels_reject_mismatched_shapes(fmt, mats):
-    qt = mats[(33, 64)][fmt]
+def test_kernel_rejects_mismatched_shapes(mats):
+    qt = mats[(33, 64)]
     with pytest.raises(ValueError):
-        SMALL[fmt](np.ones((1, 96), np.float32), qt.qs, qt.scales, np.empty((1, 33), np.float32))
+        ql.matmul_q8(np.ones((1, 96), np.float32), qt.qs, qt.scales, np.empty((1, 33), np.float32))
     with pytest.raises(ValueError):
-        SMALL[fmt](np.ones((2, 64), np.float32), qt.qs, qt.scales, np.empty((1, 33), np.float32))
+        ql.matmul_q8(np.ones((2, 64), np.float32), qt.qs, qt.scales, np.empty((1, 33), np.float32))
 
 
 # --------------------------------------------------------------------------- determinism
 
 
-@pytest.mark.parametrize("fmt", quant.FORMATS)
-def test_rows_do_not_depend_on_batch_or_threads(fmt, mats):
+def test_rows_do_not_depend_on_batch_or_threads(mats):
     """Row i of an N-row call equals a 1-row call on x[i], bit for bit, for N = 1..9 and
     1 or 2 threads (odd O: the 1-row output tail tile is covered too)."""
-    qt = mats[(70, 2048 + 32)][fmt]
+    qt = mats[(70, 2048 + 32)]
     o, k = qt.shape
     x = rng.standard_normal((9, k), dtype=np.float32)
     before = numba.get_num_threads()
@@ -233,14 +219,14 @@ def test_rows_do_not_depend_on_batch_or_threads(fmt, mats):
         singles = []
         for i in range(9):
             row = np.empty((1, o), np.float32)
-            SMALL[fmt](x[i : i + 1], qt.qs, qt.scales, row)
+            ql.matmul_q8(x[i : i + 1], qt.qs, qt.scales, row)
             singles.append(row[0])
         singles = np.array(singles)
         for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS), before}):
             numba.set_num_threads(threads)
             for n in range(1, 10):
                 out = np.empty((n, o), np.float32)
-                SMALL[fmt](np.ascontiguousarray(x[:n]), qt.qs, qt.scales, out)
+                ql.matmul_q8(np.ascontiguousarray(x[:n]), qt.qs, qt.scales, out)
                 assert np.array_equal(out, singles[:n]), (threads, n)
     finally:
         numba.set_num_threads(before)
@@ -250,30 +236,27 @@ QLINEAR_CHECK = """
 import numpy as np
 from engine import quant
 from engine.kernels import qlinear as ql
-assert {expect}, (ql._X86, ql._VNNI, ql.XQ4_DTYPE, ql.TILE_ROWS, ql.TILE_OUT)
+assert {expect}, (ql._X86, ql._VNNI, ql.TILE_ROWS, ql.TILE_OUT)
 rng = np.random.default_rng(3)
-w = rng.standard_normal((37, 96), dtype=np.float32)
-for fmt, small, twin in [("q8", ql.matmul_q8, ql.matmul_q8_small_reference),
-                         ("q4", ql.matmul_q4, ql.matmul_q4_small_reference)]:
-    qt = quant.quantize(w, fmt)
-    x = rng.standard_normal((9, 96), dtype=np.float32)
-    singles = []
-    for i in range(9):
-        row = np.empty((1, 37), np.float32)
-        small(x[i : i + 1], qt.qs, qt.scales, row)
-        singles.append(row[0])
-    for n in range(1, 10):
-        out = np.empty((n, 37), np.float32)
-        small(np.ascontiguousarray(x[:n]), qt.qs, qt.scales, out)
-        assert np.array_equal(out, np.array(singles[:n])), (fmt, n)
-    ref = twin(x, qt.qs, qt.scales)
-    err = np.abs(out - ref).max() / np.abs(ref).max()
-    assert err < 1e-5, (fmt, err)
+qt = quant.quantize_q8(rng.standard_normal((37, 96), dtype=np.float32))
+x = rng.standard_normal((9, 96), dtype=np.float32)
+singles = []
+for i in range(9):
+    row = np.empty((1, 37), np.float32)
+    ql.matmul_q8(x[i : i + 1], qt.qs, qt.scales, row)
+    singles.append(row[0])
+for n in range(1, 10):
+    out = np.empty((n, 37), np.float32)
+    ql.matmul_q8(np.ascontiguousarray(x[:n]), qt.qs, qt.scales, out)
+    assert np.array_equal(out, np.array(singles[:n])), n
+ref = ql.matmul_q8_small_reference(x, qt.qs, qt.scales)
+err = np.abs(out - ref).max() / np.abs(ref).max()
+assert err < 1e-5, err
 print("qlinear ok")
 """
 
 GENERIC_CHECK = (
-    QLINEAR_CHECK.format(expect="not ql._X86 and ql.XQ4_DTYPE is np.int8 and ql.TILE_OUT == 1")
+    QLINEAR_CHECK.format(expect="not ql._X86 and ql.TILE_OUT == 1")
     + """
 import numpy as np
 from engine.kernels import attention as at
@@ -297,8 +280,8 @@ print("generic ok")
 
 
 def test_generic_code_path(tmp_path):
-    """The non-x86 kernels (LLVM partial reductions: sdot/smlal on the aarch64 board, int8
-    activations for q4; one-query value tiles in attention) built here with
+    """The non-x86 kernels (LLVM partial reductions: smull/smlal on the aarch64 board;
+    one-query value tiles in attention) built here with
     MERLIN_QKERNEL=generic: twin agreement and bitwise N-independence. A separate process
     and Numba cache: the switch is read at import."""
     import os
@@ -314,10 +297,9 @@ def test_generic_code_path(tmp_path):
 
 @pytest.mark.skipif(not ql._X86, reason="x86 code paths")
 def test_x86_code_path_without_vnni(tmp_path):
-    """The x86 kernels for a CPU without VNNI (AVX2 x86-64-v3: q4 with int16 activations and
-    vpmaddwd, as q8), built here by naming that CPU to Numba: twin agreement and bitwise
-    N-independence. The host's own path (vpdpbusd for q4 on VNNI hosts) is the one the tests
-    above run."""
+    """The x86 q8 kernel for a CPU without VNNI (AVX2 x86-64-v3: vpmaddwd and vpaddd instead
+    of vpdpwssd), built here by naming that CPU to Numba: twin agreement and bitwise
+    N-independence. The host's own path is the one the tests above run."""
     import os
     import subprocess
     import sys
@@ -328,18 +310,8 @@ def test_x86_code_path_without_vnni(tmp_path):
         NUMBA_CPU_FEATURES="",
         NUMBA_CACHE_DIR=str(tmp_path),
     )
-    check = QLINEAR_CHECK.format(expect="ql._X86 and not ql._VNNI and ql.XQ4_DTYPE is np.int16")
+    check = QLINEAR_CHECK.format(expect="ql._X86 and not ql._VNNI")
     done = subprocess.run(
         [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0 and "qlinear ok" in done.stdout, done.stderr[-3000:]
-
-
-def test_q4_offset_sums():
-    """vpdpbusd's start values: -8 x the sum of each 4 activations (int32, no overflow)."""
-    xq = rng.integers(-127, 128, (3, 64)).astype(np.int8)
-    xq[0, :4] = -127
-    xs = np.empty((3, 16), np.int32)
-    ql.q4_offset_sums(xq, xs)
-    np.testing.assert_array_equal(xs, -8 * xq.astype(np.int32).reshape(3, 16, 4).sum(axis=2))
-    assert xs[0, 0] == 8 * 4 * 127

@@ -9,17 +9,18 @@ count is not a multiple of 8 gets zero rows appended to its last group):
                                           high nibble, each stored as q + 8 (q in -8..7)
     gscales uint16 [O / 8, K / 32, 8]     the 8 rows' bf16 scales of block b
 
-Why: the row-major kernels (engine/kernels/qlinear.py) give every (activation row, weight row)
-its own lane accumulators and pay, per block, an int dot, a conversion and an fma for each
-pair. Here one 32-byte slice is 4 weights of 8 rows, so an integer dot-product instruction
-(x86 vpdpbusd, aarch64 sdot: 4 byte products summed into each 32-bit lane) with 4 activations
-broadcast to every lane adds up 8 rows at once; after 8 of them each lane holds its row's whole
-block dot, and the conversion, the scale (a vector of 8 row scales) and the fma are shared by
-the 8 rows. The weights stay unsigned nibbles (no sign extension); the -8 is taken out exactly
-by starting each block's accumulator at -8 x (sum of the block's activations). In cache, one
-thread, 256 x 2048 (dev box, Zen 4, min of 7 x 200 calls, against qlinear.matmul_q4 in the
-same process): N = 1 10.2 us vs 24.6, N = 2 15.0 vs 35.6, N = 5 34.0 vs 88.8, N = 8 50.5 vs
-139.2. From DRAM, 2 threads, 2B shapes, host busy: N = 1 1.3-1.4x, N = 5 2.1-2.3x.
+Why: the row-major kernel (engine/kernels/qlinear.py: q8, and q4 until this replaced it) gives
+every (activation row, weight row) its own lane accumulators and pays, per block, an int dot, a
+conversion and an fma for each pair. Here one 32-byte slice is 4 weights of 8 rows, so an
+integer dot-product instruction (x86 vpdpbusd, aarch64 sdot: 4 byte products summed into each
+32-bit lane) with 4 activations broadcast to every lane adds up 8 rows at once; after 8 of them
+each lane holds its row's whole block dot, and the conversion, the scale (a vector of 8 row
+scales) and the fma are shared by the 8 rows. The weights stay unsigned nibbles (no sign
+extension); the -8 is taken out exactly by starting each block's accumulator at -8 x (sum of the
+block's activations). In cache, one thread, 256 x 2048 (dev box, Zen 4, min of 7 x 200 calls,
+against the row-major q4 kernel it replaced, in the same process): N = 1 10.2 us vs 24.6, N = 2
+15.0 vs 35.6, N = 5 34.0 vs 88.8, N = 8 50.5 vs 139.2. From DRAM, 2 threads, 2B shapes, host
+busy: N = 1 1.3-1.4x, N = 5 2.1-2.3x.
 
 Assembly (inspect_asm): x86-64 znver4, per block and activation row 8 vpdpbusd ymm (two chains) with
 the 4 activations broadcast from memory, then one vcvtdq2ps, vmulps and vfmadd for the 8 rows;
@@ -58,9 +59,11 @@ from .qlinear import (
     BLOCK,
     PREFETCH_BYTES,
     QFASTMATH,
+    _scales_ref,
+    _small_n_reference,
     _target_features,
     prefetch,
-    prefill_tile_rows,
+    prefill_product,
     quantize_activations,
     scale_to_f32,
     stack_f32,
@@ -262,7 +265,7 @@ def matmul_q4g(x, packed, gscales, out):
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
 def dequantize_q4g_rows(packed, gscales, o0, out):
     """out[i, :] = f32 weight row o0 + i of a grouped q4 matrix (prefill tiles, embedding
-    rows); the same values as dequantize_q4_rows on the row-major layout."""
+    rows); the same values as dequantize_q4_reference on the row-major q4 it was packed from."""
     n, k_dim = out.shape
     n_blocks = packed.shape[1]
     if o0 < 0 or o0 + n > packed.shape[0] * GROUP or n_blocks * BLOCK != k_dim:
@@ -279,17 +282,9 @@ def dequantize_q4g_rows(packed, gscales, o0, out):
 
 
 def matmul_q4g_prefill(x, packed, gscales, out, scratch=None):
-    """out = x @ w.T for large N (prefill), as qlinear.matmul_q4_prefill: tiles of weight rows
+    """out = x @ w.T for large N (prefill), as qlinear.matmul_q8_prefill: tiles of weight rows
     dequantized to f32 (into `scratch` if big enough) and multiplied by NumPy's BLAS."""
-    n_out, k_dim = out.shape[1], x.shape[1]
-    rows = prefill_tile_rows(n_out, k_dim)
-    if scratch is None or scratch.size < rows * k_dim:
-        scratch = np.empty(rows * k_dim, np.float32)
-    tile = scratch.reshape(-1)[: rows * k_dim].reshape(rows, k_dim)
-    for o0 in range(0, n_out, rows):
-        w = tile[: min(n_out, o0 + rows) - o0]
-        dequantize_q4g_rows(packed, gscales, o0, w)
-        np.matmul(x, w.T, out=out[:, o0 : o0 + len(w)])
+    prefill_product(dequantize_q4g_rows, x, packed, gscales, out, scratch)
 
 
 def pack_q4_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -313,11 +308,16 @@ def pack_q4_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.n
     return packed.reshape(groups, n_blocks, GROUP_BLOCK_BYTES), gscales
 
 
+def dequantize_q4_reference(qs, scales):
+    """Naive twin of dequantize_q4g_rows over all rows, on the row-major q4 (engine/quant.py)
+    it was packed from: float64 [O, K]."""
+    o = qs.shape[0]
+    b = qs.reshape(o, -1, BLOCK // 2)
+    u = np.concatenate([b & 15, b >> 4], axis=2).astype(np.float64) - 8.0
+    return (u * _scales_ref(scales)[:, :, None]).reshape(o, -1)
+
+
 def matmul_q4g_reference(x, qs, scales):
     """Naive twin of matmul_q4g on the row-major q4 it was packed from: activations quantized
     to int8 as there, float64 product."""
-    from .qlinear import dequantize_q4_reference, quantize_activations_reference
-
-    xq, dx = quantize_activations_reference(x, np.int8)
-    xd = (xq.reshape(len(xq), -1, BLOCK) * dx[:, :, None].astype(np.float64)).reshape(xq.shape)
-    return (xd @ dequantize_q4_reference(qs, scales).T).astype(np.float32)
+    return _small_n_reference(dequantize_q4_reference, np.int8, x, qs, scales)
