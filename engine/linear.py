@@ -14,10 +14,15 @@ from .formats import WEIGHT_FORMATS  # noqa: F401 (re-exported)
 from .kernels.linear import matmul_f32
 from .kernels.qgroup import (
     GROUP,
+    Q8_GROUPED,
     dequantize_q4g_rows,
+    dequantize_q8g_rows,
     matmul_q4g,
     matmul_q4g_prefill,
+    matmul_q8g,
+    matmul_q8g_prefill,
     pack_q4_groups,
+    pack_q8_groups,
 )
 from .kernels.qlinear import (
     dequantize_q8_rows,
@@ -64,14 +69,15 @@ class F32Linear:
 
 
 class QLinear:
-    """q8_0 weights, row-major (engine/quant.py); q4 runs in groups (Q4GroupLinear)."""
+    """q8_0 weights, row-major (engine/quant.py), where the grouped q8 kernel is not built
+    (qgroup.Q8_GROUPED: without AVX512-VNNI)."""
 
-    _kernels = {"q8": (matmul_q8, matmul_q8_prefill, dequantize_q8_rows)}
+    fmt = "q8"
 
     def __init__(self, qt: QTensor):
+        if qt.fmt != "q8":
+            raise ValueError("QLinear holds q8 weights (q4 runs grouped: GroupLinear)")
         self.qt = qt
-        self.fmt = qt.fmt
-        self._small, self._large, self._dequant = self._kernels[qt.fmt]
 
     @property
     def out_features(self) -> int:
@@ -87,33 +93,39 @@ class QLinear:
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         if x.shape[0] <= SMALL_N:
-            self._small(x, self.qt.qs, self.qt.scales, out)
+            matmul_q8(x, self.qt.qs, self.qt.scales, out)
         else:
-            self._large(x, self.qt.qs, self.qt.scales, out)
+            matmul_q8_prefill(x, self.qt.qs, self.qt.scales, out)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty((len(ids), self.in_features), np.float32)
         for i, t in enumerate(np.asarray(ids)):
-            self._dequant(self.qt.qs[t : t + 1], self.qt.scales[t : t + 1], 0, out[i : i + 1])
+            dequantize_q8_rows(self.qt.qs[t : t + 1], self.qt.scales[t : t + 1], 0, out[i : i + 1])
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"qs": self.qt.qs, "scales": self.qt.scales}
 
 
-class Q4GroupLinear:
-    """q4_0 weights in groups of 8 output rows (engine/kernels/qgroup.py: one integer
-    dot-product instruction serves 8 rows, 2-2.5x faster than the row-major kernels)."""
+class GroupLinear:
+    """q4_0 or q8_0 weights in groups of GROUP output rows (engine/kernels/qgroup.py: one
+    integer dot-product instruction serves all rows of a group)."""
 
-    fmt = "q4"
+    _kernels = {
+        "q4": (pack_q4_groups, matmul_q4g, matmul_q4g_prefill, dequantize_q4g_rows),
+        "q8": (pack_q8_groups, matmul_q8g, matmul_q8g_prefill, dequantize_q8g_rows),
+    }
 
-    def __init__(self, packed: np.ndarray, gscales: np.ndarray, out_features: int):
+    def __init__(self, fmt: str, packed: np.ndarray, gscales: np.ndarray, out_features: int):
+        self.fmt = fmt
         self.packed, self.gscales = packed, gscales
         self.out_features = int(out_features)
+        _, self._small, self._large, self._dequant = self._kernels[fmt]
 
     @classmethod
-    def from_qtensor(cls, qt: QTensor) -> Q4GroupLinear:
-        return cls(*pack_q4_groups(qt.qs, qt.scales), qt.out_features)
+    def from_qtensor(cls, qt: QTensor) -> GroupLinear:
+        pack = cls._kernels[qt.fmt][0]
+        return cls(qt.fmt, *pack(qt.qs, qt.scales), qt.out_features)
 
     @property
     def in_features(self) -> int:
@@ -125,14 +137,14 @@ class Q4GroupLinear:
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         if x.shape[0] <= SMALL_N:
-            matmul_q4g(x, self.packed, self.gscales, out)
+            self._small(x, self.packed, self.gscales, out)
         else:
-            matmul_q4g_prefill(x, self.packed, self.gscales, out)
+            self._large(x, self.packed, self.gscales, out)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty((len(ids), self.in_features), np.float32)
         for i, t in enumerate(np.asarray(ids)):
-            dequantize_q4g_rows(self.packed, self.gscales, int(t), out[i : i + 1])
+            self._dequant(self.packed, self.gscales, int(t), out[i : i + 1])
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -141,8 +153,11 @@ class Q4GroupLinear:
 
 
 def quantized_linear(qt: QTensor):
-    """The container the kernels run fastest on: q4 in groups of 8 rows, q8 row-major."""
-    return Q4GroupLinear.from_qtensor(qt) if qt.fmt == "q4" else QLinear(qt)
+    """The container the kernels run fastest on: grouped q4 always, grouped q8 where
+    qgroup.Q8_GROUPED, else row-major q8."""
+    if qt.fmt == "q4" or Q8_GROUPED:
+        return GroupLinear.from_qtensor(qt)
+    return QLinear(qt)
 
 
 def linear_from_arrays(fmt: str, arrays: dict[str, np.ndarray]):
@@ -152,8 +167,8 @@ def linear_from_arrays(fmt: str, arrays: dict[str, np.ndarray]):
     if "packed" in arrays:
         rows = arrays["rows"]
         if rows.shape != (1,) or not 0 < int(rows[0]) <= GROUP * arrays["packed"].shape[0]:
-            raise ValueError("the grouped q4 matrix's row count is damaged")
-        return Q4GroupLinear(arrays["packed"], arrays["gscales"], int(rows[0]))
+            raise ValueError("the grouped matrix's row count is damaged")
+        return GroupLinear(fmt, arrays["packed"], arrays["gscales"], int(rows[0]))
     return QLinear(QTensor(fmt, arrays["qs"], arrays["scales"]))
 
 

@@ -30,7 +30,13 @@ import numpy as np
 from numba import njit, prange
 
 from .kernels.linear import matmul_f32
-from .kernels.qgroup import matmul_q4g, matmul_q4g_prefill, pack_q4_groups
+from .kernels.qgroup import (
+    matmul_q4g,
+    matmul_q4g_prefill,
+    matmul_q8g,
+    pack_q4_groups,
+    pack_q8_groups,
+)
 from .kernels.qlinear import (
     matmul_q8,
     matmul_q8_prefill,
@@ -47,7 +53,7 @@ SHAPES = [
     ("lm_head", 151936, 2048),
 ]
 NS = (1, 2, 4, 5, 8)
-FORMATS = ("f32", "q8", "q4")
+FORMATS = ("f32", "q8", "q8g", "q4")
 MIN_BYTES = 256e6  # per configuration: 8x the last-level cache here
 IN_CACHE = ("in-cache", 256, 2048)
 IN_CACHE_CALLS = 64
@@ -107,8 +113,10 @@ def _random_weights(fmt, o, k, rng, scale_dtype="bf16"):
     s = bf16_round_up(s) if scale_dtype == "bf16" else s
     if fmt == "q8":
         return rng.integers(-127, 128, (o, k), dtype=np.int8), s
-    # q4 as the model holds it: groups of 8 rows (engine/kernels/qgroup.py), bf16 scale bits
-    bits = (bf16_round_up(s).view(np.uint32) >> 16).astype(np.uint16)
+    # the grouped layouts (engine/kernels/qgroup.py) read bf16 scale bits only
+    bits = s if s.dtype == np.uint16 else bf16_round_up(s)
+    if fmt == "q8g":
+        return pack_q8_groups(rng.integers(-127, 128, (o, k), dtype=np.int8), bits)
     return pack_q4_groups(rng.integers(0, 256, (o, k // 2), dtype=np.uint8), bits)
 
 
@@ -124,7 +132,7 @@ def _copies(fmt, o, k, rng, scale_dtype="bf16", in_cache=False):
 
 
 def _small_n_fn(fmt):
-    return {"f32": matmul_f32, "q8": matmul_q8, "q4": matmul_q4g}[fmt]
+    return {"f32": matmul_f32, "q8": matmul_q8, "q8g": matmul_q8g, "q4": matmul_q4g}[fmt]
 
 
 def _prefill_call(fmt, x, w, out, scratch):

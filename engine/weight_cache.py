@@ -30,13 +30,14 @@ from platformdirs import user_cache_dir
 from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
-from .linear import GROUP, WEIGHT_FORMATS, Q4GroupLinear, linear_from_arrays
+from .kernels.qgroup import LAYOUT, Q4_BLOCK_BYTES, Q8_BLOCK_BYTES
+from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays
 from .quant import BLOCK
 from .text import LayerWeights, TextWeights
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2  # bump when the quantized layout or the file's naming changes
+CACHE_VERSION = 3  # bump when the quantized layout or the file's naming changes
 DEFAULT_CAP_BYTES = 8 * 1024**3
 # A .part file not written to for this long is a write that was killed (kill -9, power loss):
 # evict() removes it. A write in progress touches its file every few milliseconds.
@@ -49,7 +50,7 @@ def cache_dir() -> Path:
 
 def cache_key(ckpt: Checkpoint, cfg: ModelConfig, fmt: str) -> str:
     files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ckpt.files)
-    blob = json.dumps([cfg.identity, files, fmt, CACHE_VERSION])
+    blob = json.dumps([cfg.identity, files, fmt, CACHE_VERSION, LAYOUT])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -109,12 +110,13 @@ def _check_linear(name: str, lin, out_features: int, in_features: int) -> None:
     mis-shaped array would make a Numba kernel read out of bounds, not raise)."""
     if lin.fmt == "f32":
         arrays = {"w": (lin.w, (np.float32,), (out_features, in_features))}
-    elif isinstance(lin, Q4GroupLinear):
+    elif isinstance(lin, GroupLinear):
         if in_features % BLOCK or lin.out_features != out_features:
             raise CheckpointError(f"{name} has {lin.out_features} rows, not {out_features}")
         groups, blocks = -(-out_features // GROUP), in_features // BLOCK
+        dtype, width = (np.uint8, Q4_BLOCK_BYTES) if lin.fmt == "q4" else (np.int8, Q8_BLOCK_BYTES)
         arrays = {
-            "packed": (lin.packed, (np.uint8,), (groups, blocks, 4 * BLOCK)),
+            "packed": (lin.packed, (dtype,), (groups, blocks, width)),
             "gscales": (lin.gscales, (np.uint16,), (groups, blocks, GROUP)),  # bf16 bits
         }
     else:  # row-major: q8 only

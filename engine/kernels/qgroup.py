@@ -1,47 +1,63 @@
-"""q4_0 weights in groups of 8 output rows, for decode and speculative verify (small N).
+"""q4_0 and q8_0 weights in groups of GROUP output rows, for decode and speculative verify.
 
-Layout (made by pack_q4_groups from the row-major q4 of engine/quant.py; a matrix whose row
-count is not a multiple of 8 gets zero rows appended to its last group):
+GROUP is 16 (one 512-bit vector of int32 lanes) on x86 with AVX512-VNNI, 8 elsewhere (a
+256-bit vector: AVX-VNNI, AVX2; two 128-bit NEON vectors). Layouts (made by pack_q4_groups /
+pack_q8_groups from the row-major formats of engine/quant.py; a matrix whose row count is not
+a multiple of GROUP gets zero rows appended to its last group):
 
-    packed  uint8  [O / 8, K / 32, 128]   block b of the 8 rows of group g, 4 slices of 32
-                                          bytes: byte 4r + i of slice j holds weight 4j + i of
-                                          row r in its low nibble and weight 16 + 4j + i in its
-                                          high nibble, each stored as q + 8 (q in -8..7)
-    gscales uint16 [O / 8, K / 32, 8]     the 8 rows' bf16 scales of block b
+    q4 packed  uint8 [O / G, K / 32, 16 G]  block b of the G rows of a group: 4 slices of 4 G
+                                            bytes; byte 4r + i of slice j holds weight 4j + i
+                                            of row r in its low nibble and weight 16 + 4j + i
+                                            in its high nibble, each stored as q + 8
+    q8 packed  int8  [O / G, K / 32, 32 G]  16 slices of 2 G bytes; bytes 2r, 2r + 1 of slice
+                                            j hold weights 2j, 2j + 1 of row r
+    gscales    uint16 [O / G, K / 32, G]    the G rows' bf16 scales of block b
 
-Why: the row-major kernel (engine/kernels/qlinear.py: q8, and q4 until this replaced it) gives
-every (activation row, weight row) its own lane accumulators and pays, per block, an int dot, a
-conversion and an fma for each pair. Here one 32-byte slice is 4 weights of 8 rows, so an
-integer dot-product instruction (x86 vpdpbusd, aarch64 sdot: 4 byte products summed into each
-32-bit lane) with 4 activations broadcast to every lane adds up 8 rows at once; after 8 of them
-each lane holds its row's whole block dot, and the conversion, the scale (a vector of 8 row
-scales) and the fma are shared by the 8 rows. The weights stay unsigned nibbles (no sign
-extension); the -8 is taken out exactly by starting each block's accumulator at -8 x (sum of the
-block's activations). In cache, one thread, 256 x 2048 (dev box, Zen 4, min of 7 x 200 calls,
-against the row-major q4 kernel it replaced, in the same process): N = 1 10.2 us vs 24.6, N = 2
-15.0 vs 35.6, N = 5 34.0 vs 88.8, N = 8 50.5 vs 139.2. From DRAM, 2 threads, 2B shapes, host
-busy: N = 1 1.3-1.4x, N = 5 2.1-2.3x.
+Why: a row-major kernel (engine/kernels/qlinear.py) gives every (activation row, weight row)
+its own lane accumulators and pays, per block, an int dot, a conversion and an fma for each
+pair. Here one slice holds 4 (q4) or 2 (q8) weights of every row of the group, so one integer
+dot-product instruction with those activations broadcast to every lane adds up all G rows:
+q4 vpdpbusd (x86) / sdot (aarch64), 4 byte products per 32-bit lane; q8 vpdpwssd, 2 int16
+products per lane, on the weights sign-extended once per block for all activation rows.
+After a block each lane holds its row's block dot, and the conversion, the scale (a vector
+of G row scales) and the fma are shared by the G rows. The q4 weights stay unsigned nibbles;
+the -8 is taken out exactly by starting each block's accumulator at -8 x (sum of the block's
+activations).
 
-Assembly (inspect_asm): x86-64 znver4, per block and activation row 8 vpdpbusd ymm (two chains) with
-the 4 activations broadcast from memory, then one vcvtdq2ps, vmulps and vfmadd for the 8 rows;
-the nibbles (vpand, vgf2p8affineqb for the shift) are unpacked once per block for all rows.
-aarch64 cortex-a76 (qemu, the arm64 root of packaging/test-arm64.sh): per block and row 16
-sdot (two 4-lane halves) with ld1r broadcasts, and/ushr for the nibbles, 2 scvtf, 2 fmul,
-2 fmla; checked there against the twin, rows equal to 1-row calls.
+Measured (engine/qlinear_bench.py, 2B shapes, from DRAM, 2 threads, the Ice Lake dev box of
+2026-12-01 whose read bandwidth was 19-26 GB/s that day; V(N)/T = time of N rows over 1 row,
+medians of 5 interleaved repeats, noisy to +-0.2):
+  q8 16-row groups vs row-major, N = 5: gate_up 1.57 vs 1.97, down 1.47 vs 2.10, lm_head
+    1.47 vs 1.96; N = 2: 1.0-1.1 vs 1.1-1.2; N = 1 at 82-98% of the bandwidth either way.
+    (On the Zen 4 box of 2026-11-30 an earlier 16-row q8 ran 0.75-0.9x the row-major one at
+    N = 2-3; that build had 4-row tiles and no 512-bit vpmovsxbw; not re-measured there.)
+  q4 16-row groups and 8-row tiles vs 8-row groups and 4-row tiles, N = 5: gate_up 1.57 vs
+    2.02, down 1.74 vs 1.91, lm_head 1.17 vs 2.01; N = 9: 2.2-2.5 vs 3.0-3.8.
+  The verify is compute-bound: V(9)/T ~2.2 means each extra row costs ~0.15-0.3 T. In cache
+  (one thread) a row of 512 weights (one q4 block of 16 rows) takes 4.8-6.5 ns at N = 8 and
+  12-13 ns at N = 1, where 8 vpdpbusd zmm alone retire in 2 ns (measured peak 3.9 G/s on one
+  core): latency and the per-row conversion and scaling, not the multiply, are the limit.
 
-q8 stays row-major: the same grouping for q8 with int16 activations (16 rows, vpdpwssd zmm,
-2 weights x 16 rows per instruction) ran 1.46x faster at N = 1 in cache but 0.75-0.9x at
-N = 2-3 from DRAM on the 2B shapes (Zen 4 retires fewer int16 than int8 products per cycle),
-and int8 activations cost q8 its quality target (96.5% top-1 agreement, not 97%).
+Assembly (inspect_asm, x86-64 icelake-server, 8-row tile): per block 4 vmovdqu64 + 4 vpandq +
+4 vgf2p8affineqb unpack the q4 nibbles once for all rows (q8: 16 vpmovsxbw); per activation
+row 8 vpdpbusd (q8: 16 vpdpwssd) zmm with the activations broadcast from memory ({1to16}) in
+two chains, then vpaddd, vcvtdq2ps, vmulps {1to16}, vfmadd; accumulators stay in registers.
+aarch64 cortex-a76 (8-row groups, qemu, the arm64 root of packaging/test-arm64.sh, checked
+for the q4 kernel of 2026-11-30): per block and row 16 sdot (two 4-lane halves) with ld1r
+broadcasts, and/ushr for the nibbles, 2 scvtf, 2 fmul, 2 fmla. q8 runs row-major there
+(Q8_GROUPED is only set with 16-row groups: the grouped q8 has not been checked on aarch64).
 
-Activations are quantized per block of 32 to int8 (absmax / 127, as llama.cpp does for q4_0);
-every product is an exact integer, and per (n, o) the float operations are the same sequence
-fma(float(dot_b) * dx[n, b], w_scale[o, b], acc) for b = 0, 1, ... whatever N, the tile or the
-thread count: row n of an N-row call is bitwise equal to a 1-row call.
+Activations are quantized per block of 32 (qlinear.quantize_activations): q4 to int8
+(absmax / 127, as llama.cpp does), q8 to int16 (absmax / 32767: int8 cost q8 its quality
+target, 96.5% top-1 agreement instead of 97%). Every product is an exact integer, and per
+(n, o) the float operations are the same sequence fma(float(dot_b) * dx[n, b], w_scale[o, b],
+acc) for b = 0, 1, ... whatever N, the tile or the thread count: row n of an N-row call is
+bitwise equal to a 1-row call.
 
-Dot instructions: x86 with VNNI (AVX512-VNNI or AVX-VNNI, as qlinear decides): vpdpbusd ymm;
-aarch64 with the dot-product extension: sdot (llvm.aarch64.neon.sdot); anywhere else (and with
+Dot instructions: x86 with VNNI (AVX512-VNNI or AVX-VNNI, as qlinear decides): vpdpbusd /
+vpdpwssd; aarch64 with the dot-product extension: sdot for q4; anywhere else (and with
 MERLIN_QKERNEL=generic, to test it here) the same sums written as plain LLVM vector IR.
+MERLIN_QGROUP=8|16 forces the group size (tests).
 """
 
 import os
@@ -62,18 +78,13 @@ from .qlinear import (
     _scales_ref,
     _small_n_reference,
     _target_features,
+    dequantize_q8_reference,
     prefetch,
     prefill_product,
     quantize_activations,
     scale_to_f32,
     stack_f32,
 )
-
-GROUP = 8  # output rows per group: 8 int32 lanes
-SLICE = 32  # bytes per slice: 4 weights of each of the 8 rows
-GROUP_BLOCK_BYTES = 4 * SLICE  # one block (32 weights) of 8 rows
-TILE_ROWS = 4  # activation rows per register tile (4 x 8 lanes of accumulators)
-ACC_FLOATS = TILE_ROWS * GROUP
 
 
 def _dot_kind() -> str:
@@ -86,11 +97,35 @@ def _dot_kind() -> str:
     return "sdot" if arm and "+dotprod" in _target_features().split(",") else "generic"
 
 
+def _group_rows(dot: str) -> int:
+    """Output rows per group: 16 (one 512-bit vpdpbusd) with AVX512-VNNI, else 8.
+    MERLIN_QGROUP=8|16 overrides it (tests build both layouts here)."""
+    forced = os.environ.get("MERLIN_QGROUP", "")
+    if forced in ("8", "16"):
+        return int(forced)
+    features = set(_target_features().split(","))
+    return 16 if dot == "vnni" and {"+avx512vnni", "+avx512f"} <= features else 8
+
+
 DOT = _dot_kind()
+GROUP = _group_rows(DOT)  # output rows per group: one int32 lane each
+SLICE = 4 * GROUP  # bytes per slice: 4 weights of each row of the group
+Q4_BLOCK_BYTES = 4 * SLICE  # one q4 block (32 weights) of the group's rows
+Q8_BLOCK_BYTES = BLOCK * GROUP  # one q8 block of the group's rows
+# q8 runs grouped where 16-row vpdpwssd exists (AVX512-VNNI); elsewhere row-major
+# (qlinear.matmul_q8: its aarch64 code was checked, the grouped one's was not)
+Q8_GROUPED = GROUP == 16
+LAYOUT = f"g{GROUP}" + ("q8g" if Q8_GROUPED else "")  # part of the weight cache's key
+# activation rows per register tile: 8 x 16 lanes of accumulators in 8 of AVX-512's 32
+# registers (a verify of K = 4..7 drafts in one pass over the weights; 4-row tiles and a rest
+# tile read each group twice); 4 x 8 lanes elsewhere (NEON's 32 registers also hold 8 rows of
+# unpacked nibbles)
+TILE_ROWS = 8 if GROUP == 16 else 4
+ACC_FLOATS = TILE_ROWS * GROUP
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
-_V8I32 = ir.VectorType(_I32, 8)
-_V32I8 = ir.VectorType(_I8, 32)
-_V8F = ir.VectorType(_F32, 8)
+_VI32 = ir.VectorType(_I32, GROUP)
+_VI8 = ir.VectorType(_I8, SLICE)
+_VF = ir.VectorType(_F32, GROUP)
 
 
 def _splat(builder, value, vec):
@@ -98,17 +133,31 @@ def _splat(builder, value, vec):
     return builder.shuffle_vector(first, first, ir.Constant(ir.VectorType(_I32, vec.count), None))
 
 
+def _vnni(builder, name, acc, a, b):
+    """acc + the x86 VNNI dot `name` (vpdpbusd: 4 u8 x s8 products per lane; vpdpwssd: 2
+    int16 x int16) on GROUP lanes."""
+    fn = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(_VI32, [_VI32, a.type, b.type]),
+        f"llvm.x86.avx512.{name}.{32 * GROUP}",
+    )
+    return builder.call(fn, [acc, a, b])
+
+
+def _add_lane_sums(builder, acc, prod, per):
+    """acc[r] + prod[per r] + ... + prod[per r + per - 1]: plain IR for the dot instructions."""
+    for i in range(per):
+        pick = ir.Constant(_VI32, list(range(i, per * GROUP, per)))
+        acc = builder.add(acc, builder.shuffle_vector(prod, prod, pick))
+    return acc
+
+
 def _dot4(builder, acc, w, xword):
-    """acc[r] + sum_i w[4r + i] * x[i] for 8 lanes r: w <32 x i8> unsigned nibbles, xword the 4
-    activations (int8) packed in an i32."""
-    xs = builder.bitcast(_splat(builder, xword, _V8I32), _V32I8)
+    """acc[r] + sum_i w[4r + i] * x[i] for the GROUP lanes r: w the slice's unsigned nibbles,
+    xword the 4 activations (int8) packed in an i32."""
+    xs = builder.bitcast(_splat(builder, xword, _VI32), _VI8)
     if DOT == "vnni":
-        fn = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(_V8I32, [_V8I32, _V32I8, _V32I8]),
-            "llvm.x86.avx512.vpdpbusd.256",
-        )
-        return builder.call(fn, [acc, w, xs])
+        return _vnni(builder, "vpdpbusd", acc, w, xs)
     if DOT == "sdot":
         v4, v16 = ir.VectorType(_I32, 4), ir.VectorType(_I8, 16)
         fn = cgutils.get_or_insert_function(
@@ -116,37 +165,82 @@ def _dot4(builder, acc, w, xword):
             ir.FunctionType(v4, [v4, v16, v16]),
             "llvm.aarch64.neon.sdot.v4i32.v16i8",
         )
-        halves = []
-        for h in range(2):
+        quarters = []  # 128-bit sdot on 4 lanes at a time
+        for h in range(GROUP // 4):
             lanes = ir.Constant(ir.VectorType(_I32, 4), list(range(4 * h, 4 * h + 4)))
             bytes_ = ir.Constant(ir.VectorType(_I32, 16), list(range(16 * h, 16 * h + 16)))
-            a = builder.shuffle_vector(acc, acc, lanes)
-            halves.append(
-                builder.call(
-                    fn,
-                    [
-                        a,
-                        builder.shuffle_vector(w, w, bytes_),
-                        builder.shuffle_vector(xs, xs, bytes_),
-                    ],
-                )
-            )
-        return builder.shuffle_vector(halves[0], halves[1], ir.Constant(_V8I32, list(range(8))))
-    v32 = ir.VectorType(_I32, 32)
-    prod = builder.mul(builder.zext(w, v32), builder.sext(xs, v32))
-    for i in range(4):
-        pick = ir.Constant(_V8I32, list(range(i, 32, 4)))
-        acc = builder.add(acc, builder.shuffle_vector(prod, prod, pick))
-    return acc
+            parts = [builder.shuffle_vector(acc, acc, lanes)]
+            parts += [builder.shuffle_vector(v, v, bytes_) for v in (w, xs)]
+            quarters.append(builder.call(fn, parts))
+        while len(quarters) > 1:
+            width = 2 * quarters[0].type.count
+            join = ir.Constant(ir.VectorType(_I32, width), list(range(width)))
+            quarters = [
+                builder.shuffle_vector(quarters[i], quarters[i + 1], join)
+                for i in range(0, len(quarters), 2)
+            ]
+        return quarters[0]
+    wide = ir.VectorType(_I32, SLICE)
+    return _add_lane_sums(
+        builder, acc, builder.mul(builder.zext(w, wide), builder.sext(xs, wide)), 4
+    )
+
+
+def _dot2(builder, acc, w, xword):
+    """acc[r] + w[2r] * x[0] + w[2r + 1] * x[1] for the GROUP lanes r: w the slice's int8
+    weights, xword 2 int16 activations packed in an i32. x86 with VNNI: vpmovsxbw +
+    vpdpwssd; elsewhere plain IR (vpmaddwd + vpaddd, smull/smlal-like code)."""
+    v16 = ir.VectorType(ir.IntType(16), 2 * GROUP)
+    w16 = builder.sext(w, v16)
+    xs = builder.bitcast(_splat(builder, xword, _VI32), v16)
+    if DOT == "vnni":
+        return _vnni(builder, "vpdpwssd", acc, w16, xs)
+    pairs = ir.VectorType(_I32, 2 * GROUP)
+    return _add_lane_sums(
+        builder, acc, builder.mul(builder.sext(w16, pairs), builder.sext(xs, pairs)), 2
+    )
+
+
+def _q4_block_ints(builder, w_base, x_words, corr):
+    """The int32 block dots of the group's rows, q4: 8 vpdpbusd-like steps over the unsigned
+    nibbles, starting from -corr (the nibbles' +8 taken out exactly)."""
+    # two chains of dot instructions (low and high nibbles), added at the end: one chain
+    # of 8 waits on each instruction's latency (2 chains: 15% faster in cache, 4: no more)
+    chains = [_splat(builder, builder.sub(_I32(0), corr), _VI32), ir.Constant(_VI32, [0] * GROUP)]
+    low = ir.Constant(_VI8, [15] * SLICE)
+    for j in range(4):
+        ptr = builder.gep(w_base, [_I32(SLICE * j)])
+        w = builder.load(builder.bitcast(ptr, _VI8.as_pointer()), align=1)
+        halves = (builder.and_(w, low), builder.lshr(w, ir.Constant(_VI8, [4] * SLICE)))
+        for c, (nibbles, word) in enumerate(zip(halves, (j, 4 + j))):
+            xword = builder.load(builder.gep(x_words, [_I32(word)]), align=1)
+            chains[c] = _dot4(builder, chains[c], nibbles, xword)
+    return builder.add(chains[0], chains[1])
+
+
+def _q8_block_ints(builder, w_base, x_words):
+    """The int32 block dots of the group's rows, q8: 16 steps of 2 weights per row."""
+    chains = [ir.Constant(_VI32, [0] * GROUP) for _ in range(2)]
+    vec = ir.VectorType(_I8, 2 * GROUP)
+    for j in range(BLOCK // 2):
+        ptr = builder.gep(w_base, [_I32(2 * GROUP * j)])
+        w = builder.load(builder.bitcast(ptr, vec.as_pointer()), align=1)
+        xword = builder.load(builder.gep(x_words, [_I32(j)]), align=1)
+        chains[j % 2] = _dot2(builder, chains[j % 2], w, xword)
+    return builder.add(chains[0], chains[1])
 
 
 @intrinsic
 def group_block(typingctx, acc, lane0, packed, pi, xq, xi, corr, gscales, si, dx):
-    """acc[lane0 : lane0 + 8] = fma(float(dot - corr) * dx, scales, acc): the block dot of the
-    8 rows of one group (packed.flat[pi:], 128 bytes) with the 32 int8 activations at
-    xq.flat[xi:]; corr = 8 x their sum; scales: the 8 bf16 at gscales.flat[si:]."""
+    """acc[lane0 : lane0 + GROUP] = fma(float(dot) * dx, scales, acc): the block dot of the
+    rows of one group (packed.flat[pi:]) with the 32 activations at xq.flat[xi:]; scales: the
+    GROUP bf16 at gscales.flat[si:]. int8 xq: q4 weights (dot from -corr, corr = 8 x the
+    activations' sum); int16 xq: q8 weights (corr unused)."""
     if not (isinstance(gscales, types.Array) and gscales.dtype == types.uint16):
         return None  # the scales are read as bf16 bits
+    if not (isinstance(xq, types.Array) and xq.dtype in (types.int8, types.int16)):
+        return None
+    q4 = xq.dtype == types.int8
 
     def codegen(context, builder, signature, args):
         acc_p, lane0_v, packed_v, pi_v, xq_v, xi_v, corr_v, gs_v, si_v, dx_v = args
@@ -154,34 +248,19 @@ def group_block(typingctx, acc, lane0, packed, pi, xq, xi, corr, gscales, si, dx
         w_base = builder.gep(context.make_array(sig[2])(context, builder, packed_v).data, [pi_v])
         x_base = builder.gep(context.make_array(sig[4])(context, builder, xq_v).data, [xi_v])
         x_words = builder.bitcast(x_base, _I32.as_pointer())
-        # two chains of dot instructions (low and high nibbles), added at the end: one chain
-        # of 8 waits on each instruction's latency (2 chains: 15% faster in cache, 4: no more)
-        chains = [
-            _splat(builder, builder.sub(_I32(0), corr_v), _V8I32),
-            ir.Constant(_V8I32, [0] * 8),
-        ]
-        low = ir.Constant(_V32I8, [15] * 32)
-        for j in range(4):
-            ptr = builder.gep(w_base, [ir.Constant(pi_v.type, SLICE * j)])
-            w = builder.load(builder.bitcast(ptr, _V32I8.as_pointer()), align=1)
-            for c, (nibbles, word) in enumerate(
-                (
-                    (builder.and_(w, low), j),
-                    (builder.lshr(w, ir.Constant(_V32I8, [4] * 32)), 4 + j),
-                )
-            ):
-                xword = builder.load(builder.gep(x_words, [_I32(word)]), align=1)
-                chains[c] = _dot4(builder, chains[c], nibbles, xword)
-        dot = builder.add(chains[0], chains[1])
+        if q4:
+            dot = _q4_block_ints(builder, w_base, x_words, corr_v)
+        else:
+            dot = _q8_block_ints(builder, w_base, x_words)
         s_ptr = builder.gep(context.make_array(sig[7])(context, builder, gs_v).data, [si_v])
-        v8i16 = ir.VectorType(ir.IntType(16), 8)
-        bits = builder.load(builder.bitcast(s_ptr, v8i16.as_pointer()), align=2)
-        wide = builder.shl(builder.zext(bits, _V8I32), ir.Constant(_V8I32, [16] * 8))
-        scales = builder.bitcast(wide, _V8F)
-        scaled = builder.fmul(builder.sitofp(dot, _V8F), _splat(builder, dx_v, _V8F))
-        a_ptr = builder.bitcast(builder.gep(acc_p, [lane0_v]), _V8F.as_pointer())
+        vi16 = ir.VectorType(ir.IntType(16), GROUP)
+        bits = builder.load(builder.bitcast(s_ptr, vi16.as_pointer()), align=2)
+        wide = builder.shl(builder.zext(bits, _VI32), ir.Constant(_VI32, [16] * GROUP))
+        scales = builder.bitcast(wide, _VF)
+        scaled = builder.fmul(builder.sitofp(dot, _VF), _splat(builder, dx_v, _VF))
+        a_ptr = builder.bitcast(builder.gep(acc_p, [lane0_v]), _VF.as_pointer())
         fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(_V8F, [_V8F, _V8F, _V8F]), "llvm.fma.v8f32"
+            builder.module, ir.FunctionType(_VF, [_VF, _VF, _VF]), f"llvm.fma.v{GROUP}f32"
         )
         builder.store(builder.call(fma, [scaled, scales, builder.load(a_ptr)]), a_ptr)
         return context.get_dummy_value()
@@ -202,16 +281,18 @@ def _offset_sums(xq, corr):
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
-    """out[n0 : n0 + nr, 8g : 8g + 8] (rows past out's width are padding, dropped)."""
-    n_blocks = packed.shape[1]
+    """out[n0 : n0 + nr, GROUP g : GROUP (g + 1)] (rows past out's width are padding,
+    dropped)."""
+    n_blocks, block_bytes = packed.shape[1], packed.shape[2]
     k_dim = xq.shape[1]
     acc_ptr = stack_f32(ACC_FLOATS)
     acc = carray(acc_ptr, ACC_FLOATS)
     for i in range(nr * GROUP):
         acc[i] = 0.0
     for b in range(n_blocks):
-        pi = (g * n_blocks + b) * GROUP_BLOCK_BYTES
-        prefetch(packed, pi + PREFETCH_BYTES)
+        pi = (g * n_blocks + b) * block_bytes
+        for line in range(0, block_bytes, 64):
+            prefetch(packed, pi + PREFETCH_BYTES + line)
         for n in range(nr):
             group_block(
                 acc_ptr,
@@ -231,35 +312,70 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
             out[n0 + n, g * GROUP + r] = acc[n * GROUP + r]
 
 
-@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
-def matmul_q4g(x, packed, gscales, out):
-    """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q4 (pack_q4_groups), x quantized per
-    block to int8 here. x: [N, K] f32 C-contiguous; out: [N, O] f32, O <= 8 x groups."""
-    n_rows, k_dim = x.shape
-    n_groups, n_blocks = packed.shape[0], packed.shape[1]
-    if n_blocks * BLOCK != k_dim or packed.shape[2] != GROUP_BLOCK_BYTES:
-        raise ValueError("matmul_q4g: x and the packed weights differ in K")
-    if gscales.shape[0] != n_groups or gscales.shape[1] != n_blocks or gscales.shape[2] != GROUP:
-        raise ValueError("matmul_q4g: scales do not match the packed weights")
-    if out.shape[0] != n_rows or not n_groups * GROUP - GROUP < out.shape[1] <= n_groups * GROUP:
-        raise ValueError("matmul_q4g: out must be [N, O]")
-    xq = np.empty((n_rows, k_dim), np.int8)
-    dx = np.empty((n_rows, n_blocks), np.float32)
-    corr = np.empty((n_rows, n_blocks), np.int32)
-    quantize_activations(x, xq, dx)
-    _offset_sums(xq, corr)
-    for g in prange(n_groups):
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _grouped(packed, gscales, xq, dx, corr, out):
+    """All groups (parallel) against all activation rows, in register tiles of TILE_ROWS
+    rows, then the rest (each size a separate unrolled copy)."""
+    n_rows = xq.shape[0]
+    for g in prange(packed.shape[0]):
         n0 = 0
         while n0 + TILE_ROWS <= n_rows:
             _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
             n0 += TILE_ROWS
         rest = n_rows - n0
-        if rest == 3:
+        if rest == 7:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 7, out)
+        elif rest == 6:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
+        elif rest == 5:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
+        elif rest == 4:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
+        elif rest == 3:
             _tile(packed, gscales, xq, dx, corr, g, n0, 3, out)
         elif rest == 2:
             _tile(packed, gscales, xq, dx, corr, g, n0, 2, out)
         elif rest == 1:
             _tile(packed, gscales, xq, dx, corr, g, n0, 1, out)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _check_shapes(x, packed, gscales, out, block_bytes):
+    n_rows, k_dim = x.shape
+    n_groups, n_blocks = packed.shape[0], packed.shape[1]
+    if n_blocks * BLOCK != k_dim or packed.shape[2] != block_bytes:
+        raise ValueError("grouped matmul: x and the packed weights differ in K")
+    if gscales.shape[0] != n_groups or gscales.shape[1] != n_blocks or gscales.shape[2] != GROUP:
+        raise ValueError("grouped matmul: scales do not match the packed weights")
+    if out.shape[0] != n_rows or not n_groups * GROUP - GROUP < out.shape[1] <= n_groups * GROUP:
+        raise ValueError("grouped matmul: out must be [N, O]")
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def matmul_q4g(x, packed, gscales, out):
+    """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q4 (pack_q4_groups), x quantized per
+    block to int8 here. x: [N, K] f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
+    _check_shapes(x, packed, gscales, out, Q4_BLOCK_BYTES)
+    n_rows, k_dim = x.shape
+    xq = np.empty((n_rows, k_dim), np.int8)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
+    quantize_activations(x, xq, dx)
+    _offset_sums(xq, corr)
+    _grouped(packed, gscales, xq, dx, corr, out)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def matmul_q8g(x, packed, gscales, out):
+    """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q8 (pack_q8_groups), x quantized per
+    block to int16 here. x: [N, K] f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
+    _check_shapes(x, packed, gscales, out, Q8_BLOCK_BYTES)
+    n_rows, k_dim = x.shape
+    xq = np.empty((n_rows, k_dim), np.int16)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    corr = np.zeros((n_rows, k_dim // BLOCK), np.int32)  # unused by q8
+    quantize_activations(x, xq, dx)
+    _grouped(packed, gscales, xq, dx, corr, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
@@ -281,31 +397,73 @@ def dequantize_q4g_rows(packed, gscales, o0, out):
                     out[i, b * BLOCK + 16 + 4 * j + c] = np.float32(np.int32((byte >> 4) - 8)) * s
 
 
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def dequantize_q8g_rows(packed, gscales, o0, out):
+    """out[i, :] = f32 weight row o0 + i of a grouped q8 matrix; the same values as
+    qlinear.dequantize_q8_rows on the row-major layout."""
+    n, k_dim = out.shape
+    n_blocks = packed.shape[1]
+    if o0 < 0 or o0 + n > packed.shape[0] * GROUP or n_blocks * BLOCK != k_dim:
+        raise ValueError("dequantize_q8g_rows: rows or K out of range")
+    for i in prange(n):
+        g, r = divmod(o0 + i, GROUP)
+        for b in range(n_blocks):
+            s = scale_to_f32(gscales[g, b, r])
+            for j in range(BLOCK // 2):
+                for c in range(2):
+                    w = packed[g, b, 2 * GROUP * j + 2 * r + c]
+                    out[i, b * BLOCK + 2 * j + c] = np.float32(w) * s
+
+
 def matmul_q4g_prefill(x, packed, gscales, out, scratch=None):
     """out = x @ w.T for large N (prefill), as qlinear.matmul_q8_prefill: tiles of weight rows
     dequantized to f32 (into `scratch` if big enough) and multiplied by NumPy's BLAS."""
     prefill_product(dequantize_q4g_rows, x, packed, gscales, out, scratch)
 
 
+def matmul_q8g_prefill(x, packed, gscales, out, scratch=None):
+    """The grouped q8 twin of matmul_q4g_prefill."""
+    prefill_product(dequantize_q8g_rows, x, packed, gscales, out, scratch)
+
+
+def _group_scales(scales: np.ndarray, groups: int) -> np.ndarray:
+    """[O, K/32] block scales -> [groups, K/32, GROUP], padded rows with zero scales."""
+    o, n_blocks = scales.shape
+    pad = groups * GROUP - o
+    scales = np.concatenate([scales, np.zeros((pad, n_blocks), scales.dtype)]) if pad else scales
+    return np.ascontiguousarray(scales.reshape(groups, GROUP, n_blocks).transpose(0, 2, 1))
+
+
+def pack_q8_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-major q8 (engine/quant.py: qs int8 [O, K], scales [O, K/32]) -> (packed int8
+    [O/GROUP, K/32, 32 GROUP], gscales): slice j of a block (2 GROUP bytes) holds weights
+    2j, 2j + 1 of each row of the group at bytes 2r, 2r + 1. Rows padded with zeros."""
+    o, k = qs.shape
+    n_blocks, groups = k // BLOCK, -(-o // GROUP)
+    pad = groups * GROUP - o
+    qs = np.concatenate([qs, np.zeros((pad, k), np.int8)]) if pad else qs
+    pairs = qs.reshape(groups, GROUP, n_blocks, BLOCK // 2, 2)
+    packed = np.ascontiguousarray(pairs.transpose(0, 2, 3, 1, 4))  # [G, nb, 16, rows, 2]
+    return packed.reshape(groups, n_blocks, Q8_BLOCK_BYTES), _group_scales(scales, groups)
+
+
 def pack_q4_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row-major q4 (engine/quant.py: qs uint8 [O, K/2], scales [O, K/32]) -> (packed, gscales)
-    as in the module docstring. Rows are padded to a multiple of 8 with zero weights."""
+    as in the module docstring. Rows are padded to a multiple of GROUP with zero weights."""
     o, half = qs.shape
     n_blocks = half // 16
     groups = -(-o // GROUP)
     pad = groups * GROUP - o
     qs = np.concatenate([qs, np.full((pad, half), 0x88, np.uint8)]) if pad else qs
-    scales = np.concatenate([scales, np.zeros((pad, n_blocks), scales.dtype)]) if pad else scales
     blocks = qs.reshape(groups, GROUP, n_blocks, 16)
-    weights = np.concatenate([blocks & 15, blocks >> 4], axis=3)  # [G, 8, nb, 32] in order
-    weights = weights.transpose(0, 2, 1, 3)  # [G, nb, 8 rows, 32]
+    weights = np.concatenate([blocks & 15, blocks >> 4], axis=3)  # [G, rows, nb, 32] in order
+    weights = weights.transpose(0, 2, 1, 3)  # [G, nb, rows, 32]
     packed = np.empty((groups, n_blocks, 4, GROUP, 4), np.uint8)
     for j in range(4):
         low = weights[:, :, :, 4 * j : 4 * j + 4]
         high = weights[:, :, :, 16 + 4 * j : 16 + 4 * j + 4]
         packed[:, :, j] = low | (high << 4)
-    gscales = np.ascontiguousarray(scales.reshape(groups, GROUP, n_blocks).transpose(0, 2, 1))
-    return packed.reshape(groups, n_blocks, GROUP_BLOCK_BYTES), gscales
+    return packed.reshape(groups, n_blocks, Q4_BLOCK_BYTES), _group_scales(scales, groups)
 
 
 def dequantize_q4_reference(qs, scales):
@@ -321,3 +479,9 @@ def matmul_q4g_reference(x, qs, scales):
     """Naive twin of matmul_q4g on the row-major q4 it was packed from: activations quantized
     to int8 as there, float64 product."""
     return _small_n_reference(dequantize_q4_reference, np.int8, x, qs, scales)
+
+
+def matmul_q8g_reference(x, qs, scales):
+    """Naive twin of matmul_q8g on the row-major q8 it was packed from: activations quantized
+    to int16 as there, float64 product."""
+    return _small_n_reference(dequantize_q8_reference, np.int16, x, qs, scales)

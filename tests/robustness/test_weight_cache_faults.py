@@ -6,6 +6,7 @@ and the previous files untouched."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -78,9 +79,15 @@ def test_mis_shaped_cache_is_rejected(cache_env):
     folder, key, cfg, _ = cache_env
     path = folder / f"{key}.safetensors"
     good = path.read_bytes()
-    t = cfg.text
-    old = f'"shape":[{t.intermediate_size * 2},{t.hidden_size}]'.encode()
-    new = f'"shape":[{t.hidden_size},{t.intermediate_size * 2}]'.encode()
+    header = json.loads(good[8 : 8 + int.from_bytes(good[:8], "little")])
+    # the gate_up weights of layer 0, row-major (qs) or grouped (packed), dims 0 and 1 swapped
+    name = next(n for n in header if n.startswith("layers.0.gate_up.") and "scales" not in n)
+    shape = header[name]["shape"]
+    assert shape[0] != shape[1]
+    swapped = [shape[1], shape[0], *shape[2:]]
+    old = json.dumps(shape, separators=(",", ":")).encode()
+    new = json.dumps(swapped, separators=(",", ":")).encode()
+    old, new = b'"shape":' + old, b'"shape":' + new
     assert old in good and len(old) == len(new)
     path.write_bytes(good.replace(old, new, 1))
     try:
