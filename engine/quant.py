@@ -22,16 +22,17 @@ scales underflow for blocks of tiny weights, which occur in real checkpoints) an
 one shift, vectorisable on x86 and NEON alike; it costs 8 mantissa bits, i.e. at most a 0.4%
 larger step, far below the quantization error itself.
 
-Why this layout (dev box: 2-core AMD EPYC Zen 4, AVX-512; figures from
+Why this layout (dev boxes: 2-core AMD EPYC Zen 4 and Intel Ice Lake, AVX-512; figures from
 engine/qlinear_bench.py, see the kernels' docstring):
   - separate, contiguous qs and scales arrays instead of llama.cpp's interleaved 34- or 18-byte
     blocks: every weight load is a whole block at a fixed stride, the kernels need no byte
     shuffling, and the scale stream (1/17 of the q8 bytes, 1/9 of q4) streams alongside.
   - row-major here, the form every consumer starts from (prefill tiles, embedding rows,
-    error statistics). For decode, q4 is regrouped at load into blocks of 8 interleaved rows
-    (engine/kernels/qgroup.py), so that one integer dot-product instruction serves 8 rows and
-    the conversion and scaling are shared: 2-2.5x faster than the row-major q4 kernel. q8
-    stays row-major (engine/kernels/qlinear.py).
+    error statistics). For decode both formats are regrouped at load into blocks of 16 (x86
+    with AVX512-VNNI) or 8 interleaved rows (engine/kernels/qgroup.py), so that one integer
+    dot-product instruction serves all rows of a group and the conversion and scaling are
+    shared: q4 2-2.5x faster than a row-major kernel; q8 grouped only with 16-row groups
+    (elsewhere row-major, engine/kernels/qlinear.py).
   - bf16 (uint16) scales, not f32: the same kernels accept float32 scale arrays, and decode
     speed did not differ measurably, so the 2 bytes per block are saved (q4: 0.5625 instead of
     0.625 bytes per weight, 10% fewer bytes per token).

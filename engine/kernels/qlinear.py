@@ -5,9 +5,11 @@ Format (made by engine/quant.py; C-contiguous, row-major like the f32 weight [O,
     qs int8 [O, K], scales uint16 [O, K // 32] (bfloat16 bits; float32 scale arrays work too)
     weight = qs[o, k] * scale(o, k // 32)
 
-q4 runs in engine/kernels/qgroup.py (8 rows interleaved per integer dot instruction), which
-takes its shared pieces from here: the activation quantization, the stack scratch, prefetch,
-the bf16 scale decode, the prefill tiling and the CPU feature checks.
+The model runs q4 always, and q8 on x86 with AVX512-VNNI, in engine/kernels/qgroup.py (16 or 8
+rows interleaved per integer dot instruction); this row-major q8 kernel is what q8 runs
+elsewhere (aarch64, x86 without AVX-512). qgroup takes its shared pieces from here: the
+activation quantization, the stack scratch, prefetch, the bf16 scale decode, the prefill
+tiling and the CPU feature checks.
 
 Small N (decode N = 1, speculative verify N = K + 1 <= 16): `matmul_q8`, parallel over output
 rows (16 per task). The activations are quantized per block of 32 too (int16, scale
