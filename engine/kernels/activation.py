@@ -7,9 +7,14 @@ from . import FASTMATH
 from .mathfn import fast_exp
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH)
+@njit(nogil=True, cache=True, fastmath=FASTMATH, error_model="numpy")
 def silu_mul(gate_up, out):
-    """gate_up: [N, 2I] f32 (gate then up), out: [N, I] f32 = silu(gate) * up."""
+    """gate_up: [N, 2I] f32 (gate then up), out: [N, I] f32 = silu(gate) * up.
+
+    error_model="numpy": Numba's default checks every float division for a zero divisor
+    (to raise ZeroDivisionError), and that branch kept this loop scalar: 5.4 ns a value,
+    5 ms of a 5-token verify step of the 2B model (28 x 5 x 6144 values). Without it the
+    loop vectorises (0.5 ns a value, the same bits); 1 + exp(-g) >= 1 is never zero."""
     n_rows, width = out.shape
     for n in range(n_rows):
         for i in range(width):
