@@ -1,8 +1,9 @@
 """KV cache: K (after RoPE) and V rows per layer, appended at positions, truncated for rollback.
 
 Layout: V is [layers, kv_heads, capacity, head_dim]; K is stored in tiles of 64 keys,
-[layers, kv_heads, capacity / 64, head_dim, 64], so attention scores are a vectorised sweep
-over keys reading one contiguous block per tile (engine/kernels/attention.py says why).
+[layers, kv_heads, capacity / 64, head_dim, 64] (int8: [..., head_dim / 2, 128], dimensions in
+pairs), so attention scores are a vectorised sweep over keys reading one contiguous block per
+tile (engine/kernels/attention.py says why).
 Saved files hold K in the logical layout [layers, kv_heads, head_dim, tokens].
 Formats: f32, or q8 (int8 with one f32 scale per (token, layer, head) row: 132 bytes per
 128 values instead of 512). The arrays hold the whole context budget from the start (as
@@ -23,9 +24,10 @@ from . import arrayfile
 from .errors import InputError
 from .formats import KV_FORMATS
 from .kernels.attention import (
-    KEY_BLOCK,
+    key_tile_shape,
     key_tiles,
-    store_rows,
+    store_keys,
+    store_values,
     tile_keys_into,
     untile_keys,
 )
@@ -48,8 +50,8 @@ class KVCache:
     def _allocate(self, max_tokens: int) -> None:
         """Arrays for the whole budget (see the module docstring)."""
         shape = (self.n_layers, self.n_kv_heads, max_tokens)
-        tiles = (*shape[:2], key_tiles(max_tokens), self.head_dim, KEY_BLOCK)
-        self.k = np.zeros(tiles, self.dtype)
+        tiles = key_tile_shape(self.n_kv_heads, max_tokens, self.head_dim, self.dtype)
+        self.k = np.zeros((self.n_layers, *tiles), self.dtype)
         self.v = np.zeros((*shape, self.head_dim), self.dtype)
         scales = np.ones if self.fmt == "f32" else np.zeros  # f32: all ones; q8: set per row
         self.k_scale = scales(shape, np.float32)
@@ -101,8 +103,8 @@ class KVCache:
     def write(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
         """k, v: [N, NKV, HD] f32 for cache indexes start..start+N-1 (capacity reserved)."""
         k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
-        store_rows(k, self.k[layer], self.k_scale[layer], start)
-        store_rows(v, self.v[layer][..., None], self.v_scale[layer], start)
+        store_keys(k, self.k[layer], self.k_scale[layer], start)
+        store_values(v, self.v[layer], self.v_scale[layer], start)
 
     def layer(self, layer: int):
         """(k, k_scale, v, v_scale) views of one layer for the attention kernel."""

@@ -3,9 +3,9 @@ of each vector instruction (NEON on aarch64, AVX on x86-64), and the full assemb
 
     python packaging/inspect_asm.py OUT_DIR
 
-Used by packaging/test-arm64.sh inside the emulated arm64 root (NUMBA_CPU_NAME=cortex-a76
-there shows what an RK3588's big core gets; the default is what LLVM detects, "generic" under
-qemu). Numba returns no assembly for kernels loaded from its disk cache, so run it with a
+Used by packaging/test-arm64.sh inside the emulated arm64 root (NUMBA_CPU_NAME=cortex-a76 with
+the A76's NUMBA_CPU_FEATURES there shows what an RK3588's big core gets; the default is what
+LLVM detects, "generic" under qemu). Numba returns no assembly for kernels loaded from its disk cache, so run it with a
 fresh NUMBA_CACHE_DIR.
 """
 
@@ -22,7 +22,8 @@ VECTOR = re.compile(r"^\s*([a-z][a-z0-9.]*)\s+.*\b(v\d+\.\d*[bhsd]|[xyz]mm\d+)",
 WATCH = {
     "aarch64": ("fmla", "fmul", "fadd", "scvtf", "ucvtf", "sshll", "ushll", "sxtl", "uxtl",
                 "sdot", "udot", "usdot", "smmla", "bfdot"),
-    "x86": ("vfmadd231ps", "vcvtdq2ps", "vpmovsxbd", "vpdpbusd", "vmulps"),
+    "x86": ("vfmadd231ps", "vcvtdq2ps", "vpmovsxbd", "vpmovsxbw", "vpdpbusd", "vpdpwssd",
+            "vmulps"),
 }  # fmt: skip
 
 

@@ -161,11 +161,15 @@ in_root /usr/local/bin/merlin-cli info 2>&1 | grep -E "^(cpu|threads):" || true
 
 # ---------------------------------------------------------------------------- assembly
 step "aarch64 assembly of the hot kernels"
+# the Armv8.2-A features of the RK3588's Cortex-A76 cores (what LLVM detects on the board)
+A76_FEATURES="+neon,+fp-armv8,+crc,+lse,+rdm,+rcpc,+dotprod,+fullfp16,+ssbs"
 asm_summary=""
 for cpu in host cortex-a76; do
   echo "--- target CPU: $cpu"
   env_cpu=(NUMBA_CACHE_DIR="/tmp/merlin-asm-$cpu" MERLIN_WEIGHT_CACHE="/tmp/merlin-asm-$cpu/weights")
-  [ "$cpu" = host ] || env_cpu+=(NUMBA_CPU_NAME="$cpu")
+  # a named CPU needs its features too: without NUMBA_CPU_FEATURES Numba (and Merlin's choice
+  # of dot instruction) take the emulated host's, which lack the dot-product extension
+  [ "$cpu" = host ] || env_cpu+=(NUMBA_CPU_NAME="$cpu" NUMBA_CPU_FEATURES="$A76_FEATURES")
   rm -rf "$ROOT/tmp/merlin-asm-$cpu" "$ROOT/root/asm-$cpu"
   # a fresh Numba cache: Numba shows no assembly for kernels loaded from its disk cache
   if in_root "${env_cpu[@]}" /opt/merlin/venv/bin/python \

@@ -11,8 +11,9 @@ from engine.kernels.activation import silu_mul
 from engine.kernels.attention import (
     attention,
     attention_reference,
-    key_tiles,
-    store_rows,
+    key_tile_shape,
+    store_keys,
+    store_values,
     untile_keys,
 )
 from engine.kernels.linear import matmul_f32, matmul_f32_reference
@@ -83,11 +84,11 @@ def kv_rows(fmt, cap, nkv, hd):
     kf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
     vf = rng.standard_normal((cap, nkv, hd), dtype=np.float32)
     dtype = np.float32 if fmt == "f32" else np.int8
-    k = np.full((nkv, key_tiles(cap), hd, 64), 99, dtype)  # past cap: never read
+    k = np.full(key_tile_shape(nkv, cap, hd, dtype), 99, dtype)  # past cap: never read
     v = np.empty((nkv, cap, hd), dtype)
     ks, vs = np.ones((nkv, cap), np.float32), np.ones((nkv, cap), np.float32)
-    store_rows(kf, k, ks, 0)
-    store_rows(vf, v[..., None], vs, 0)
+    store_keys(kf, k, ks, 0)
+    store_values(vf, v, vs, 0)
     return (kf, vf), (k, ks, v, vs)
 
 

@@ -5,40 +5,59 @@ new tokens, all query heads of the group) and passes over the head's K and V onc
 them, so a speculative verify of N tokens reads the cache once, like a decode step:
 
   scores  register tiles of up to 4 queries x 64 keys (2 x 32 on NEON), summed over d: each K
-          element is loaded and converted once per tile of queries, never once per query.
-          K is stored in tiles of 64 keys, [kv_head, capacity / 64, head_dim, 64] (below);
+          element is loaded (and converted) once per tile of queries, never once per query.
+          K is stored in tiles of 64 keys (below);
   softmax per query over its own keys (query n sees keys 0..start+n); later keys get p = 0;
   values  register tiles of 4 queries x 64 dimensions (2 x 32 on NEON), summed over keys.
 
-Each score is fma(q[d], k[d, t], acc) for d = 0, 1, ... and each output fma(p[t], v[t, d], acc)
-for t = 0, 1, ...: the same float operations whatever the tile, N or thread count (FASTMATH
-without "reassoc"; the extra keys a verify sweeps for its earlier queries add fma(0, v, acc),
-exactly acc), so verify rows equal decode rows bit for bit.
+f32 cache: each score is fma(q[d], k[d, t], acc) for d = 0, 1, ... and each output
+fma(p[t], v[t, d], acc) for t = 0, 1, ...: the same float operations whatever the tile, N or
+thread count (FASTMATH without "reassoc"; the extra keys a verify sweeps for its earlier queries
+add fma(0, v, acc), exactly acc), so verify rows equal decode rows bit for bit.
+
+int8 cache: integer dot products, as the q8 weights do (qgroup.py). Each query is quantized to
+int16 (one scale per query, max|q| / 32767) and each score is an exact int32 sum of
+vpdpwssd-style pair products (2 dimensions a lane) times the two scales; the softmax weights
+times V's row scales are quantized to int16 per query the same way and the outputs are exact
+int32 sums over pairs of keys, moved to float every FLUSH_PAIRS pairs. Integer sums do not
+depend on their order, so verify rows again equal decode rows bit for bit. Why: converting
+every int8 value to float cost one conversion and one sign extension per 16 values on top of
+the fmas, and the attention of a q8 cache ran at a third of the read bandwidth (12.6 GB/s per
+thread in cache on this Ice Lake). The int16 rounding of q and of the weights is 1/65534 of
+their largest entry, a tenth or less of the int8 rounding of K and V (top-1 agreement with the
+f32 cache is measured in tests/test_quality.py).
 
 Key layout. A score tile reads, for each of the head_dim dimensions, 64 consecutive keys. With
 K transposed as one [head_dim, capacity] matrix those were 128 rows at a stride of the
 capacity: 128 concurrent streams, more than the hardware prefetchers follow, and from DRAM the
 K pass took twice as long as the V pass over the same bytes (q8 KV at 26-44% of the read
 bandwidth at 2K-8K context). Tiled, a score tile reads one contiguous 8 KB (int8) block and a
-head's keys are one sequential stream. Saved caches keep the logical [head_dim, tokens] layout
-(untile_keys / tile_keys_into).
+head's keys are one sequential stream: f32 [kv_head, capacity / 64, head_dim, 64]; int8
+[kv_head, capacity / 64, head_dim / 2, 128], the two dimensions of a pair side by side for
+each key. V stays [kv_head, capacity, head_dim]; the value tiles interleave two keys' rows in
+registers. Saved caches keep the logical [head_dim, tokens] layout (untile_keys /
+tile_keys_into).
 
-Assembly of the hot loops (inspect_asm; aarch64 under qemu-user in the arm64 root of
-packaging/test-arm64.sh, NUMBA_CPU_NAME=cortex-a76), int8 cache: x86-64 znver4, per 16 values
-vpmovsxbd + vcvtdq2ps once, then one vfmadd231ps per query with the other operand broadcast;
-aarch64, per 32 values an ldp, 8 tbl + 8 scvtf #24 (sign extension and conversion), then 8
-fmla by element per query; both keep all 16 accumulators in registers.
+Assembly of the hot loops (inspect_asm, x86-64 icelake-server), int8 cache: scores per 64 keys
+and query pair row 4 vpmovsxbw, then 4 vpdpwssd (or vpmaddwd + vpaddd, LLVM's choice for
+shorter chains) per query with the pair broadcast; values per two keys and 64 dimensions 2
+vpermt2b (interleave) + 4 vpmovsxbw, then 4 dot instructions per query. f32 cache: one
+vfmadd231ps per 16 values and query. aarch64 (qemu, cortex-a76): f32 and, before the integer
+paths, int8 fmla by element with all accumulators in registers.
 
-An f32 cache passes all-ones scales; multiplying by 1.0 is exact, so the f32 path loses
-nothing by sharing this kernel.
+An f32 cache passes all-ones scales; multiplying by 1.0 is exact.
 """
 
 import numpy as np
+from llvmlite import ir
 from numba import carray, njit, prange
+from numba.core import types
+from numba.extending import intrinsic, overload
 
 from . import FASTMATH
 from .mathfn import fast_exp
-from .qlinear import _X86, stack_f32
+from .qgroup import GROUP, _dot2
+from .qlinear import _X86, INV_LEVEL16, stack_f32, stack_i32
 
 AFASTMATH = FASTMATH - {"reassoc"}
 KEY_BLOCK = 64  # keys per stored K tile
@@ -49,6 +68,9 @@ KEY_BLOCK = 64  # keys per stored K tile
 SCORE_QUERIES, SCORE_KEYS = (4, 64) if _X86 else (2, 32)
 VALUE_QUERIES, DIM_BLOCK = (4, 64) if _X86 else (2, 32)
 SCORE_FLOATS = SCORE_QUERIES * SCORE_KEYS
+MAX_LANES = 16  # running maxima in softmax
+FLUSH_PAIRS = 128  # key pairs an int32 value accumulator takes before it moves to float
+KEY_PAIRS = 2  # int8 K tiles hold each key's dimensions in pairs (below)
 VALUE_FLOATS = VALUE_QUERIES * DIM_BLOCK
 
 
@@ -74,12 +96,119 @@ def _score_tile(qm, m0, mr, k_head, t0, width, scores):
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
-def _score_rows(qm, m0, mr, k_head, n_max, scores):
+def _score_rows_f32(qx, qsc, m0, mr, k_head, n_max, scores):
+    """(qsc: ones, unused)"""
     full = n_max // SCORE_KEYS * SCORE_KEYS
     for t0 in range(0, full, SCORE_KEYS):
-        _score_tile(qm, m0, mr, k_head, t0, SCORE_KEYS, scores)
+        _score_tile(qx, m0, mr, k_head, t0, SCORE_KEYS, scores)
     if full < n_max:
-        _score_tile(qm, m0, mr, k_head, full, n_max - full, scores)
+        _score_tile(qx, m0, mr, k_head, full, n_max - full, scores)
+
+
+@intrinsic
+def _key_pair_dots(typingctx, acc, lane0, tiles, k_off, qi, q_off):
+    """acc[lane0 + u] += k[u, 2p] q[2p] + k[u, 2p + 1] q[2p + 1] for the SCORE_KEYS keys u of
+    one row of an int8 K tile (tiles.flat[k_off:], 2 bytes a key) and the int16 pair p of one
+    query (qi.flat[q_off:]): vpdpwssd on x86 with VNNI, plain vector IR elsewhere."""
+    arrays_ok = all(
+        isinstance(a, types.Array) and a.dtype == dt and a.layout == "C"
+        for a, dt in ((tiles, types.int8), (qi, types.int16))
+    )
+    if not arrays_ok:
+        return None
+    i8, i32 = ir.IntType(8), ir.IntType(32)
+    keys_vec, lanes_vec = ir.VectorType(i8, 2 * GROUP), ir.VectorType(i32, GROUP)
+
+    def codegen(context, builder, signature, args):
+        acc_p, lane0_v, tiles_v, k_off_v, qi_v, q_off_v = args
+        sig = signature.args
+        k_base = builder.gep(context.make_array(sig[2])(context, builder, tiles_v).data, [k_off_v])
+        q_ptr = builder.gep(context.make_array(sig[4])(context, builder, qi_v).data, [q_off_v])
+        qword = builder.load(builder.bitcast(q_ptr, i32.as_pointer()), align=2)
+        for j in range(SCORE_KEYS // GROUP):
+            k_ptr = builder.gep(k_base, [i32(2 * GROUP * j)])
+            w = builder.load(builder.bitcast(k_ptr, keys_vec.as_pointer()), align=1)
+            lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
+            a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
+            builder.store(_dot2(builder, builder.load(a_ptr, align=4), w, qword), a_ptr, align=4)
+        return context.get_dummy_value()
+
+    return types.void(acc, lane0, tiles, k_off, qi, q_off), codegen
+
+
+@njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
+def _score_tile_q8(qi, qsc, m0, mr, k_head, t0, width, scores):
+    """_score_tile for an int8 cache: exact int32 dots of the int16 queries with the keys,
+    then one conversion and the query's scale per score (the key's comes in softmax)."""
+    acc_ptr = stack_i32(SCORE_FLOATS)
+    acc = carray(acc_ptr, SCORE_FLOATS)
+    for i in range(mr * SCORE_KEYS):
+        acc[i] = 0
+    pairs, row_bytes = k_head.shape[1], k_head.shape[2]
+    base = (t0 // KEY_BLOCK) * pairs * row_bytes + KEY_PAIRS * (t0 % KEY_BLOCK)
+    for p in range(pairs):
+        for m in range(mr):
+            _key_pair_dots(
+                acc_ptr, m * SCORE_KEYS, k_head, base + p * row_bytes, qi, (m0 + m) * 2 * pairs + 2 * p
+            )
+    for m in range(mr):
+        s = qsc[m0 + m]
+        for u in range(width):
+            scores[m0 + m, t0 + u] = np.float32(acc[m * SCORE_KEYS + u]) * s
+
+
+@njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
+def _score_rows_q8(qx, qsc, m0, mr, k_head, n_max, scores):
+    full = n_max // SCORE_KEYS * SCORE_KEYS
+    for t0 in range(0, full, SCORE_KEYS):
+        _score_tile_q8(qx, qsc, m0, mr, k_head, t0, SCORE_KEYS, scores)
+    if full < n_max:
+        _score_tile_q8(qx, qsc, m0, mr, k_head, full, n_max - full, scores)
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _quantize_queries(qm, qi, qsc):
+    """qi[m] = rint(qm[m] / qsc[m]) in int16, qsc[m] = max|qm[m]| / 32767 (a zero row: 0)."""
+    for m in range(qm.shape[0]):
+        amax = np.float32(0.0)
+        for d in range(qm.shape[1]):
+            amax = max(amax, abs(qm[m, d]))
+        sc = amax * INV_LEVEL16
+        inv = np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
+        for d in range(qm.shape[1]):
+            qi[m, d] = np.int16(np.rint(qm[m, d] * inv))
+        qsc[m] = sc
+
+
+def _queries(qm, k_head):
+    """The queries as the score tiles of k_head's format take them: (qx, qsc)."""
+
+
+def _score_rows(qx, qsc, m0, mr, k_head, n_max, scores):
+    """scores[m0 : m0 + mr, :n_max] for k_head's format."""
+
+
+@overload(_queries, inline="always")
+def _queries_impl(qm, k_head):
+    if k_head.dtype == types.int8:
+
+        def quantized(qm, k_head):
+            qi = np.empty(qm.shape, np.int16)
+            qsc = np.empty(qm.shape[0], np.float32)
+            _quantize_queries(qm, qi, qsc)
+            return qi, qsc
+
+        return quantized
+
+    def as_they_are(qm, k_head):
+        return qm, np.ones(qm.shape[0], np.float32)
+
+    return as_they_are
+
+
+@overload(_score_rows, inline="always")
+def _score_rows_impl(qx, qsc, m0, mr, k_head, n_max, scores):
+    return (_score_rows_q8 if k_head.dtype == types.int8 else _score_rows_f32).py_func
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
@@ -100,13 +229,186 @@ def _value_tile(scores, m0, mr, v_head, n_max, d0, width, out_rows):
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
-def _value_rows(scores, m0, mr, v_head, n_max, out_rows):
+def _value_rows_f32(wx, wsc, m0, mr, v_head, n_max, out_rows):
+    """(wsc: ones, unused)"""
     head_dim = v_head.shape[1]
     full = head_dim // DIM_BLOCK * DIM_BLOCK
     for d0 in range(0, full, DIM_BLOCK):
-        _value_tile(scores, m0, mr, v_head, n_max, d0, DIM_BLOCK, out_rows)
+        _value_tile(wx, m0, mr, v_head, n_max, d0, DIM_BLOCK, out_rows)
     if full < head_dim:
-        _value_tile(scores, m0, mr, v_head, n_max, full, head_dim - full, out_rows)
+        _value_tile(wx, m0, mr, v_head, n_max, full, head_dim - full, out_rows)
+
+
+@intrinsic
+def _value_pair_dots(typingctx, acc, lane0, v, a_off, b_off, wq, w_off, lanes):
+    """acc[lane0 + u] += v.flat[a_off + u] w[0] + v.flat[b_off + u] w[1] for u < lanes (a
+    literal multiple of GROUP): the same dimensions of two V rows (keys t, t + 1), interleaved
+    in registers into the pairs one vpdpwssd lane sums, and the two keys' int16 weights
+    (wq.flat[w_off:])."""
+    arrays_ok = all(
+        isinstance(a, types.Array) and a.dtype == dt and a.layout == "C"
+        for a, dt in ((v, types.int8), (wq, types.int16))
+    )
+    if not (arrays_ok and isinstance(lanes, types.IntegerLiteral)):
+        return None
+    n = lanes.literal_value
+    i8, i32 = ir.IntType(8), ir.IntType(32)
+    row_vec, lanes_vec = ir.VectorType(i8, n), ir.VectorType(i32, GROUP)
+    interleave = ir.Constant(ir.VectorType(i32, 2 * n), [u // 2 + n * (u % 2) for u in range(2 * n)])
+
+    def codegen(context, builder, signature, args):
+        acc_p, lane0_v, v_v, a_v, b_v, wq_v, w_v, _ = args
+        sig = signature.args
+        data = context.make_array(sig[2])(context, builder, v_v).data
+        rows = [
+            builder.load(builder.bitcast(builder.gep(data, [off]), row_vec.as_pointer()), align=1)
+            for off in (a_v, b_v)
+        ]
+        pairs = builder.shuffle_vector(rows[0], rows[1], interleave)
+        w_ptr = builder.gep(context.make_array(sig[5])(context, builder, wq_v).data, [w_v])
+        wword = builder.load(builder.bitcast(w_ptr, i32.as_pointer()), align=2)
+        for j in range(n // GROUP):
+            pick = ir.Constant(ir.VectorType(i32, 2 * GROUP), list(range(2 * GROUP * j, 2 * GROUP * (j + 1))))
+            part = builder.shuffle_vector(pairs, pairs, pick)
+            lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
+            a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
+            builder.store(_dot2(builder, builder.load(a_ptr, align=4), part, wword), a_ptr, align=4)
+        return context.get_dummy_value()
+
+    return types.void(acc, lane0, v, a_off, b_off, wq, w_off, lanes), codegen
+
+
+@njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
+def _value_tile_q8(wq, wsc, m0, mr, v_head, n_max, d0, width, out_rows):
+    """_value_tile for an int8 cache: exact int32 sums of the int16 weights (softmax x the
+    key's scale) times the values, two keys per dot instruction, moved into float every
+    FLUSH_PAIRS pairs (before they could overflow: 2 x 32767 x 127 a pair); then the query's
+    scale. Keys past n_max have weight 0 (the last odd key pairs with itself)."""
+    acc_ptr = stack_i32(VALUE_FLOATS)
+    acc = carray(acc_ptr, VALUE_FLOATS)
+    total = carray(stack_f32(VALUE_FLOATS), VALUE_FLOATS)
+    for i in range(mr * DIM_BLOCK):
+        acc[i] = 0
+        total[i] = 0.0
+    head_dim, n_w = v_head.shape[1], wq.shape[1]
+    vec = width // GROUP * GROUP
+    for t0 in range(0, n_max, 2 * FLUSH_PAIRS):
+        for t in range(t0, min(t0 + 2 * FLUSH_PAIRS, n_max), 2):
+            t1 = min(t + 1, n_max - 1)
+            a, b = t * head_dim + d0, t1 * head_dim + d0
+            for m in range(mr):
+                w_off = (m0 + m) * n_w + t
+                if width == DIM_BLOCK:
+                    _value_pair_dots(acc_ptr, m * DIM_BLOCK, v_head, a, b, wq, w_off, DIM_BLOCK)
+                else:
+                    for j in range(0, vec, GROUP):
+                        _value_pair_dots(acc_ptr, m * DIM_BLOCK + j, v_head, a + j, b + j, wq, w_off, GROUP)
+                    w0, w1 = np.int32(wq[m0 + m, t]), np.int32(wq[m0 + m, t + 1])
+                    for u in range(vec, width):
+                        va, vb = np.int32(v_head[t, d0 + u]), np.int32(v_head[t1, d0 + u])
+                        acc[m * DIM_BLOCK + u] += va * w0 + vb * w1
+        for i in range(mr * DIM_BLOCK):
+            total[i] += np.float32(acc[i])
+            acc[i] = 0
+    for m in range(mr):
+        s = wsc[m0 + m]
+        for u in range(width):
+            out_rows[m0 + m, d0 + u] = total[m * DIM_BLOCK + u] * s
+
+
+@njit(nogil=True, cache=True, fastmath=AFASTMATH, inline="always")
+def _value_rows_q8(wx, wsc, m0, mr, v_head, n_max, out_rows):
+    head_dim = v_head.shape[1]
+    full = head_dim // DIM_BLOCK * DIM_BLOCK
+    for d0 in range(0, full, DIM_BLOCK):
+        _value_tile_q8(wx, wsc, m0, mr, v_head, n_max, d0, DIM_BLOCK, out_rows)
+    if full < head_dim:
+        _value_tile_q8(wx, wsc, m0, mr, v_head, n_max, full, head_dim - full, out_rows)
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _quantize_weights(scores, n_max, wq, wsc):
+    """wq[m, :n_max] = rint(scores[m] / wsc[m]) in int16, wsc[m] = max scores[m] / 32767
+    (scores are >= 0); the column past an odd n_max is 0."""
+    for m in range(scores.shape[0]):
+        sc = _vector_max(scores[m], n_max) * INV_LEVEL16
+        inv = np.float32(0.0) if sc <= 0 else np.float32(1.0) / sc
+        for t in range(n_max):
+            wq[m, t] = np.int16(np.rint(scores[m, t] * inv))
+        for t in range(n_max, wq.shape[1]):
+            wq[m, t] = 0
+        wsc[m] = sc
+
+
+def _weights(scores, n_max, v_head):
+    """The softmax weights as the value tiles of v_head's format take them: (wx, wsc)."""
+
+
+def _value_rows(wx, wsc, m0, mr, v_head, n_max, out_rows):
+    """out_rows[m0 : m0 + mr] for v_head's format."""
+
+
+@overload(_weights, inline="always")
+def _weights_impl(scores, n_max, v_head):
+    if v_head.dtype == types.int8:
+
+        def quantized(scores, n_max, v_head):
+            wq = np.empty((scores.shape[0], n_max + n_max % 2), np.int16)
+            wsc = np.empty(scores.shape[0], np.float32)
+            _quantize_weights(scores, n_max, wq, wsc)
+            return wq, wsc
+
+        return quantized
+
+    def as_they_are(scores, n_max, v_head):
+        return scores, np.ones(scores.shape[0], np.float32)
+
+    return as_they_are
+
+
+@overload(_value_rows, inline="always")
+def _value_rows_impl(wx, wsc, m0, mr, v_head, n_max, out_rows):
+    return (_value_rows_q8 if v_head.dtype == types.int8 else _value_rows_f32).py_func
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _vector_max(x, n):
+    """max(x[:n]) in MAX_LANES running maxima: one running max is a chain of scalar compares
+    (LLVM vectorises a max reduction only under the no-NaN flag, and did not merge 16 scalar
+    maxima either), which took longer than softmax's exps."""
+    lanes_ptr = stack_f32(MAX_LANES)
+    lanes = carray(lanes_ptr, MAX_LANES)
+    for u in range(MAX_LANES):
+        lanes[u] = -3.0e38
+    full = n // MAX_LANES * MAX_LANES
+    for t0 in range(0, full, MAX_LANES):
+        _lanes_max(lanes_ptr, x, t0)
+    best = np.float32(-3.0e38)
+    for t in range(full, n):
+        best = max(best, x[t])
+    for u in range(MAX_LANES):
+        best = max(best, lanes[u])
+    return best
+
+
+@intrinsic
+def _lanes_max(typingctx, lanes, arr, i0):
+    """lanes[u] = max(lanes[u], arr[i0 + u]) for u < MAX_LANES: one vector compare and
+    select (a NaN in arr is skipped; it reaches the softmax output through the exps)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+        return None
+    vec = ir.VectorType(ir.FloatType(), MAX_LANES)
+
+    def codegen(context, builder, signature, args):
+        lanes_p, arr_v, i0_v = args
+        data = context.make_array(signature.args[1])(context, builder, arr_v).data
+        x = builder.load(builder.bitcast(builder.gep(data, [i0_v]), vec.as_pointer()), align=4)
+        acc_p = builder.bitcast(lanes_p, vec.as_pointer())
+        acc = builder.load(acc_p, align=4)
+        builder.store(builder.select(builder.fcmp_ordered(">", x, acc), x, acc), acc_p, align=4)
+        return context.get_dummy_value()
+
+    return types.void(lanes, arr, i0), codegen
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
@@ -115,10 +417,9 @@ def _softmax_row(sc, n_keys, k_scale, v_scale, scale):
     is allowed here (vectorised max, exp and sum: without it this took as long as both
     matrix passes); the order depends only on n_keys, which a query has in decode and in
     verify alike."""
-    best = np.float32(-3.0e38)
     for t in range(n_keys):
         sc[t] *= k_scale[t] * scale
-        best = max(best, sc[t])
+    best = _vector_max(sc, n_keys)
     for t in range(n_keys):
         sc[t] = fast_exp(sc[t] - best)
     total = np.float32(0.0)
@@ -133,8 +434,8 @@ def _softmax_row(sc, n_keys, k_scale, v_scale, scale):
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, parallel=True)
 def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
-    """q: [N, NH, HD] f32; k_tiles: [NKV, cap / 64, HD, 64] (keys in tiles of 64), v: [NKV,
-    cap, HD], f32 or int8, holding cache indexes 0..start+N-1; k_scale, v_scale: [NKV, cap]
+    """q: [N, NH, HD] f32; k_tiles: the keys in tiles of 64 (key_tile_shape), v: [NKV, cap,
+    HD], both f32 or both int8 (C-contiguous), holding cache indexes 0..start+N-1; k_scale, v_scale: [NKV, cap]
     f32 (row scales; ones for f32). Query n sits at cache index start + n and sees keys
     0..start+n. out: [N, NH * HD] f32."""
     n_rows, n_heads, head_dim = q.shape
@@ -150,32 +451,34 @@ def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
                 qm[m, d] = q[m // group, h0 + m % group, d]
         scores = np.empty((n_q, n_max), np.float32)
         k_head = k_tiles[g]
+        qx, qsc = _queries(qm, k_head)
         m0 = 0
         while m0 + SCORE_QUERIES <= n_q:
-            _score_rows(qm, m0, SCORE_QUERIES, k_head, n_max, scores)
+            _score_rows(qx, qsc, m0, SCORE_QUERIES, k_head, n_max, scores)
             m0 += SCORE_QUERIES
         rest = n_q - m0
         if rest == 3 and SCORE_QUERIES > 3:
-            _score_rows(qm, m0, 3, k_head, n_max, scores)
+            _score_rows(qx, qsc, m0, 3, k_head, n_max, scores)
         elif rest == 2 and SCORE_QUERIES > 2:
-            _score_rows(qm, m0, 2, k_head, n_max, scores)
+            _score_rows(qx, qsc, m0, 2, k_head, n_max, scores)
         elif rest == 1:
-            _score_rows(qm, m0, 1, k_head, n_max, scores)
+            _score_rows(qx, qsc, m0, 1, k_head, n_max, scores)
         for m in range(n_q):
             _softmax_row(scores[m], start + m // group + 1, k_scale[g], v_scale[g], scale)
         out_rows = np.empty((n_q, head_dim), np.float32)
         v_head = v[g]
+        wx, wsc = _weights(scores, n_max, v_head)
         m0 = 0
         while m0 + VALUE_QUERIES <= n_q:
-            _value_rows(scores, m0, VALUE_QUERIES, v_head, n_max, out_rows)
+            _value_rows(wx, wsc, m0, VALUE_QUERIES, v_head, n_max, out_rows)
             m0 += VALUE_QUERIES
         rest = n_q - m0
         if rest == 3 and VALUE_QUERIES > 3:
-            _value_rows(scores, m0, 3, v_head, n_max, out_rows)
+            _value_rows(wx, wsc, m0, 3, v_head, n_max, out_rows)
         elif rest == 2 and VALUE_QUERIES > 2:
-            _value_rows(scores, m0, 2, v_head, n_max, out_rows)
+            _value_rows(wx, wsc, m0, 2, v_head, n_max, out_rows)
         elif rest == 1:
-            _value_rows(scores, m0, 1, v_head, n_max, out_rows)
+            _value_rows(wx, wsc, m0, 1, v_head, n_max, out_rows)
         for m in range(n_q):
             n = m // group
             h = h0 + m % group
@@ -184,11 +487,16 @@ def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
 
 
 def attention_reference(q, k_tiles, k_scale, v, v_scale, start, scale):
-    """Naive float64 twin of attention()."""
+    """Naive float64 twin of attention() (with its int16 queries and weights for an int8
+    cache)."""
     n_rows, n_heads, head_dim = q.shape
     group = n_heads // k_tiles.shape[0]
     k_t = untile_keys(k_tiles, v.shape[1])
     kf = k_t.transpose(0, 2, 1).astype(np.float64) * k_scale[..., None]
+    if k_tiles.dtype == np.int8:  # the kernel's int16 queries
+        step = np.abs(q).max(axis=2, keepdims=True) * INV_LEVEL16
+        inv = np.divide(np.float32(1.0), step, out=np.zeros_like(step), where=step != 0)
+        q = np.rint(q * inv).astype(np.float64) * step
     vf = v.astype(np.float64) * v_scale[..., None]
     out = np.zeros((n_rows, n_heads * head_dim))
     for n in range(n_rows):
@@ -197,7 +505,14 @@ def attention_reference(q, k_tiles, k_scale, v, v_scale, start, scale):
             s = keys @ q[n, h].astype(np.float64) * scale
             p = np.exp(s - s.max())
             p /= p.sum()
-            out[n, h * head_dim : (h + 1) * head_dim] = p @ vf[h // group, : start + n + 1]
+            if v.dtype == np.int8:  # the kernel's int16 weights: softmax x the row scale
+                w = p * v_scale[h // group, : start + n + 1]
+                step = w.max() / 32767
+                w = np.rint(w / step) * step if step > 0 else w
+                rows = v[h // group, : start + n + 1].astype(np.float64)
+                out[n, h * head_dim : (h + 1) * head_dim] = w @ rows
+            else:
+                out[n, h * head_dim : (h + 1) * head_dim] = p @ vf[h // group, : start + n + 1]
     return out.astype(np.float32)
 
 
@@ -206,21 +521,46 @@ def key_tiles(capacity: int) -> int:
     return -(-capacity // KEY_BLOCK)
 
 
+def key_tile_shape(n_kv: int, capacity: int, head_dim: int, dtype) -> tuple:
+    """The K array of one layer: f32 [NKV, tiles, HD, 64]; int8 [NKV, tiles, HD / 2, 128],
+    byte 2u + c of row p holding dimension 2p + c of key u (the pairs one vpdpwssd lane sums)."""
+    if np.dtype(dtype) == np.int8:
+        if head_dim % KEY_PAIRS:
+            raise ValueError(f"an int8 KV cache needs an even head_dim, not {head_dim}")
+        return (n_kv, key_tiles(capacity), head_dim // KEY_PAIRS, KEY_PAIRS * KEY_BLOCK)
+    return (n_kv, key_tiles(capacity), head_dim, KEY_BLOCK)
+
+
+def _logical_tiles(k_tiles: np.ndarray) -> np.ndarray:
+    """[..., tiles, HD, 64] (a view for f32, a copy for int8 pair tiles)."""
+    if k_tiles.dtype != np.int8:
+        return k_tiles
+    *lead, pairs, row = k_tiles.shape
+    split = k_tiles.reshape(*lead, pairs, KEY_BLOCK, KEY_PAIRS)
+    return np.swapaxes(split, -1, -2).reshape(*lead, pairs * KEY_PAIRS, KEY_BLOCK)
+
+
 def untile_keys(k_tiles: np.ndarray, n: int) -> np.ndarray:
-    """Keys 0..n-1 of [..., tiles, HD, 64] in the logical layout [..., HD, n] (a copy)."""
+    """Keys 0..n-1 of the stored tiles (key_tile_shape) in the logical layout [..., HD, n]
+    (a copy)."""
     t = key_tiles(n)
-    flat = np.swapaxes(k_tiles[..., :t, :, :], -3, -2)  # [..., HD, t, 64]
+    flat = np.swapaxes(_logical_tiles(k_tiles[..., :t, :, :]), -3, -2)  # [..., HD, t, 64]
     return flat.reshape(*flat.shape[:-2], t * KEY_BLOCK)[..., :n]
 
 
 def tile_keys_into(k_tiles: np.ndarray, keys: np.ndarray) -> None:
-    """Store logical keys [..., HD, n] as keys 0..n-1 of k_tiles [..., tiles, HD, 64]."""
+    """Store logical keys [..., HD, n] as keys 0..n-1 of the tiles (key_tile_shape); the rest
+    of the last tile is zeroed."""
     n = keys.shape[-1]
-    full, rest = divmod(n, KEY_BLOCK)
-    head = keys[..., : full * KEY_BLOCK].reshape(*keys.shape[:-1], full, KEY_BLOCK)
-    k_tiles[..., :full, :, :] = np.swapaxes(head, -3, -2)
-    if rest:
-        k_tiles[..., full, :, :rest] = keys[..., full * KEY_BLOCK :]
+    t = key_tiles(n)
+    padded = np.zeros((*keys.shape[:-1], t * KEY_BLOCK), keys.dtype)
+    padded[..., :n] = keys
+    tiles = np.swapaxes(padded.reshape(*keys.shape[:-1], t, KEY_BLOCK), -3, -2)  # [.., t, HD, 64]
+    if k_tiles.dtype == np.int8:
+        *lead, hd, _ = tiles.shape
+        split = tiles.reshape(*lead, hd // KEY_PAIRS, KEY_PAIRS, KEY_BLOCK)
+        tiles = np.swapaxes(split, -1, -2).reshape(*lead, hd // KEY_PAIRS, KEY_PAIRS * KEY_BLOCK)
+    k_tiles[..., :t, :, :] = tiles
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
@@ -238,17 +578,34 @@ def _row_factor(x, n, g, scales, pos, quantized):
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def store_rows(x, dest, scales, start):
-    """x: [N, NKV, HD] f32 -> cache index t = start + n of every head at dest[g, t // B, d,
-    t % B], B = dest.shape[3]: keys in tiles of 64 (dest = the K tiles), values row by row
-    (dest = V[..., None], B = 1). An int8 cache gets one symmetric scale per (token, head)
-    row in scales[g, t]; an f32 one gets the values (its scales stay ones)."""
-    quantized = dest.itemsize == 1
-    block = dest.shape[3]
+def store_keys(x, k_tiles, scales, start):
+    """x: [N, NKV, HD] f32 -> keys start..start+N-1 of every head, in the tiles of
+    key_tile_shape. An int8 cache gets one symmetric scale per (token, head) row in
+    scales[g, t]; an f32 one gets the values (its scales stay ones)."""
+    quantized = k_tiles.itemsize == 1
+    for n in range(x.shape[0]):
+        t = start + n
+        tile, u = t // KEY_BLOCK, t % KEY_BLOCK
+        for g in range(x.shape[1]):
+            f = _row_factor(x, n, g, scales, t, quantized)
+            for d in range(x.shape[2]):
+                value = x[n, g, d] * f
+                if quantized:
+                    p, c = d // KEY_PAIRS, d % KEY_PAIRS
+                    k_tiles[g, tile, p, KEY_PAIRS * u + c] = np.rint(value)
+                else:
+                    k_tiles[g, tile, d, u] = value
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def store_values(x, v, scales, start):
+    """x: [N, NKV, HD] f32 -> rows start..start+N-1 of v [NKV, capacity, HD], scales as
+    store_keys."""
+    quantized = v.itemsize == 1
     for n in range(x.shape[0]):
         t = start + n
         for g in range(x.shape[1]):
             f = _row_factor(x, n, g, scales, t, quantized)
             for d in range(x.shape[2]):
                 value = x[n, g, d] * f
-                dest[g, t // block, d, t % block] = np.rint(value) if quantized else value
+                v[g, t, d] = np.rint(value) if quantized else value

@@ -162,21 +162,31 @@ _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 # --------------------------------------------------------------------------- low level
 
 
-@intrinsic
-def stack_f32(typingctx, n):
-    """A float32 scratch of literal size n on the stack (entry-block alloca): LLVM promotes it
-    to registers. A heap array here would be hoisted by Numba out of the parallel loop, shared
-    by the tasks of a thread and kept in memory."""
+def _stack_scratch(n, llvm_type, numba_type):
     if not isinstance(n, types.IntegerLiteral):
         return None
     size = n.literal_value
 
     def codegen(context, builder, signature, args):
-        slot = cgutils.alloca_once(builder, ir.ArrayType(ir.FloatType(), size))
+        slot = cgutils.alloca_once(builder, ir.ArrayType(llvm_type, size))
         slot.align = 64
-        return builder.bitcast(slot, ir.PointerType(ir.FloatType()))
+        return builder.bitcast(slot, ir.PointerType(llvm_type))
 
-    return types.CPointer(types.float32)(n), codegen
+    return types.CPointer(numba_type)(n), codegen
+
+
+@intrinsic
+def stack_f32(typingctx, n):
+    """A float32 scratch of literal size n on the stack (entry-block alloca): LLVM promotes it
+    to registers. A heap array here would be hoisted by Numba out of the parallel loop, shared
+    by the tasks of a thread and kept in memory."""
+    return _stack_scratch(n, ir.FloatType(), types.float32)
+
+
+@intrinsic
+def stack_i32(typingctx, n):
+    """The int32 twin of stack_f32 (integer accumulators)."""
+    return _stack_scratch(n, ir.IntType(32), types.int32)
 
 
 @intrinsic
