@@ -5,8 +5,8 @@ of each vector instruction (NEON on aarch64, AVX on x86-64), and the full assemb
 
 Used by packaging/test-arm64.sh inside the emulated arm64 root (NUMBA_CPU_NAME=cortex-a76 with
 the A76's NUMBA_CPU_FEATURES there shows what an RK3588's big core gets; the default is what
-LLVM detects, "generic" under qemu). Numba returns no assembly for kernels loaded from its disk cache, so run it with a
-fresh NUMBA_CACHE_DIR.
+LLVM detects, "generic" under qemu). Numba returns no assembly for kernels loaded from its
+disk cache, so run it with a fresh NUMBA_CACHE_DIR.
 """
 
 from __future__ import annotations

@@ -149,7 +149,12 @@ def _score_tile_q8(qi, qsc, m0, mr, k_head, t0, width, scores):
     for p in range(pairs):
         for m in range(mr):
             _key_pair_dots(
-                acc_ptr, m * SCORE_KEYS, k_head, base + p * row_bytes, qi, (m0 + m) * 2 * pairs + 2 * p
+                acc_ptr,
+                m * SCORE_KEYS,
+                k_head,
+                base + p * row_bytes,
+                qi,
+                (m0 + m) * 2 * pairs + 2 * p,
             )
     for m in range(mr):
         s = qsc[m0 + m]
@@ -254,7 +259,9 @@ def _value_pair_dots(typingctx, acc, lane0, v, a_off, b_off, wq, w_off, lanes):
     n = lanes.literal_value
     i8, i32 = ir.IntType(8), ir.IntType(32)
     row_vec, lanes_vec = ir.VectorType(i8, n), ir.VectorType(i32, GROUP)
-    interleave = ir.Constant(ir.VectorType(i32, 2 * n), [u // 2 + n * (u % 2) for u in range(2 * n)])
+    interleave = ir.Constant(
+        ir.VectorType(i32, 2 * n), [u // 2 + n * (u % 2) for u in range(2 * n)]
+    )
 
     def codegen(context, builder, signature, args):
         acc_p, lane0_v, v_v, a_v, b_v, wq_v, w_v, _ = args
@@ -268,7 +275,9 @@ def _value_pair_dots(typingctx, acc, lane0, v, a_off, b_off, wq, w_off, lanes):
         w_ptr = builder.gep(context.make_array(sig[5])(context, builder, wq_v).data, [w_v])
         wword = builder.load(builder.bitcast(w_ptr, i32.as_pointer()), align=2)
         for j in range(n // GROUP):
-            pick = ir.Constant(ir.VectorType(i32, 2 * GROUP), list(range(2 * GROUP * j, 2 * GROUP * (j + 1))))
+            pick = ir.Constant(
+                ir.VectorType(i32, 2 * GROUP), list(range(2 * GROUP * j, 2 * GROUP * (j + 1)))
+            )
             part = builder.shuffle_vector(pairs, pairs, pick)
             lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
             a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
@@ -302,7 +311,9 @@ def _value_tile_q8(wq, wsc, m0, mr, v_head, n_max, d0, width, out_rows):
                     _value_pair_dots(acc_ptr, m * DIM_BLOCK, v_head, a, b, wq, w_off, DIM_BLOCK)
                 else:
                     for j in range(0, vec, GROUP):
-                        _value_pair_dots(acc_ptr, m * DIM_BLOCK + j, v_head, a + j, b + j, wq, w_off, GROUP)
+                        _value_pair_dots(
+                            acc_ptr, m * DIM_BLOCK + j, v_head, a + j, b + j, wq, w_off, GROUP
+                        )
                     w0, w1 = np.int32(wq[m0 + m, t]), np.int32(wq[m0 + m, t + 1])
                     for u in range(vec, width):
                         va, vb = np.int32(v_head[t, d0 + u]), np.int32(v_head[t1, d0 + u])
@@ -435,9 +446,9 @@ def _softmax_row(sc, n_keys, k_scale, v_scale, scale):
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, parallel=True)
 def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
     """q: [N, NH, HD] f32; k_tiles: the keys in tiles of 64 (key_tile_shape), v: [NKV, cap,
-    HD], both f32 or both int8 (C-contiguous), holding cache indexes 0..start+N-1; k_scale, v_scale: [NKV, cap]
-    f32 (row scales; ones for f32). Query n sits at cache index start + n and sees keys
-    0..start+n. out: [N, NH * HD] f32."""
+    HD], both f32 or both int8 (C-contiguous), holding cache indexes 0..start+N-1; k_scale,
+    v_scale: [NKV, cap] f32 (row scales; ones for f32). Query n sits at cache index start + n
+    and sees keys 0..start+n. out: [N, NH * HD] f32."""
     n_rows, n_heads, head_dim = q.shape
     n_kv = k_tiles.shape[0]
     group = n_heads // n_kv
