@@ -373,7 +373,7 @@ def matmul_q8g(x, packed, gscales, out):
     n_rows, k_dim = x.shape
     xq = np.empty((n_rows, k_dim), np.int16)
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    corr = np.zeros((n_rows, k_dim // BLOCK), np.int32)  # unused by q8
+    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)  # unread by q8 (no zeroing per call)
     quantize_activations(x, xq, dx)
     _grouped(packed, gscales, xq, dx, corr, out)
 
