@@ -397,15 +397,12 @@ def _value_rows(wx, wsc, m0, mr, v_head, n_max, out_rows):
     DIM_BLOCK dimensions (a stride of the row per pass, which the prefetchers followed less
     well from DRAM)."""
     head_dim = v_head.shape[1]
-    if 2 * mr <= VALUE_QUERIES and head_dim % WIDE_BLOCK == 0:
-        for d0 in range(0, head_dim, WIDE_BLOCK):
-            _value_tile(wx, wsc, m0, mr, v_head, n_max, d0, WIDE_BLOCK, WIDE_BLOCK, out_rows)
-        return
-    full = head_dim // DIM_BLOCK * DIM_BLOCK
-    for d0 in range(0, full, DIM_BLOCK):
-        _value_tile(wx, wsc, m0, mr, v_head, n_max, d0, DIM_BLOCK, DIM_BLOCK, out_rows)
+    block = WIDE_BLOCK if 2 * mr <= VALUE_QUERIES else DIM_BLOCK  # a constant once inlined
+    full = head_dim // block * block
+    for d0 in range(0, full, block):
+        _value_tile(wx, wsc, m0, mr, v_head, n_max, d0, block, block, out_rows)
     if full < head_dim:
-        _value_tile(wx, wsc, m0, mr, v_head, n_max, full, head_dim - full, DIM_BLOCK, out_rows)
+        _value_tile(wx, wsc, m0, mr, v_head, n_max, full, head_dim - full, block, out_rows)
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
