@@ -395,7 +395,8 @@ def _value_rows(wx, wsc, m0, mr, v_head, n_max, out_rows):
     """out_rows[m0 : m0 + mr]. Up to VALUE_QUERIES // 2 queries (a decode step's query pair)
     take WIDE_BLOCK dimensions a tile, so each V row is read in one pass instead of one per
     DIM_BLOCK dimensions (a stride of the row per pass, which the prefetchers followed less
-    well from DRAM)."""
+    well from DRAM). Qwen3-VL's head_dim is 128; other sizes end in a partial tile, summed
+    GROUP lanes at a time (one 64-wide copy for them too doubled the compile time)."""
     head_dim = v_head.shape[1]
     block = WIDE_BLOCK if 2 * mr <= VALUE_QUERIES else DIM_BLOCK  # a constant once inlined
     full = head_dim // block * block
