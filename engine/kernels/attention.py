@@ -51,8 +51,10 @@ and query pair row 2 prefetcht0, 4 vpmovsxbw, then 4 vpdpwssd (or vpmaddwd + vpa
 choice for shorter chains) per query with the pair broadcast; values of a query pair per two
 keys and 128 dimensions 4 prefetcht0, 4 vpermt2b (interleave), 8 vpmovsxbw, then 8 dot
 instructions per query, all 16 accumulators in registers. f32 cache: one
-vfmadd231ps per 16 values and query. aarch64 (qemu, cortex-a76): f32 and, before the integer
-paths, int8 fmla by element with all accumulators in registers.
+vfmadd231ps per 16 values and query. aarch64 (qemu, cortex-a76 with its features, c2b28bc):
+f32 fmla with the accumulators in registers and prfm for the prefetch; int8 the generic
+pair-dot IR (smull, uzp1/uzp2, add; the one-pass value loop has no stack traffic), not yet an
+sdot form.
 
 An f32 cache passes all-ones scales; multiplying by 1.0 is exact.
 """
@@ -396,7 +398,8 @@ def _value_rows(wx, wsc, m0, mr, v_head, n_max, out_rows):
     take WIDE_BLOCK dimensions a tile, so each V row is read in one pass instead of one per
     DIM_BLOCK dimensions (a stride of the row per pass, which the prefetchers followed less
     well from DRAM). Qwen3-VL's head_dim is 128; other sizes end in a partial tile, summed
-    GROUP lanes at a time (one 64-wide copy for them too doubled the compile time)."""
+    GROUP lanes at a time (a second, 64-wide copy for them took the int8 kernel's cold
+    compile from 71 to 124 s)."""
     head_dim = v_head.shape[1]
     block = WIDE_BLOCK if 2 * mr <= VALUE_QUERIES else DIM_BLOCK  # a constant once inlined
     full = head_dim // block * block
