@@ -135,14 +135,14 @@ def test_prefill_matches_the_exact_product(packed, monkeypatch):
 
 
 def test_offset_sums():
-    """The nibbles' +8 taken out per block: 8 x the sum of its 32 activations (int32, no
+    """The nibbles' +8 taken out per block: -8 x the sum of its 32 activations (int32, no
     overflow at the extremes)."""
     xq = rng.integers(-127, 128, (3, 64)).astype(np.int8)
     xq[0, :32] = -127
     corr = np.empty((3, 2), np.int32)
     qgroup._offset_sums(xq, corr)
-    np.testing.assert_array_equal(corr, 8 * xq.astype(np.int32).reshape(3, 2, 32).sum(axis=2))
-    assert corr[0, 0] == -8 * 32 * 127
+    np.testing.assert_array_equal(corr, -8 * xq.astype(np.int32).reshape(3, 2, 32).sum(axis=2))
+    assert corr[0, 0] == 8 * 32 * 127
 
 
 def test_shapes_are_checked(packed):

@@ -38,10 +38,23 @@ medians of 5 interleaved repeats, noisy to +-0.2):
   12-13 ns at N = 1, where 8 vpdpbusd zmm alone retire in 2 ns (measured peak 3.9 G/s on one
   core): latency and the per-row conversion and scaling, not the multiply, are the limit.
 
-Assembly (inspect_asm, x86-64 icelake-server, 8-row tile): per block 4 vmovdqu64 + 4 vpandq +
-4 vgf2p8affineqb unpack the q4 nibbles once for all rows (q8: 16 vpmovsxbw); per activation
-row 8 vpdpbusd (q8: 16 vpdpwssd) zmm with the activations broadcast from memory ({1to16}) in
-two chains, then vpaddd, vcvtdq2ps, vmulps {1to16}, vfmadd; accumulators stay in registers.
+A tile's block is one intrinsic (group_tile_block) for all its activation rows, the loop over
+weight slices outside the loop over rows. Against one call per row (the code before
+2026-12-01's fourth run: LLVM kept all 16 sign-extended q8 slices live, spilled two of the
+5-row tile's accumulators and reloaded each row's indexes from the stack), in cache on one
+thread, the same process alternating the two, medians of 15: q4 N = 1 0.63-0.79x the time,
+N = 2 0.68-0.83x, N = 5 0.91-0.93x, N = 8 0.86-0.93x; q8 N = 1-2 0.77-0.91x, N = 5 0.90-1.00x,
+N = 8 0.96-1.05x. Outputs bit for bit the same.
+
+Assembly (inspect_asm, x86-64 icelake-server): per block 4 vmovdqu64 + 4 vpandq + 4
+vgf2p8affineqb unpack the q4 nibbles once for all rows (q8: 16 vpmovsxbw); per activation row
+8 vpdpbusd (q8: 16 vpdpwssd) zmm with the activations broadcast from memory ({1to16}) in two
+chains, then vpaddd, vcvtdq2ps, vmulps {1to16}, vfmadd. The 5-row tile (a verify of 4 drafts)
+is 112 instructions a block for q4 (40 vpdpbusd) and 159 for q8 (80 vpdpwssd), accumulators
+in registers. What bounds it: on Ice Lake every 512-bit vector uop goes to ports 0 and 5, and
+vpdpwssd zmm retires at 4.2-4.8 G/s a core here (a C loop of independent dots): 80 of them are
+17-19 ns against the tile's 37-54 ns a block in cache; a C version of the same loop (gcc -O3)
+took 37-40 ns. The 8-row q8 tile has LLVM split many dots into vpmaddwd + vpaddd and spill.
 aarch64 cortex-a76 (8-row groups, qemu, the arm64 root of packaging/test-arm64.sh, checked
 for the q4 kernel of 2026-11-30): per block and row 16 sdot (two 4-lane halves) with ld1r
 broadcasts, and/ushr for the nibbles, 2 scvtf, 2 fmul, 2 fmla. q8 runs row-major there
@@ -79,7 +92,7 @@ from .qlinear import (
     _small_n_reference,
     _target_features,
     dequantize_q8_reference,
-    prefetch,
+    emit_prefetch,
     prefill_product,
     quantize_activations,
     scale_to_f32,
@@ -122,6 +135,10 @@ LAYOUT = f"g{GROUP}" + ("q8g" if Q8_GROUPED else "")  # part of the weight cache
 # unpacked nibbles)
 TILE_ROWS = 8 if GROUP == 16 else 4
 ACC_FLOATS = TILE_ROWS * GROUP
+# dependency chains of dot instructions per activation row and block: one chain waits on
+# each instruction's latency (2: 15% faster in cache than 1 for q4 at N = 1, 4 no faster;
+# 1 chain with rows as the parallelism: 11-17% slower for q8 at N = 5)
+CHAINS = 2
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 _VI32 = ir.VectorType(_I32, GROUP)
 _VI8 = ir.VectorType(_I8, SLICE)
@@ -201,82 +218,127 @@ def _dot2(builder, acc, w, xword):
     )
 
 
-def _q4_block_ints(builder, w_base, x_words, corr):
-    """The int32 block dots of the group's rows, q4: 8 vpdpbusd-like steps over the unsigned
-    nibbles, starting from -corr (the nibbles' +8 taken out exactly)."""
-    # two chains of dot instructions (low and high nibbles), added at the end: one chain
-    # of 8 waits on each instruction's latency (2 chains: 15% faster in cache, 4: no more)
-    chains = [_splat(builder, builder.sub(_I32(0), corr), _VI32), ir.Constant(_VI32, [0] * GROUP)]
+def _q4_tile_ints(builder, w_base, x_words, corrs):
+    """The int32 block dots of the group's rows with each activation row r (x_words[r]), q4:
+    per slice the nibbles are unpacked once and go to every row; each row's CHAINS chains
+    (low and high nibbles) are added at the end, the first starting from corr (the
+    nibbles' +8 taken out exactly)."""
+    chains = [
+        [_splat(builder, corr, _VI32)] + [ir.Constant(_VI32, [0] * GROUP)] * (CHAINS - 1)
+        for corr in corrs
+    ]
     low = ir.Constant(_VI8, [15] * SLICE)
     for j in range(4):
         ptr = builder.gep(w_base, [_I32(SLICE * j)])
         w = builder.load(builder.bitcast(ptr, _VI8.as_pointer()), align=1)
         halves = (builder.and_(w, low), builder.lshr(w, ir.Constant(_VI8, [4] * SLICE)))
-        for c, (nibbles, word) in enumerate(zip(halves, (j, 4 + j))):
-            xword = builder.load(builder.gep(x_words, [_I32(word)]), align=1)
-            chains[c] = _dot4(builder, chains[c], nibbles, xword)
-    return builder.add(chains[0], chains[1])
+        for words, row in zip(x_words, chains):
+            for c, (nibbles, word) in enumerate(zip(halves, (j, 4 + j))):
+                xword = builder.load(builder.gep(words, [_I32(word)]), align=1)
+                row[c % CHAINS] = _dot4(builder, row[c % CHAINS], nibbles, xword)
+    return [_sum(builder, row) for row in chains]
 
 
-def _q8_block_ints(builder, w_base, x_words):
-    """The int32 block dots of the group's rows, q8: 16 steps of 2 weights per row."""
-    chains = [ir.Constant(_VI32, [0] * GROUP) for _ in range(2)]
+def _q8_tile_ints(builder, w_base, x_words):
+    """The q8 twin of _q4_tile_ints: 16 slices of 2 weights a row, each sign-extended once
+    for all activation rows."""
+    chains = [[ir.Constant(_VI32, [0] * GROUP)] * CHAINS for _ in x_words]
     vec = ir.VectorType(_I8, 2 * GROUP)
     for j in range(BLOCK // 2):
         ptr = builder.gep(w_base, [_I32(2 * GROUP * j)])
         w = builder.load(builder.bitcast(ptr, vec.as_pointer()), align=1)
-        xword = builder.load(builder.gep(x_words, [_I32(j)]), align=1)
-        chains[j % 2] = _dot2(builder, chains[j % 2], w, xword)
-    return builder.add(chains[0], chains[1])
+        for words, row in zip(x_words, chains):
+            xword = builder.load(builder.gep(words, [_I32(j)]), align=1)
+            row[j % CHAINS] = _dot2(builder, row[j % CHAINS], w, xword)
+    return [_sum(builder, row) for row in chains]
+
+
+def _sum(builder, vectors):
+    """The lanewise sum of a row's chains."""
+    total = vectors[0]
+    for v in vectors[1:]:
+        total = builder.add(total, v)
+    return total
 
 
 @intrinsic
-def group_block(typingctx, acc, lane0, packed, pi, xq, xi, corr, gscales, si, dx):
-    """acc[lane0 : lane0 + GROUP] = fma(float(dot) * dx, scales, acc): the block dot of the
-    rows of one group (packed.flat[pi:]) with the 32 activations at xq.flat[xi:]; scales: the
-    GROUP bf16 at gscales.flat[si:]. int8 xq: q4 weights (dot from -corr, corr = 8 x the
-    activations' sum); int16 xq: q8 weights (corr unused)."""
+def group_tile_block(
+    typingctx, acc, packed, pi, xq, xi, x_stride, corr, dx, di, d_stride, gscales, si, rows
+):
+    """For r < rows (a literal): acc[GROUP r : GROUP (r + 1)] = fma(float(dot_r) * dx_r,
+    scales, acc[...]), dot_r the block dot of the rows of one group (packed.flat[pi:]) with
+    activation row r's 32 values at xq.flat[xi + r x_stride:]; dx_r = dx.flat[di + r x
+    d_stride] (corr likewise); scales: the GROUP bf16 at gscales.flat[si:]. int8 xq: q4
+    weights (dots from corr = -8 x the activations' sum); int16 xq: q8 (corr unused).
+    Also prefetches the block PREFETCH_BYTES ahead. One intrinsic for all rows of a tile, with
+    the loop over weight slices outside the loop over rows: each unpacked slice is used by
+    every row at once (a call per row kept all 16 sign-extended q8 slices live and spilled
+    the accumulators), and the row offsets are one stride, not a reloaded index per row."""
     if not (isinstance(gscales, types.Array) and gscales.dtype == types.uint16):
         return None  # the scales are read as bf16 bits
     if not (isinstance(xq, types.Array) and xq.dtype in (types.int8, types.int16)):
         return None
+    if not isinstance(rows, types.IntegerLiteral):
+        return None
     q4 = xq.dtype == types.int8
+    n_rows = rows.literal_value
+    block_bytes = Q4_BLOCK_BYTES if q4 else Q8_BLOCK_BYTES
 
     def codegen(context, builder, signature, args):
-        acc_p, lane0_v, packed_v, pi_v, xq_v, xi_v, corr_v, gs_v, si_v, dx_v = args
+        acc_p, packed_v, pi_v, xq_v, xi_v, xs_v, corr_v, dx_v, di_v, ds_v, gs_v, si_v, _ = args
         sig = signature.args
-        w_base = builder.gep(context.make_array(sig[2])(context, builder, packed_v).data, [pi_v])
-        x_base = builder.gep(context.make_array(sig[4])(context, builder, xq_v).data, [xi_v])
-        x_words = builder.bitcast(x_base, _I32.as_pointer())
+
+        def data(i, value):
+            return context.make_array(sig[i])(context, builder, value).data
+
+        w_base = builder.gep(data(1, packed_v), [pi_v])
+        for line in range(0, block_bytes, 64):
+            emit_prefetch(builder, builder.gep(w_base, [_I32(PREFETCH_BYTES + line)]))
+        x_base = builder.gep(data(3, xq_v), [xi_v])
+        offsets = [builder.mul(xs_v, ir.Constant(xs_v.type, r)) for r in range(n_rows)]
+        x_words = [
+            builder.bitcast(builder.gep(x_base, [off]), _I32.as_pointer()) for off in offsets
+        ]
+        d_offsets = [
+            builder.add(di_v, builder.mul(ds_v, ir.Constant(ds_v.type, r))) for r in range(n_rows)
+        ]
         if q4:
-            dot = _q4_block_ints(builder, w_base, x_words, corr_v)
+            corr_data = data(6, corr_v)
+            corrs = [builder.load(builder.gep(corr_data, [off])) for off in d_offsets]
+            dots = _q4_tile_ints(builder, w_base, x_words, corrs)
         else:
-            dot = _q8_block_ints(builder, w_base, x_words)
-        s_ptr = builder.gep(context.make_array(sig[7])(context, builder, gs_v).data, [si_v])
+            dots = _q8_tile_ints(builder, w_base, x_words)
+        s_ptr = builder.gep(data(10, gs_v), [si_v])
         vi16 = ir.VectorType(ir.IntType(16), GROUP)
         bits = builder.load(builder.bitcast(s_ptr, vi16.as_pointer()), align=2)
         wide = builder.shl(builder.zext(bits, _VI32), ir.Constant(_VI32, [16] * GROUP))
         scales = builder.bitcast(wide, _VF)
-        scaled = builder.fmul(builder.sitofp(dot, _VF), _splat(builder, dx_v, _VF))
-        a_ptr = builder.bitcast(builder.gep(acc_p, [lane0_v]), _VF.as_pointer())
         fma = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(_VF, [_VF, _VF, _VF]), f"llvm.fma.v{GROUP}f32"
         )
-        builder.store(builder.call(fma, [scaled, scales, builder.load(a_ptr)]), a_ptr)
+        dx_data = data(7, dx_v)
+        for r, (dot, off) in enumerate(zip(dots, d_offsets)):
+            dx_r = builder.load(builder.gep(dx_data, [off]))
+            scaled = builder.fmul(builder.sitofp(dot, _VF), _splat(builder, dx_r, _VF))
+            a_ptr = builder.bitcast(builder.gep(acc_p, [_I32(GROUP * r)]), _VF.as_pointer())
+            builder.store(builder.call(fma, [scaled, scales, builder.load(a_ptr)]), a_ptr)
         return context.get_dummy_value()
 
-    return types.void(acc, lane0, packed, pi, xq, xi, corr, gscales, si, dx), codegen
+    sig = types.void(acc, packed, pi, xq, xi, x_stride, corr, dx, di, d_stride, gscales, si, rows)
+    return sig, codegen
 
 
 @njit(nogil=True, cache=True)
 def _offset_sums(xq, corr):
-    """corr[n, b] = 8 x sum of activation block b of row n (the nibbles' +8, taken out)."""
+    """corr[n, b] = -8 x sum of activation block b of row n (the nibbles' +8, taken out;
+    negated here so that a chain starts from a broadcast load, not a negation in a general
+    register and a move into the vector unit)."""
     for n in range(xq.shape[0]):
         for b in range(xq.shape[1] // BLOCK):
             s = np.int32(0)
             for j in range(BLOCK):
                 s += np.int32(xq[n, b * BLOCK + j])
-            corr[n, b] = 8 * s
+            corr[n, b] = -8 * s
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
@@ -290,22 +352,21 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
     for i in range(nr * GROUP):
         acc[i] = 0.0
     for b in range(n_blocks):
-        pi = (g * n_blocks + b) * block_bytes
-        for line in range(0, block_bytes, 64):
-            prefetch(packed, pi + PREFETCH_BYTES + line)
-        for n in range(nr):
-            group_block(
-                acc_ptr,
-                n * GROUP,
-                packed,
-                pi,
-                xq,
-                (n0 + n) * k_dim + b * BLOCK,
-                corr[n0 + n, b],
-                gscales,
-                (g * n_blocks + b) * GROUP,
-                dx[n0 + n, b],
-            )
+        group_tile_block(
+            acc_ptr,
+            packed,
+            (g * n_blocks + b) * block_bytes,
+            xq,
+            n0 * k_dim + b * BLOCK,
+            k_dim,
+            corr,
+            dx,
+            n0 * n_blocks + b,
+            n_blocks,
+            gscales,
+            (g * n_blocks + b) * GROUP,
+            nr,
+        )
     rows = min(GROUP, out.shape[1] - g * GROUP)
     for n in range(nr):
         for r in range(rows):

@@ -198,14 +198,18 @@ def prefetch(typingctx, arr, idx):
 
     def codegen(context, builder, signature, args):
         ary = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.gep(ary.data, [args[1]])
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
+        emit_prefetch(builder, builder.gep(ary.data, [args[1]]))
         return context.get_dummy_value()
 
     return types.void(arr, idx), codegen
+
+
+def emit_prefetch(builder, ptr):
+    """The IR of prefetch() at ptr, for other intrinsics."""
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+    builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
 
 
 @intrinsic
