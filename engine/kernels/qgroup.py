@@ -86,7 +86,6 @@ from .qlinear import (
     _VNNI,
     _X86,
     BLOCK,
-    PREFETCH_BYTES,
     QFASTMATH,
     _scales_ref,
     _small_n_reference,
@@ -135,6 +134,11 @@ LAYOUT = f"g{GROUP}" + ("q8g" if Q8_GROUPED else "")  # part of the weight cache
 # unpacked nibbles)
 TILE_ROWS = 8 if GROUP == 16 else 4
 ACC_FLOATS = TILE_ROWS * GROUP
+# Software prefetch distance in a thread's weights (its groups are one sequential stream):
+# 4096 bytes against 1024, the same process alternating the two, from DRAM, 2 threads, two
+# runs: q8 0.82-0.97x the time at N = 1 and 5, q4 0.83-0.98x (but 1.02 once); 8192 no better;
+# prefetcht2 (into L2 only) instead of prefetcht0 worse than either.
+STREAM_PREFETCH = 4096
 # dependency chains of dot instructions per activation row and block: one chain waits on
 # each instruction's latency (2: 15% faster in cache than 1 for q4 at N = 1, 4 no faster;
 # 1 chain with rows as the parallelism: 11-17% slower for q8 at N = 5)
@@ -270,10 +274,11 @@ def group_tile_block(
     activation row r's 32 values at xq.flat[xi + r x_stride:]; dx_r = dx.flat[di + r x
     d_stride] (corr likewise); scales: the GROUP bf16 at gscales.flat[si:]. int8 xq: q4
     weights (dots from corr = -8 x the activations' sum); int16 xq: q8 (corr unused).
-    Also prefetches the block PREFETCH_BYTES ahead. One intrinsic for all rows of a tile, with
-    the loop over weight slices outside the loop over rows: each unpacked slice is used by
-    every row at once (a call per row kept all 16 sign-extended q8 slices live and spilled
-    the accumulators), and the row offsets are one stride, not a reloaded index per row."""
+    Also prefetches the block STREAM_PREFETCH bytes ahead. One intrinsic for all rows of a
+    tile, with the loop over weight slices outside the loop over rows: each unpacked slice is
+    used by every row at once (a call per row kept all 16 sign-extended q8 slices live and
+    spilled the accumulators), and the row offsets are one stride, not a reloaded index per
+    row."""
     if not (isinstance(gscales, types.Array) and gscales.dtype == types.uint16):
         return None  # the scales are read as bf16 bits
     if not (isinstance(xq, types.Array) and xq.dtype in (types.int8, types.int16)):
@@ -293,7 +298,7 @@ def group_tile_block(
 
         w_base = builder.gep(data(1, packed_v), [pi_v])
         for line in range(0, block_bytes, 64):
-            emit_prefetch(builder, builder.gep(w_base, [_I32(PREFETCH_BYTES + line)]))
+            emit_prefetch(builder, builder.gep(w_base, [_I32(STREAM_PREFETCH + line)]))
         x_base = builder.gep(data(3, xq_v), [xi_v])
         offsets = [builder.mul(xs_v, ir.Constant(xs_v.type, r)) for r in range(n_rows)]
         x_words = [
