@@ -139,10 +139,18 @@ ACC_FLOATS = TILE_ROWS * GROUP
 # runs: q8 0.82-0.97x the time at N = 1 and 5, q4 0.83-0.98x (but 1.02 once); 8192 no better;
 # prefetcht2 (into L2 only) instead of prefetcht0 worse than either.
 STREAM_PREFETCH = 4096
-# dependency chains of dot instructions per activation row and block: one chain waits on
-# each instruction's latency (2: 15% faster in cache than 1 for q4 at N = 1, 4 no faster;
-# 1 chain with rows as the parallelism: 11-17% slower for q8 at N = 5)
-CHAINS = 2
+
+
+def _chains(rows: int) -> int:
+    """Dependency chains of dot instructions per activation row and block: one chain waits on
+    each instruction's latency (x86: 2 were 15% faster in cache than 1 for q4 at N = 1, 4 no
+    faster; 1 chain with the rows as the parallelism 11-17% slower for q8 at N = 5). With
+    8-row groups a vector is two NEON registers, and a 4-row tile of 2 chains spilled to the
+    stack in the cortex-a76 assembly (35 stack accesses a block), so tiles of 3 or more rows
+    take 1 chain there: still 6-8 independent chains a block."""
+    return 2 if GROUP == 16 or rows <= 2 else 1
+
+
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 _VI32 = ir.VectorType(_I32, GROUP)
 _VI8 = ir.VectorType(_I8, SLICE)
@@ -224,11 +232,12 @@ def _dot2(builder, acc, w, xword):
 
 def _q4_tile_ints(builder, w_base, x_words, corrs):
     """The int32 block dots of the group's rows with each activation row r (x_words[r]), q4:
-    per slice the nibbles are unpacked once and go to every row; each row's CHAINS chains
+    per slice the nibbles are unpacked once and go to every row; each row's chains
     (low and high nibbles) are added at the end, the first starting from corr (the
     nibbles' +8 taken out exactly)."""
+    per_row = _chains(len(x_words))
     chains = [
-        [_splat(builder, corr, _VI32)] + [ir.Constant(_VI32, [0] * GROUP)] * (CHAINS - 1)
+        [_splat(builder, corr, _VI32)] + [ir.Constant(_VI32, [0] * GROUP)] * (per_row - 1)
         for corr in corrs
     ]
     low = ir.Constant(_VI8, [15] * SLICE)
@@ -239,21 +248,22 @@ def _q4_tile_ints(builder, w_base, x_words, corrs):
         for words, row in zip(x_words, chains):
             for c, (nibbles, word) in enumerate(zip(halves, (j, 4 + j))):
                 xword = builder.load(builder.gep(words, [_I32(word)]), align=1)
-                row[c % CHAINS] = _dot4(builder, row[c % CHAINS], nibbles, xword)
+                row[c % per_row] = _dot4(builder, row[c % per_row], nibbles, xword)
     return [_sum(builder, row) for row in chains]
 
 
 def _q8_tile_ints(builder, w_base, x_words):
     """The q8 twin of _q4_tile_ints: 16 slices of 2 weights a row, each sign-extended once
     for all activation rows."""
-    chains = [[ir.Constant(_VI32, [0] * GROUP)] * CHAINS for _ in x_words]
+    per_row = _chains(len(x_words))
+    chains = [[ir.Constant(_VI32, [0] * GROUP)] * per_row for _ in x_words]
     vec = ir.VectorType(_I8, 2 * GROUP)
     for j in range(BLOCK // 2):
         ptr = builder.gep(w_base, [_I32(2 * GROUP * j)])
         w = builder.load(builder.bitcast(ptr, vec.as_pointer()), align=1)
         for words, row in zip(x_words, chains):
             xword = builder.load(builder.gep(words, [_I32(j)]), align=1)
-            row[j % CHAINS] = _dot2(builder, row[j % CHAINS], w, xword)
+            row[j % per_row] = _dot2(builder, row[j % per_row], w, xword)
     return [_sum(builder, row) for row in chains]
 
 
