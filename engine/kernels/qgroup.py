@@ -55,10 +55,13 @@ in registers. What bounds it: on Ice Lake every 512-bit vector uop goes to ports
 vpdpwssd zmm retires at 4.2-4.8 G/s a core here (a C loop of independent dots): 80 of them are
 17-19 ns against the tile's 37-54 ns a block in cache; a C version of the same loop (gcc -O3)
 took 37-40 ns. The 8-row q8 tile has LLVM split many dots into vpmaddwd + vpaddd and spill.
-aarch64 cortex-a76 (8-row groups, qemu, the arm64 root of packaging/test-arm64.sh, checked
-for the q4 kernel of 2026-11-30): per block and row 16 sdot (two 4-lane halves) with ld1r
-broadcasts, and/ushr for the nibbles, 2 scvtf, 2 fmul, 2 fmla. q8 runs row-major there
-(Q8_GROUPED is only set with 16-row groups: the grouped q8 has not been checked on aarch64).
+aarch64 cortex-a76 (8-row groups, qemu, the arm64 root of packaging/test-arm64.sh, the
+tile-level kernel at e5877a7): per block and row 16 sdot (two 4-lane halves) with ld1r
+broadcasts, the nibbles unpacked once a block (and/ushr), 2 scvtf, 2 fmul, 2 fmla; the 4-row
+tile is 213 instructions a block with 8 vector stores of its accumulator tile and 6 index
+reloads (with two chains a row: 254 and 35 stack accesses; not timed, no board here). q8
+runs row-major there (Q8_GROUPED is only set with 16-row groups: the grouped q8 has not been
+checked on aarch64).
 
 Activations are quantized per block of 32 (qlinear.quantize_activations): q4 to int8
 (absmax / 127, as llama.cpp does), q8 to int16 (absmax / 32767: int8 cost q8 its quality
