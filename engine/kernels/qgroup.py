@@ -140,7 +140,7 @@ ACC_FLOATS = TILE_ROWS * GROUP
 # Software prefetch distance in a thread's weights (its groups are one sequential stream):
 # 4096 bytes against 1024, the same process alternating the two, from DRAM, 2 threads, two
 # runs: q8 0.82-0.97x the time at N = 1 and 5, q4 0.83-0.98x (but 1.02 once); 8192 no better;
-# prefetcht2 (into L2 only) instead of prefetcht0 worse than either.
+# prefetcht2 instead of prefetcht0 worse than either.
 STREAM_PREFETCH = 4096
 
 
