@@ -16,13 +16,17 @@ from .kernels.qgroup import (
     GROUP,
     Q8_GROUPED,
     dequantize_q4g_rows,
+    dequantize_q8a8g_rows,
     dequantize_q8g_rows,
     matmul_q4g,
     matmul_q4g_prefill,
+    matmul_q8a8g,
+    matmul_q8a8g_prefill,
     matmul_q8g,
     matmul_q8g_prefill,
     pack_q4_groups,
     pack_q8_groups,
+    pack_q8a8_groups,
 )
 from .kernels.qlinear import (
     dequantize_q8_rows,
@@ -109,23 +113,28 @@ class QLinear:
 
 class GroupLinear:
     """q4_0 or q8_0 weights in groups of GROUP output rows (engine/kernels/qgroup.py: one
-    integer dot-product instruction serves all rows of a group)."""
+    integer dot-product instruction serves all rows of a group). kind: "q4" (int8
+    activations), "q8" (int16 activations), "q8a8" (q8_0 weights, int8 activations)."""
 
     _kernels = {
         "q4": (pack_q4_groups, matmul_q4g, matmul_q4g_prefill, dequantize_q4g_rows),
         "q8": (pack_q8_groups, matmul_q8g, matmul_q8g_prefill, dequantize_q8g_rows),
+        "q8a8": (pack_q8a8_groups, matmul_q8a8g, matmul_q8a8g_prefill, dequantize_q8a8g_rows),
     }
+    KINDS = tuple(_kernels)
 
-    def __init__(self, fmt: str, packed: np.ndarray, gscales: np.ndarray, out_features: int):
-        self.fmt = fmt
+    def __init__(self, kind: str, packed: np.ndarray, gscales: np.ndarray, out_features: int):
+        self.kind = kind
+        self.fmt = "q8" if kind == "q8a8" else kind  # the weights' format (their bytes)
         self.packed, self.gscales = packed, gscales
         self.out_features = int(out_features)
-        _, self._small, self._large, self._dequant = self._kernels[fmt]
+        _, self._small, self._large, self._dequant = self._kernels[kind]
 
     @classmethod
-    def from_qtensor(cls, qt: QTensor) -> GroupLinear:
-        pack = cls._kernels[qt.fmt][0]
-        return cls(qt.fmt, *pack(qt.qs, qt.scales), qt.out_features)
+    def from_qtensor(cls, qt: QTensor, kind: str | None = None) -> GroupLinear:
+        kind = kind or qt.fmt
+        pack = cls._kernels[kind][0]
+        return cls(kind, *pack(qt.qs, qt.scales), qt.out_features)
 
     @property
     def in_features(self) -> int:
@@ -152,24 +161,32 @@ class GroupLinear:
         return {"packed": self.packed, "gscales": self.gscales, "rows": rows}
 
 
-def quantized_linear(qt: QTensor):
+def quantized_linear(qt: QTensor, int8_activations: bool = False):
     """The container the kernels run fastest on: grouped q4 always, grouped q8 where
-    qgroup.Q8_GROUPED, else row-major q8."""
+    qgroup.Q8_GROUPED, else row-major q8; q8 weights with int8_activations grouped always
+    (the q4 path's dot)."""
+    if qt.fmt == "q8" and int8_activations:
+        return GroupLinear.from_qtensor(qt, "q8a8")
     if qt.fmt == "q4" or Q8_GROUPED:
         return GroupLinear.from_qtensor(qt)
     return QLinear(qt)
 
 
-def linear_from_arrays(fmt: str, arrays: dict[str, np.ndarray]):
+def linear_kind(lin) -> str:
+    """What the weight cache records to rebuild `lin`: its format, or a grouped kind."""
+    return lin.kind if isinstance(lin, GroupLinear) else lin.fmt
+
+
+def linear_from_arrays(kind: str, arrays: dict[str, np.ndarray]):
     """Rebuild a container from arrays() output (the quantized-weight disk cache)."""
-    if fmt == "f32":
+    if kind == "f32":
         return F32Linear(arrays["w"])
     if "packed" in arrays:
         rows = arrays["rows"]
         if rows.shape != (1,) or not 0 < int(rows[0]) <= GROUP * arrays["packed"].shape[0]:
             raise ValueError("the grouped matrix's row count is damaged")
-        return GroupLinear(fmt, arrays["packed"], arrays["gscales"], int(rows[0]))
-    return QLinear(QTensor(fmt, arrays["qs"], arrays["scales"]))
+        return GroupLinear(kind, arrays["packed"], arrays["gscales"], int(rows[0]))
+    return QLinear(QTensor(kind, arrays["qs"], arrays["scales"]))
 
 
 def quantizable(k: int) -> bool:

@@ -123,10 +123,14 @@ def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
 # agreed with f32 on 71.5% instead of 61% of the demo model's tokens; llama.cpp likewise keeps
 # a 6-bit head in its 4-bit files.
 HEAD_FORMAT = {"f32": "f32", "q8": "q8", "q4": "q8"}
+# Weight formats whose q8 head takes int8 activations (the q4 blocks' own; as llama.cpp's
+# Q8_0 x Q8_0) instead of q8's int16: half the dot instructions, which a verify of 5 tokens
+# is bound by (qgroup.matmul_q8a8g).
+HEAD_INT8_ACTIVATIONS = {"q4"}
 CHUNK_WEIGHTS = 1 << 22  # rows are converted in chunks of about this many weights
 
 
-def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str):
+def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str, int8_activations: bool = False):
     """The rows of `names` stacked into one matrix in `fmt`, converted chunk by chunk so that
     no full f32 copy of a large tensor (or of the fused matrix) ever exists. A matrix whose
     input size is not a multiple of the 32-weight block stays f32."""
@@ -155,7 +159,7 @@ def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str):
             scales[o + r0 : o + r1] = qt.scales
         ckpt.release(name)
         o += rows
-    return quantized_linear(QTensor(fmt, qs, scales))
+    return quantized_linear(QTensor(fmt, qs, scales), int8_activations)
 
 
 def load_text_weights(
@@ -194,8 +198,11 @@ def load_text_weights(
         )
     if progress:
         progress(t.num_hidden_layers / (t.num_hidden_layers + 1), f"{verb} embeddings")
-    embed = build_matrix(ckpt, [PREFIX + "embed_tokens.weight"], head_fmt)
-    head = embed if cfg.tie_word_embeddings else build_matrix(ckpt, ["lm_head.weight"], head_fmt)
+    int8 = fmt in HEAD_INT8_ACTIVATIONS
+    embed = build_matrix(ckpt, [PREFIX + "embed_tokens.weight"], head_fmt, int8)
+    head = (
+        embed if cfg.tie_word_embeddings else build_matrix(ckpt, ["lm_head.weight"], head_fmt, int8)
+    )
     return TextWeights(embed=embed, layers=layers, norm=vec(PREFIX + "norm.weight"), lm_head=head)
 
 

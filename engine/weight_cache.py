@@ -31,13 +31,13 @@ from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
 from .kernels.qgroup import LAYOUT, Q4_BLOCK_BYTES, Q8_BLOCK_BYTES
-from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays
+from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays, linear_kind
 from .quant import BLOCK
 from .text import LayerWeights, TextWeights
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 3  # bump when the quantized layout or the file's naming changes
+CACHE_VERSION = 4  # bump when the quantized layout or the file's naming changes
 DEFAULT_CAP_BYTES = 8 * 1024**3
 # A .part file not written to for this long is a write that was killed (kill -9, power loss):
 # evict() removes it. A write in progress touches its file every few milliseconds.
@@ -62,7 +62,7 @@ def _flatten(w: TextWeights) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     arrays, formats = {}, {}
 
     def add_linear(name, lin):
-        formats[name] = lin.fmt
+        formats[name] = linear_kind(lin)
         for part, a in lin.arrays().items():
             arrays[f"{name}.{part}"] = a
 
@@ -114,7 +114,7 @@ def _check_linear(name: str, lin, out_features: int, in_features: int) -> None:
         if in_features % BLOCK or lin.out_features != out_features:
             raise CheckpointError(f"{name} has {lin.out_features} rows, not {out_features}")
         groups, blocks = -(-out_features // GROUP), in_features // BLOCK
-        dtype, width = (np.uint8, Q4_BLOCK_BYTES) if lin.fmt == "q4" else (np.int8, Q8_BLOCK_BYTES)
+        dtype, width = (np.uint8, Q4_BLOCK_BYTES) if lin.kind == "q4" else (np.int8, Q8_BLOCK_BYTES)
         arrays = {
             "packed": (lin.packed, (dtype,), (groups, blocks, width)),
             "gscales": (lin.gscales, (np.uint16,), (groups, blocks, GROUP)),  # bf16 bits
@@ -173,7 +173,8 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
             formats = json.loads(meta["formats"])
             if not isinstance(crcs, dict) or not isinstance(formats, dict):
                 raise CheckpointError("the metadata is damaged")
-            if not all(fmt in WEIGHT_FORMATS for fmt in formats.values()):
+            kinds = set(WEIGHT_FORMATS) | set(GroupLinear.KINDS)
+            if not all(kind in kinds for kind in formats.values()):
                 raise CheckpointError("unknown weight format")
             arrays = {}
             for name in f.tensors:

@@ -1,4 +1,4 @@
-"""Grouped q4 and q8 kernels (engine/kernels/qgroup.py) against their twins, and the
+"""Grouped q4, q8 and q8a8 kernels (engine/kernels/qgroup.py) against their twins, and the
 properties speculative decoding relies on: rows independent of the batch and of the thread
 count, on the host's dot instructions, on the plain-IR ones (other CPUs) and in both group
 sizes (16 rows with AVX512-VNNI, 8 elsewhere)."""
@@ -41,6 +41,17 @@ KERNELS = {
         qgroup.matmul_q8g_reference,
         dequantize_q8_reference,
         np.int16,
+        32,
+    ),
+    "q8a8": (
+        quantize_q8,
+        qgroup.pack_q8a8_groups,
+        qgroup.matmul_q8a8g,
+        qgroup.matmul_q8a8g_prefill,
+        qgroup.dequantize_q8a8g_rows,
+        qgroup.matmul_q8a8g_reference,
+        dequantize_q8_reference,
+        np.int8,
         32,
     ),
 }
@@ -134,15 +145,32 @@ def test_prefill_matches_the_exact_product(packed, monkeypatch):
     assert np.array_equal(out, again)
 
 
-def test_offset_sums():
-    """The nibbles' +8 taken out per block: -8 x the sum of its 32 activations (int32, no
-    overflow at the extremes)."""
+@pytest.mark.parametrize("bias", [8, 128])
+def test_offset_sums(bias):
+    """The weights' stored +bias taken out per block: -bias x the sum of its 32 activations
+    (int32, no overflow at the extremes)."""
     xq = rng.integers(-127, 128, (3, 64)).astype(np.int8)
     xq[0, :32] = -127
     corr = np.empty((3, 2), np.int32)
-    qgroup._offset_sums(xq, corr)
-    np.testing.assert_array_equal(corr, -8 * xq.astype(np.int32).reshape(3, 2, 32).sum(axis=2))
-    assert corr[0, 0] == 8 * 32 * 127
+    qgroup._offset_sums(xq, bias, corr)
+    sums = xq.astype(np.int32).reshape(3, 2, 32).sum(axis=2)
+    np.testing.assert_array_equal(corr, -bias * sums)
+    assert corr[0, 0] == bias * 32 * 127
+
+
+def test_q8a8_stores_biased_weights_at_the_extremes():
+    """-128 and 127 survive the bias (a wrap, not a clip) and come back in the rows."""
+    qt = quantize_q8(rng.standard_normal((qgroup.GROUP, 32), dtype=np.float32))
+    qt.qs[0, :2] = [-128, 127]
+    p, s = qgroup.pack_q8a8_groups(qt.qs, qt.scales)
+    out = np.empty((1, 32), np.float32)
+    qgroup.dequantize_q8a8g_rows(p, s, 0, out)
+    assert np.array_equal(out, dequantize_q8_reference(qt.qs[:1], qt.scales[:1]))
+    x = rng.standard_normal((1, 32), dtype=np.float32)
+    got = np.empty((1, qgroup.GROUP), np.float32)
+    qgroup.matmul_q8a8g(x, p, s, got)
+    ref = qgroup.matmul_q8a8g_reference(x, qt.qs, qt.scales)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
 def test_shapes_are_checked(packed):
@@ -168,6 +196,7 @@ rng = np.random.default_rng(5)
 for quantize, pack, matmul, twin in (
     (quantize_q4, qgroup.pack_q4_groups, qgroup.matmul_q4g, qgroup.matmul_q4g_reference),
     (quantize_q8, qgroup.pack_q8_groups, qgroup.matmul_q8g, qgroup.matmul_q8g_reference),
+    (quantize_q8, qgroup.pack_q8a8_groups, qgroup.matmul_q8a8g, qgroup.matmul_q8a8g_reference),
 ):
     qt = quantize(rng.standard_normal((21, 64), dtype=np.float32))
     p, s = pack(qt.qs, qt.scales)

@@ -11,6 +11,9 @@ a multiple of GROUP gets zero rows appended to its last group):
                                             in its high nibble, each stored as q + 8
     q8 packed  int8  [O / G, K / 32, 32 G]  16 slices of 2 G bytes; bytes 2r, 2r + 1 of slice
                                             j hold weights 2j, 2j + 1 of row r
+    q8a8       int8  [O / G, K / 32, 32 G]  q8 weights for int8 activations: 8 slices of 4 G
+                                            bytes; bytes 4r .. 4r + 3 of slice j hold weights
+                                            4j .. 4j + 3 of row r, plus Q8A8_BIAS (mod 256)
     gscales    uint16 [O / G, K / 32, G]    the G rows' bf16 scales of block b
 
 Why: a row-major kernel (engine/kernels/qlinear.py) gives every (activation row, weight row)
@@ -65,7 +68,14 @@ checked on aarch64).
 
 Activations are quantized per block of 32 (qlinear.quantize_activations): q4 to int8
 (absmax / 127, as llama.cpp does), q8 to int16 (absmax / 32767: int8 cost q8 its quality
-target, 96.5% top-1 agreement instead of 97%). Every product is an exact integer, and per
+target, 96.5% top-1 agreement instead of 97%). q8a8 is the q8 head of q4 models
+(engine.text.HEAD_INT8_ACTIVATIONS): q8 weights against int8 activations through the q4
+path's 4-byte dot, half the dot instructions of the int16 form (the 5-row tile 24 instead of
+36-47 ns a block in cache, one thread; at the 2B head shape from DRAM, 2 threads, the same
+process alternating: 0.87-0.91x q8's time at N = 5, the same at N = 1). On the demo model's
+q4 text it agreed with f32 on 70.5% of tokens (69.0-71% with the int16 head); under q8
+blocks it would give 97.5% instead of 98.5%, too close to the 97% target, so q8 models keep
+int16. Every product is an exact integer, and per
 (n, o) the float operations are the same sequence fma(float(dot_b) * dx[n, b], w_scale[o, b],
 acc) for b = 0, 1, ... whatever N, the tile or the thread count: row n of an N-row call is
 bitwise equal to a 1-row call.
@@ -127,10 +137,16 @@ GROUP = _group_rows(DOT)  # output rows per group: one int32 lane each
 SLICE = 4 * GROUP  # bytes per slice: 4 weights of each row of the group
 Q4_BLOCK_BYTES = 4 * SLICE  # one q4 block (32 weights) of the group's rows
 Q8_BLOCK_BYTES = BLOCK * GROUP  # one q8 block of the group's rows
+# q8 weights against int8 activations (q8a8) go through the q4 path's 4-byte dot, whose first
+# operand is unsigned on x86 (vpdpbusd) and in the generic IR: stored there as w + 128 (the
+# sign bit flipped) and taken out like the q4 nibbles' +8. sdot (aarch64) is signed x signed.
+Q8A8_BIAS = 0 if DOT == "sdot" else 128
+_Q8A8_FLIP = -Q8A8_BIAS  # w + 128 mod 256 is w with its sign bit flipped: w ^ -128
 # q8 runs grouped where 16-row vpdpwssd exists (AVX512-VNNI); elsewhere row-major
 # (qlinear.matmul_q8: its aarch64 code was checked, the grouped one's was not)
 Q8_GROUPED = GROUP == 16
-LAYOUT = f"g{GROUP}" + ("q8g" if Q8_GROUPED else "")  # part of the weight cache's key
+# part of the weight cache's key
+LAYOUT = f"g{GROUP}" + ("q8g" if Q8_GROUPED else "") + f"b{Q8A8_BIAS}"
 # activation rows per register tile: 8 x 16 lanes of accumulators in 8 of AVX-512's 32
 # registers (a verify of K = 4..7 drafts in one pass over the weights; 4-row tiles and a rest
 # tile read each group twice); 4 x 8 lanes elsewhere (NEON's 32 registers also hold 8 rows of
@@ -270,6 +286,23 @@ def _q8_tile_ints(builder, w_base, x_words):
     return [_sum(builder, row) for row in chains]
 
 
+def _q8a8_tile_ints(builder, w_base, x_words, corrs):
+    """The q8a8 twin of _q4_tile_ints: 8 slices of 4 (biased) weights a row, no unpacking;
+    chains start from corr (the bias taken out)."""
+    per_row = _chains(len(x_words))
+    chains = [
+        [_splat(builder, corr, _VI32)] + [ir.Constant(_VI32, [0] * GROUP)] * (per_row - 1)
+        for corr in corrs
+    ]
+    for j in range(BLOCK // 4):
+        ptr = builder.gep(w_base, [_I32(SLICE * j)])
+        w = builder.load(builder.bitcast(ptr, _VI8.as_pointer()), align=1)
+        for words, row in zip(x_words, chains):
+            xword = builder.load(builder.gep(words, [_I32(j)]), align=1)
+            row[j % per_row] = _dot4(builder, row[j % per_row], w, xword)
+    return [_sum(builder, row) for row in chains]
+
+
 def _sum(builder, vectors):
     """The lanewise sum of a row's chains."""
     total = vectors[0]
@@ -285,8 +318,10 @@ def group_tile_block(
     """For r < rows (a literal): acc[GROUP r : GROUP (r + 1)] = fma(float(dot_r) * dx_r,
     scales, acc[...]), dot_r the block dot of the rows of one group (packed.flat[pi:]) with
     activation row r's 32 values at xq.flat[xi + r x_stride:]; dx_r = dx.flat[di + r x
-    d_stride] (corr likewise); scales: the GROUP bf16 at gscales.flat[si:]. int8 xq: q4
-    weights (dots from corr = -8 x the activations' sum); int16 xq: q8 (corr unused).
+    d_stride] (corr likewise); scales: the GROUP bf16 at gscales.flat[si:]. The dtypes say
+    the format: uint8 packed, int8 xq: q4 (dots from corr = -8 x the activations' sum); int8
+    packed, int16 xq: q8 (corr unused); int8 packed, int8 xq: q8a8 (corr = -Q8A8_BIAS x the
+    sum).
     Also prefetches the block STREAM_PREFETCH bytes ahead. One intrinsic for all rows of a
     tile, with the loop over weight slices outside the loop over rows: each unpacked slice is
     used by every row at once (a call per row kept all 16 sign-extended q8 slices live and
@@ -298,9 +333,13 @@ def group_tile_block(
         return None
     if not isinstance(rows, types.IntegerLiteral):
         return None
-    q4 = xq.dtype == types.int8
+    if not (isinstance(packed, types.Array) and packed.dtype in (types.int8, types.uint8)):
+        return None
+    kind = "q4" if packed.dtype == types.uint8 else "q8" if xq.dtype == types.int16 else "q8a8"
+    if kind == "q4" and xq.dtype != types.int8:
+        return None
     n_rows = rows.literal_value
-    block_bytes = Q4_BLOCK_BYTES if q4 else Q8_BLOCK_BYTES
+    block_bytes = Q4_BLOCK_BYTES if kind == "q4" else Q8_BLOCK_BYTES
 
     def codegen(context, builder, signature, args):
         acc_p, packed_v, pi_v, xq_v, xi_v, xs_v, corr_v, dx_v, di_v, ds_v, gs_v, si_v, _ = args
@@ -320,12 +359,13 @@ def group_tile_block(
         d_offsets = [
             builder.add(di_v, builder.mul(ds_v, ir.Constant(ds_v.type, r))) for r in range(n_rows)
         ]
-        if q4:
+        if kind == "q8":
+            dots = _q8_tile_ints(builder, w_base, x_words)
+        else:
             corr_data = data(6, corr_v)
             corrs = [builder.load(builder.gep(corr_data, [off])) for off in d_offsets]
-            dots = _q4_tile_ints(builder, w_base, x_words, corrs)
-        else:
-            dots = _q8_tile_ints(builder, w_base, x_words)
+            tile_ints = _q4_tile_ints if kind == "q4" else _q8a8_tile_ints
+            dots = tile_ints(builder, w_base, x_words, corrs)
         s_ptr = builder.gep(data(10, gs_v), [si_v])
         vi16 = ir.VectorType(ir.IntType(16), GROUP)
         bits = builder.load(builder.bitcast(s_ptr, vi16.as_pointer()), align=2)
@@ -347,16 +387,16 @@ def group_tile_block(
 
 
 @njit(nogil=True, cache=True)
-def _offset_sums(xq, corr):
-    """corr[n, b] = -8 x sum of activation block b of row n (the nibbles' +8, taken out;
-    negated here so that a chain starts from a broadcast load, not a negation in a general
-    register and a move into the vector unit)."""
+def _offset_sums(xq, bias, corr):
+    """corr[n, b] = -bias x sum of activation block b of row n (the weights' stored +bias,
+    taken out; negated here so that a chain starts from a broadcast load, not a negation in
+    a general register and a move into the vector unit)."""
     for n in range(xq.shape[0]):
         for b in range(xq.shape[1] // BLOCK):
             s = np.int32(0)
             for j in range(BLOCK):
                 s += np.int32(xq[n, b * BLOCK + j])
-            corr[n, b] = -8 * s
+            corr[n, b] = -bias * s
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
@@ -440,7 +480,7 @@ def matmul_q4g(x, packed, gscales, out):
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
     corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
     quantize_activations(x, xq, dx)
-    _offset_sums(xq, corr)
+    _offset_sums(xq, 8, corr)
     _grouped(packed, gscales, xq, dx, corr, out)
 
 
@@ -454,6 +494,21 @@ def matmul_q8g(x, packed, gscales, out):
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
     corr = np.empty((n_rows, k_dim // BLOCK), np.int32)  # unread by q8 (no zeroing per call)
     quantize_activations(x, xq, dx)
+    _grouped(packed, gscales, xq, dx, corr, out)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def matmul_q8a8g(x, packed, gscales, out):
+    """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q8a8 (pack_q8a8_groups), x quantized
+    per block to int8 here (as for q4: half the dot instructions of q8's int16). x: [N, K]
+    f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
+    _check_shapes(x, packed, gscales, out, Q8_BLOCK_BYTES)
+    n_rows, k_dim = x.shape
+    xq = np.empty((n_rows, k_dim), np.int8)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
+    quantize_activations(x, xq, dx)
+    _offset_sums(xq, Q8A8_BIAS, corr)
     _grouped(packed, gscales, xq, dx, corr, out)
 
 
@@ -494,6 +549,24 @@ def dequantize_q8g_rows(packed, gscales, o0, out):
                     out[i, b * BLOCK + 2 * j + c] = np.float32(w) * s
 
 
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def dequantize_q8a8g_rows(packed, gscales, o0, out):
+    """out[i, :] = f32 weight row o0 + i of a grouped q8a8 matrix; the same values as
+    qlinear.dequantize_q8_rows on the row-major layout."""
+    n, k_dim = out.shape
+    n_blocks = packed.shape[1]
+    if o0 < 0 or o0 + n > packed.shape[0] * GROUP or n_blocks * BLOCK != k_dim:
+        raise ValueError("dequantize_q8a8g_rows: rows or K out of range")
+    for i in prange(n):
+        g, r = divmod(o0 + i, GROUP)
+        for b in range(n_blocks):
+            s = scale_to_f32(gscales[g, b, r])
+            for j in range(BLOCK // 4):
+                for c in range(4):
+                    w = np.int32(packed[g, b, SLICE * j + 4 * r + c]) ^ _Q8A8_FLIP
+                    out[i, b * BLOCK + 4 * j + c] = np.float32(w) * s
+
+
 def matmul_q4g_prefill(x, packed, gscales, out, scratch=None):
     """out = x @ w.T for large N (prefill), as qlinear.matmul_q8_prefill: tiles of weight rows
     dequantized to f32 (into `scratch` if big enough) and multiplied by NumPy's BLAS."""
@@ -503,6 +576,11 @@ def matmul_q4g_prefill(x, packed, gscales, out, scratch=None):
 def matmul_q8g_prefill(x, packed, gscales, out, scratch=None):
     """The grouped q8 twin of matmul_q4g_prefill."""
     prefill_product(dequantize_q8g_rows, x, packed, gscales, out, scratch)
+
+
+def matmul_q8a8g_prefill(x, packed, gscales, out, scratch=None):
+    """The grouped q8a8 twin of matmul_q4g_prefill."""
+    prefill_product(dequantize_q8a8g_rows, x, packed, gscales, out, scratch)
 
 
 def _group_scales(scales: np.ndarray, groups: int) -> np.ndarray:
@@ -523,6 +601,20 @@ def pack_q8_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.n
     qs = np.concatenate([qs, np.zeros((pad, k), np.int8)]) if pad else qs
     pairs = qs.reshape(groups, GROUP, n_blocks, BLOCK // 2, 2)
     packed = np.ascontiguousarray(pairs.transpose(0, 2, 3, 1, 4))  # [G, nb, 16, rows, 2]
+    return packed.reshape(groups, n_blocks, Q8_BLOCK_BYTES), _group_scales(scales, groups)
+
+
+def pack_q8a8_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-major q8 -> (packed int8 [O/GROUP, K/32, 32 GROUP], gscales) for int8 activations:
+    slice j of a block (4 GROUP bytes) holds weights 4j .. 4j + 3 of each row of the group at
+    bytes 4r .. 4r + 3, plus Q8A8_BIAS (mod 256). Rows padded with zero weights."""
+    o, k = qs.shape
+    n_blocks, groups = k // BLOCK, -(-o // GROUP)
+    pad = groups * GROUP - o
+    qs = np.concatenate([qs, np.zeros((pad, k), np.int8)]) if pad else qs
+    quads = qs.reshape(groups, GROUP, n_blocks, BLOCK // 4, 4)
+    packed = np.ascontiguousarray(quads.transpose(0, 2, 3, 1, 4))  # [G, nb, 8, rows, 4]
+    packed ^= np.int8(_Q8A8_FLIP)
     return packed.reshape(groups, n_blocks, Q8_BLOCK_BYTES), _group_scales(scales, groups)
 
 
@@ -558,6 +650,12 @@ def matmul_q4g_reference(x, qs, scales):
     """Naive twin of matmul_q4g on the row-major q4 it was packed from: activations quantized
     to int8 as there, float64 product."""
     return _small_n_reference(dequantize_q4_reference, np.int8, x, qs, scales)
+
+
+def matmul_q8a8g_reference(x, qs, scales):
+    """Naive twin of matmul_q8a8g on the row-major q8 it was packed from: activations
+    quantized to int8 as there, float64 product."""
+    return _small_n_reference(dequantize_q8_reference, np.int8, x, qs, scales)
 
 
 def matmul_q8g_reference(x, qs, scales):
