@@ -19,7 +19,7 @@ from .errors import CheckpointError
 from .kernels.activation import silu_mul
 from .kernels.attention import attention
 from .kernels.norm import rmsnorm
-from .kernels.rope import apply_rope
+from .kernels.rope import norm_rope_heads
 from .kv_cache import KVCache
 from .linear import F32Linear, quantizable, quantized_linear
 from .profile import StepTimer
@@ -248,6 +248,8 @@ class TextModel:
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         h = np.empty_like(x)  # [N, D]
         qkv = np.empty((n, c.q_size + 2 * c.kv_size), np.float32)
+        q = np.empty((n, nh, hd), np.float32)
+        k = np.empty((n, nkv, hd), np.float32)
         attn = np.empty((n, c.q_size), np.float32)
         gate_up = np.empty((n, 2 * c.intermediate_size), np.float32)
         act = np.empty((n, c.intermediate_size), np.float32)
@@ -258,14 +260,8 @@ class TextModel:
             t0 = perf()
             lw.qkv(h, qkv)
             timer.gemm += perf() - t0
-            q = qkv[:, : c.q_size].reshape(n * nh, hd).copy()
-            k = qkv[:, c.q_size : c.q_size + c.kv_size].reshape(n * nkv, hd).copy()
-            rmsnorm(q, lw.q_norm, c.rms_norm_eps, q)
-            rmsnorm(k, lw.k_norm, c.rms_norm_eps, k)
-            q = q.reshape(n, nh, hd)
-            k = k.reshape(n, nkv, hd)
-            apply_rope(q, cos, sin)
-            apply_rope(k, cos, sin)
+            norm_rope_heads(qkv, 0, lw.q_norm, c.rms_norm_eps, cos, sin, q)
+            norm_rope_heads(qkv, c.q_size, lw.k_norm, c.rms_norm_eps, cos, sin, k)
             cache.write(li, start, k, qkv[:, c.q_size + c.kv_size :].reshape(n, nkv, hd))
             t0 = perf()
             attention(q, *cache.layer(li), start, self.scale, attn)

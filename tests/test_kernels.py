@@ -18,7 +18,7 @@ from engine.kernels.attention import (
 )
 from engine.kernels.linear import matmul_f32, matmul_f32_reference
 from engine.kernels.norm import rmsnorm, rmsnorm_reference
-from engine.kernels.rope import apply_rope
+from engine.kernels.rope import apply_rope, norm_rope_heads
 from engine.rope import text_positions
 
 rng = np.random.default_rng(0)
@@ -76,6 +76,35 @@ def test_rope_pairs_half_split_dimensions():
     s = np.concatenate([sin, sin], -1)[:, None]
     rotated = np.concatenate([-x[..., 4:], x[..., :4]], -1)
     np.testing.assert_allclose(y, x * c + rotated * s, rtol=1e-5, atol=1e-6)
+
+
+def test_norm_rope_heads_is_norm_then_rope_on_the_fused_rows():
+    """The one-pass q/k kernel gives rmsnorm then apply_rope of each head's slice of the qkv
+    rows (to the last bits of the vectorised sum of squares), each row whatever the number
+    of rows (a verify's rows equal decode's), and leaves its input alone."""
+    n, heads, hd, col0 = 3, 4, 16, 8
+    qkv = rng.standard_normal((n, col0 + heads * hd + 5), dtype=np.float32)
+    w = rng.standard_normal(hd, dtype=np.float32)
+    angle = rng.standard_normal((n, hd // 2)).astype(np.float32)
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    before = qkv.copy()
+    out = np.empty((n, heads, hd), np.float32)
+    norm_rope_heads(qkv, col0, w, 1e-6, cos, sin, out)
+    heads_rows = qkv[:, col0 : col0 + heads * hd].reshape(n * heads, hd).copy()
+    rmsnorm(heads_rows, w, 1e-6, heads_rows)
+    expected = heads_rows.reshape(n, heads, hd)
+    apply_rope(expected, cos, sin)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(qkv, before)
+    for i in range(n):
+        one = np.empty((1, heads, hd), np.float32)
+        norm_rope_heads(qkv[i : i + 1], col0, w, 1e-6, cos[i : i + 1], sin[i : i + 1], one)
+        assert np.array_equal(one[0], out[i])
+    ref = rmsnorm_reference(qkv[:, col0 : col0 + heads * hd].reshape(n, heads, hd), w, 1e-6)
+    c = np.concatenate([cos, cos], -1)[:, None]
+    s = np.concatenate([sin, sin], -1)[:, None]
+    rotated = np.concatenate([-ref[..., hd // 2 :], ref[..., : hd // 2]], -1)
+    np.testing.assert_allclose(out, ref * c + rotated * s, rtol=1e-5, atol=1e-5)
 
 
 def kv_rows(fmt, cap, nkv, hd):
