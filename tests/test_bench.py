@@ -26,7 +26,14 @@ def test_decode_prefill_report(demo_dir, tmp_path):
         assert [d["context"] for d in r["decode"]] == [16, 40]
         for d in r["decode"]:
             assert d["ms_per_token"] >= d["gemm_ms"] > 0 and d["attn_ms"] > 0
-        assert sorted(r["verify"]) == ["T_ms"] + [f"V({k})/T" for k in range(1, 9)]
+        verify = r["verify"]
+        expected = ["T_ms", "V(4)_split_ms"] + [f"V({k})/T" for k in range(1, 9)]
+        assert sorted(verify) == sorted(expected)
+        split = verify["V(4)_split_ms"]
+        for which in ("T", "V"):
+            assert split[which]["gemm"] > 0 and split[which]["attn"] > 0
+            assert split[which]["other"] >= 0
+        assert sum(split["T"].values()) < 2 * verify["T_ms"]
         assert r["prefill"]["tokens_per_s"] > 0
         assert 0 < r["peak_rss_bytes"] < 4e9  # the child's own peak, not the parent's
     f32, q4 = report["runs"]
@@ -37,3 +44,4 @@ def test_decode_prefill_report(demo_dir, tmp_path):
         assert 0 < load["first_peak_rss_bytes"] < 4e9 and 0 < load["cached_peak_rss_bytes"] < 4e9
     assert report["compile"]["q4/f32"]["cold_s"] > report["compile"]["q4/f32"]["warm_s"]
     assert "machine: read bandwidth" in done.stdout and "load q4 weights: first" in done.stdout
+    assert "V(4) vs T ms: gemm" in done.stdout

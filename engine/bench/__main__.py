@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..kv_cache import KV_FORMATS
 from ..model import WEIGHT_FORMATS
+from .decode import SPLIT_K
 
 
 def _one(args) -> None:
@@ -117,6 +118,12 @@ def print_table(report: dict) -> None:
         if "verify" in r:
             v = r["verify"]
             line += "  V(K)/T " + " ".join(f"{v[f'V({k})/T']:.2f}" for k in range(1, 9))
+            split = v.get(f"V({SPLIT_K})_split_ms")
+            if split:
+                t, vk = split["T"], split["V"]
+                line += f"  V({SPLIT_K}) vs T ms: " + ", ".join(
+                    f"{part} {vk[part]:.1f}/{t[part]:.1f}" for part in ("gemm", "attn", "other")
+                )
         if "prefill" in r:
             p = r["prefill"]
             line += (

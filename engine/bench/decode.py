@@ -79,31 +79,48 @@ def decode_at(model, cache, ctx: int, steps: int) -> dict:
     }
 
 
+SPLIT_K = 4  # the verify whose gemm / attn / other split the benchmark reports
+
+
 def verify_cost(model, cache, ctx: int, ks=range(1, 9), repeats: int = 5) -> dict:
     """V(K)/T: time of one forward over K+1 tokens relative to a one-token forward. Each
     V(K) is timed right after a T, in rounds over all K, and the ratio is the median of those
     adjacent pairs: the shared host's bandwidth drifts over seconds, which a T timed once
-    before all the V(K) put into the ratios."""
+    before all the V(K) put into the ratios. Also where T's and V(SPLIT_K)'s time goes
+    (medians, ms): what grows with the rows of a verify."""
 
     def timed(n):
-        t0 = time.perf_counter()
-        model.text.forward(np.ones(n, np.int64), text_positions(ctx, n), cache, logits="all")
-        elapsed = time.perf_counter() - t0
+        timer = StepTimer()
+        model.text.forward(
+            np.ones(n, np.int64), text_positions(ctx, n), cache, logits="all", timer=timer
+        )
+        elapsed = time.perf_counter() - timer._t0
         cache.truncate(ctx)
-        return elapsed
+        return elapsed, (timer.gemm, timer.attn, elapsed - timer.gemm - timer.attn)
 
     for k in (0, *ks):
         timed(k + 1)  # warm-up: first calls of each shape
     singles, ratios = [], {k: [] for k in ks}
+    splits = {"T": [], "V": []}
     for _ in range(repeats):
         for k in ks:
-            t1 = timed(1)
+            t1, split1 = timed(1)
+            tk, split_k = timed(k + 1)
             singles.append(t1)
-            ratios[k].append(timed(k + 1) / t1)
-    return {
+            ratios[k].append(tk / t1)
+            if k == SPLIT_K:
+                splits["T"].append(split1)
+                splits["V"].append(split_k)
+    out = {
         "T_ms": float(np.median(singles)) * 1e3,
         **{f"V({k})/T": float(np.median(ratios[k])) for k in ks},
     }
+    if splits["V"]:
+        out[f"V({SPLIT_K})_split_ms"] = {
+            which: dict(zip(("gemm", "attn", "other"), np.median(rows, axis=0) * 1e3))
+            for which, rows in splits.items()
+        }
+    return out
 
 
 PREFILL_TOKENS = 512
