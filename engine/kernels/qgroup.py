@@ -68,20 +68,23 @@ checked on aarch64).
 
 Activations are quantized per block of 32 (qlinear.quantize_activations): q4 to int8
 (absmax / 127, as llama.cpp does), q8 to int16 (absmax / 32767: int8 cost q8 its quality
-target, 96.5% top-1 agreement instead of 97%). q8a8 is the q8 head of q4 models
-(engine.text.HEAD_INT8_ACTIVATIONS): q8 weights against int8 activations through the q4
-path's 4-byte dot, half the dot instructions of the int16 form (the 5-row tile 24 instead of
-36-47 ns a block in cache, one thread; at the 2B head shape from DRAM, 2 threads, the same
-process alternating: 0.87-0.91x q8's time at N = 5, the same at N = 1). On the demo model's
-q4 text it agreed with f32 on 70.5% of tokens (69.0-71% with the int16 head); under q8
-blocks it would give 97.5% instead of 98.5%, too close to the 97% target, so q8 models keep
-int16. Every product is an exact integer, and per
-(n, o) the float operations are the same sequence fma(float(dot_b) * dx[n, b], w_scale[o, b],
-acc) for b = 0, 1, ... whatever N, the tile or the thread count: row n of an N-row call is
-bitwise equal to a 1-row call.
+target, 96.5% top-1 agreement instead of 97%).
+
+q8a8 is the q8 head of q4 models (engine.text.HEAD_INT8_ACTIVATIONS): q8 weights against
+int8 activations through the q4 path's 4-byte dot, half the dot instructions of the int16
+form. The 5-row tile took 24-32 instead of 36-47 ns a block in cache (one thread, two
+runs); at the 2B head shape from DRAM, 2 threads, the same process alternating, 0.87-0.91x
+q8's time at N = 5 and the same at N = 1. On the demo model's q4 text it agreed with f32 on
+70.5% of tokens (69.0-71% with the int16 head); under q8 blocks it gave 97.5% instead of
+98.5%, too close to the 97% target, so q8 models keep int16.
+
+Every product is an exact integer, and per (n, o) the float operations are the same
+sequence fma(float(dot_b) * dx[n, b], w_scale[o, b], acc) for b = 0, 1, ... whatever N, the
+tile or the thread count: row n of an N-row call is bitwise equal to a 1-row call.
 
 Dot instructions: x86 with VNNI (AVX512-VNNI or AVX-VNNI, as qlinear decides): vpdpbusd /
-vpdpwssd; aarch64 with the dot-product extension: sdot for q4; anywhere else (and with
+vpdpwssd; aarch64 with the dot-product extension: sdot for q4 and q8a8 (checked under qemu,
+cortex-a76: 512 sdot in matmul_q8a8g, rows bitwise equal to 1-row calls); anywhere else (and with
 MERLIN_QKERNEL=generic, to test it here) the same sums written as plain LLVM vector IR.
 MERLIN_QGROUP=8|16 forces the group size (tests).
 """
