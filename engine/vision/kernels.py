@@ -92,20 +92,26 @@ def split_heads_rope(qkv, b, cos, sin, q, k, v):
     width = n_heads * head_dim
     for s in range(seq):
         for h in range(n_heads):
-            base = h * head_dim
+            # slices indexed from range(): an index such as width + base + i, which Numba
+            # cannot prove non-negative, gets a wraparound branch per access (scalar loops)
+            q0, k0, v0 = h * head_dim, width + h * head_dim, 2 * width + h * head_dim
+            qx, qb = qkv[s, q0 : q0 + head_dim], b[q0 : q0 + head_dim]
+            kx, kb = qkv[s, k0 : k0 + head_dim], b[k0 : k0 + head_dim]
+            vx, vb = qkv[s, v0 : v0 + head_dim], b[v0 : v0 + head_dim]
+            qo, ko, vo = q[h, s], k[h, s], v[h, s]
             for i in range(half):
                 c = cos[s, i]
                 sn = sin[s, i]
-                a = qkv[s, base + i] + b[base + i]
-                z = qkv[s, base + half + i] + b[base + half + i]
-                q[h, s, i] = a * c - z * sn
-                q[h, s, half + i] = z * c + a * sn
-                a = qkv[s, width + base + i] + b[width + base + i]
-                z = qkv[s, width + base + half + i] + b[width + base + half + i]
-                k[h, s, i] = a * c - z * sn
-                k[h, s, half + i] = z * c + a * sn
+                a = qx[i] + qb[i]
+                z = qx[half + i] + qb[half + i]
+                qo[i] = a * c - z * sn
+                qo[half + i] = z * c + a * sn
+                a = kx[i] + kb[i]
+                z = kx[half + i] + kb[half + i]
+                ko[i] = a * c - z * sn
+                ko[half + i] = z * c + a * sn
             for i in range(head_dim):
-                v[h, s, i] = qkv[s, 2 * width + base + i] + b[2 * width + base + i]
+                vo[i] = vx[i] + vb[i]
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
