@@ -92,7 +92,7 @@ def kv_bytes_per_token(cfg: ModelConfig, kv: str) -> int:
 
 def prefill_bytes_per_row(cfg: ModelConfig) -> int:
     """Activations TextModel.forward holds per prompt row (x, h, proj, qkv, attn, the q/k
-    copies, gate_up, act), in float32."""
+    buffers, gate_up, act), in float32."""
     t = cfg.text
     d, q, kv, i = t.hidden_size, t.q_size, t.kv_size, t.intermediate_size
     return 4 * (3 * d + 3 * q + 3 * kv + 3 * i)

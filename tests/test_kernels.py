@@ -18,7 +18,7 @@ from engine.kernels.attention import (
 )
 from engine.kernels.linear import matmul_f32, matmul_f32_reference
 from engine.kernels.norm import rmsnorm, rmsnorm_reference
-from engine.kernels.rope import apply_rope, norm_rope_heads
+from engine.kernels.rope import norm_rope_heads
 from engine.rope import text_positions
 
 rng = np.random.default_rng(0)
@@ -66,22 +66,30 @@ def test_silu_mul():
     np.testing.assert_allclose(out, g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
 
 
+def rope_reference(x, cos, sin):
+    """The half-split rotation in NumPy: dim i pairs with i + HD/2."""
+    half = x.shape[-1] // 2
+    c = np.concatenate([cos, cos], -1)[:, None]
+    s = np.concatenate([sin, sin], -1)[:, None]
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * c + rotated * s
+
+
 def test_rope_pairs_half_split_dimensions():
     x = rng.standard_normal((2, 3, 8), dtype=np.float32)
     angle = rng.standard_normal((2, 4)).astype(np.float32)
     cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
-    y = x.copy()
-    apply_rope(y, cos, sin)
-    c = np.concatenate([cos, cos], -1)[:, None]
-    s = np.concatenate([sin, sin], -1)[:, None]
-    rotated = np.concatenate([-x[..., 4:], x[..., :4]], -1)
-    np.testing.assert_allclose(y, x * c + rotated * s, rtol=1e-5, atol=1e-6)
+    y = np.empty_like(x)
+    ones = np.ones(8, np.float32)
+    norm_rope_heads(x.reshape(2, 24), 0, ones, 1e-6, cos, sin, y)
+    normed = rmsnorm_reference(x, ones, 1e-6)
+    np.testing.assert_allclose(y, rope_reference(normed, cos, sin), rtol=1e-5, atol=1e-6)
 
 
 def test_norm_rope_heads_is_norm_then_rope_on_the_fused_rows():
-    """The one-pass q/k kernel gives rmsnorm then apply_rope of each head's slice of the qkv
-    rows (to the last bits of the vectorised sum of squares), each row whatever the number
-    of rows (a verify's rows equal decode's), and leaves its input alone."""
+    """The one-pass q/k kernel gives rmsnorm then the rotation of each head's slice of the
+    qkv rows (to the last bits of the vectorised sum of squares), each row whatever the
+    number of rows (a verify's rows equal decode's), and leaves its input alone."""
     n, heads, hd, col0 = 3, 4, 16, 8
     qkv = rng.standard_normal((n, col0 + heads * hd + 5), dtype=np.float32)
     w = rng.standard_normal(hd, dtype=np.float32)
@@ -92,8 +100,7 @@ def test_norm_rope_heads_is_norm_then_rope_on_the_fused_rows():
     norm_rope_heads(qkv, col0, w, 1e-6, cos, sin, out)
     heads_rows = qkv[:, col0 : col0 + heads * hd].reshape(n * heads, hd).copy()
     rmsnorm(heads_rows, w, 1e-6, heads_rows)
-    expected = heads_rows.reshape(n, heads, hd)
-    apply_rope(expected, cos, sin)
+    expected = rope_reference(heads_rows.reshape(n, heads, hd), cos, sin)
     np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
     assert np.array_equal(qkv, before)
     for i in range(n):
@@ -101,10 +108,7 @@ def test_norm_rope_heads_is_norm_then_rope_on_the_fused_rows():
         norm_rope_heads(qkv[i : i + 1], col0, w, 1e-6, cos[i : i + 1], sin[i : i + 1], one)
         assert np.array_equal(one[0], out[i])
     ref = rmsnorm_reference(qkv[:, col0 : col0 + heads * hd].reshape(n, heads, hd), w, 1e-6)
-    c = np.concatenate([cos, cos], -1)[:, None]
-    s = np.concatenate([sin, sin], -1)[:, None]
-    rotated = np.concatenate([-ref[..., hd // 2 :], ref[..., : hd // 2]], -1)
-    np.testing.assert_allclose(out, ref * c + rotated * s, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, rope_reference(ref, cos, sin), rtol=1e-5, atol=1e-5)
 
 
 def kv_rows(fmt, cap, nkv, hd):

@@ -1,25 +1,9 @@
-"""Rotary embedding applied in place, half-split (NeoX) convention: dim i pairs with i + HD/2."""
+"""Rotary embedding, half-split (NeoX) convention: dim i pairs with i + HD/2."""
 
 import numpy as np
 from numba import njit
 
 from . import FASTMATH
-
-
-@njit(nogil=True, cache=True, fastmath=FASTMATH)
-def apply_rope(x, cos, sin):
-    """x: [N, H, HD] f32 (rotated in place), cos/sin: [N, HD/2] f32."""
-    n_rows, n_heads, head_dim = x.shape
-    half = head_dim // 2
-    for n in range(n_rows):
-        for h in range(n_heads):
-            for i in range(half):
-                a = x[n, h, i]
-                b = x[n, h, i + half]
-                c = cos[n, i]
-                s = sin[n, i]
-                x[n, h, i] = a * c - b * s
-                x[n, h, i + half] = b * c + a * s
 
 
 @njit(nogil=True, cache=True)
@@ -40,7 +24,7 @@ def norm_rope_heads(src, col0, w, eps, cos, sin, out):
     """out[n, h] = rope(rmsnorm(head h of row n of src, w)): Qwen3's per-head q/k norm and
     the rotary embedding in one pass, read straight from the fused qkv rows. Head h is
     src[n, col0 + h HD : col0 + (h + 1) HD]; out: [N, H, HD] f32, w: [HD], cos/sin:
-    [N, HD/2]. The float operations of rmsnorm then apply_rope; one call instead of two
+    [N, HD/2]. The float operations of rmsnorm, then the rotation; one call instead of two
     copies, two norms and two rotations per layer (a decode step made ~170 such calls)."""
     n_rows, n_heads, head_dim = out.shape
     half = head_dim // 2
