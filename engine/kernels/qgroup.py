@@ -92,7 +92,9 @@ MERLIN_QGROUP=8|16 forces the group size (tests).
 import os
 import platform
 
+import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import carray, njit, prange
 from numba.core import cgutils, types
@@ -135,7 +137,13 @@ def _group_rows(dot: str) -> int:
     return 16 if dot == "vnni" and {"+avx512vnni", "+avx512f"} <= features else 8
 
 
+def _target_cpu() -> str:
+    """The CPU name Numba compiles for (NUMBA_CPU_NAME, else the host's)."""
+    return numba.config.CPU_NAME or llvm.get_host_cpu_name()
+
+
 DOT = _dot_kind()
+_SHIFT_IN_WORDS = DOT == "vnni" and _target_cpu().startswith("znver")  # see _high_nibbles
 GROUP = _group_rows(DOT)  # output rows per group: one int32 lane each
 SLICE = 4 * GROUP  # bytes per slice: 4 weights of each row of the group
 Q4_BLOCK_BYTES = 4 * SLICE  # one q4 block (32 weights) of the group's rows
@@ -156,11 +164,25 @@ LAYOUT = f"g{GROUP}" + ("q8g" if Q8_GROUPED else "") + f"b{Q8A8_BIAS}"
 # unpacked nibbles)
 TILE_ROWS = 8 if GROUP == 16 else 4
 ACC_FLOATS = TILE_ROWS * GROUP
-# Software prefetch distance in a thread's weights (its groups are one sequential stream):
-# 4096 bytes against 1024, the same process alternating the two, from DRAM, 2 threads, two
-# runs: q8 0.82-0.97x the time at N = 1 and 5, q4 0.83-0.98x (but 1.02 once); 8192 no better;
-# prefetcht2 instead of prefetcht0 worse than either.
+# Software prefetch in a thread's weights (its groups are one sequential stream). Tiles of 1-2
+# rows, fast enough to be bound by memory latency, prefetch into L1 STREAM_PREFETCH bytes
+# ahead: 4096 against 1024 (Ice Lake, from DRAM, 2 threads, the same process alternating the
+# two): q8 0.82-0.97x the time at N = 1 and 5, q4 0.83-0.98x; 8192 no better. Tiles of 3 or
+# more rows, bound by their dot instructions, prefetch into L2 only (prefetcht1), L2_PREFETCH
+# ahead: the L1 prefetches' misses held the core's few L1 miss buffers while it computed
+# (Zen 4, from DRAM, 2 threads, 2B shapes, alternating, 35-50 GB/s moments), at N = 5: q4
+# gate_up 0.86-0.90x the time, down 0.79x, q8 0.74-0.75x, the q8a8 head 0.82x; N = 3-4 alike;
+# at N = 1 prefetching into L2 was 1.03-1.5x slower, so it stays L1 there. 16384 ahead no
+# better than 8192.
 STREAM_PREFETCH = 4096
+L2_PREFETCH = 8192
+L1_PREFETCH_ROWS = 2
+
+
+def _prefetch_for(rows: int) -> tuple[int, int]:
+    """(bytes ahead, llvm.prefetch locality: 3 into L1, 2 into L2) for a tile of `rows`
+    activation rows."""
+    return (STREAM_PREFETCH, 3) if rows <= L1_PREFETCH_ROWS else (L2_PREFETCH, 2)
 
 
 def _chains(rows: int) -> int:
@@ -176,6 +198,7 @@ def _chains(rows: int) -> int:
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 _VI32 = ir.VectorType(_I32, GROUP)
 _VI8 = ir.VectorType(_I8, SLICE)
+_VI16 = ir.VectorType(ir.IntType(16), SLICE // 2)
 _VF = ir.VectorType(_F32, GROUP)
 
 
@@ -252,6 +275,18 @@ def _dot2(builder, acc, w, xword):
     )
 
 
+def _high_nibbles(builder, w, low):
+    """w >> 4 bytewise. With GFNI LLVM makes that one vgf2p8affineqb, which Zen 4 runs on the
+    two pipes of vpdpbusd, vmulps and vfmadd (a 5-row tile is bound by them: 40 dots, 5 mul,
+    5 fma a block); there it is a 16-bit shift and a mask instead, on the other two pipes
+    (in cache, one thread: 0.92x the time at N = 5 and 8, same at N = 1)."""
+    if not _SHIFT_IN_WORDS:
+        return builder.lshr(w, ir.Constant(_VI8, [4] * SLICE))
+    words = builder.bitcast(w, _VI16)
+    shifted = builder.lshr(words, ir.Constant(_VI16, [4] * (SLICE // 2)))
+    return builder.and_(builder.bitcast(shifted, _VI8), low)
+
+
 def _q4_tile_ints(builder, w_base, x_words, corrs):
     """The int32 block dots of the group's rows with each activation row r (x_words[r]), q4:
     per slice the nibbles are unpacked once and go to every row; each row's chains
@@ -266,7 +301,7 @@ def _q4_tile_ints(builder, w_base, x_words, corrs):
     for j in range(4):
         ptr = builder.gep(w_base, [_I32(SLICE * j)])
         w = builder.load(builder.bitcast(ptr, _VI8.as_pointer()), align=1)
-        halves = (builder.and_(w, low), builder.lshr(w, ir.Constant(_VI8, [4] * SLICE)))
+        halves = (builder.and_(w, low), _high_nibbles(builder, w, low))
         for words, row in zip(x_words, chains):
             for c, (nibbles, word) in enumerate(zip(halves, (j, 4 + j))):
                 xword = builder.load(builder.gep(words, [_I32(word)]), align=1)
@@ -325,7 +360,7 @@ def group_tile_block(
     the format: uint8 packed, int8 xq: q4 (dots from corr = -8 x the activations' sum); int8
     packed, int16 xq: q8 (corr unused); int8 packed, int8 xq: q8a8 (corr = -Q8A8_BIAS x the
     sum).
-    Also prefetches the block STREAM_PREFETCH bytes ahead. One intrinsic for all rows of a
+    Also prefetches the weights ahead (_prefetch_for). One intrinsic for all rows of a
     tile, with the loop over weight slices outside the loop over rows: each unpacked slice is
     used by every row at once (a call per row kept all 16 sign-extended q8 slices live and
     spilled the accumulators), and the row offsets are one stride, not a reloaded index per
@@ -352,8 +387,9 @@ def group_tile_block(
             return context.make_array(sig[i])(context, builder, value).data
 
         w_base = builder.gep(data(1, packed_v), [pi_v])
+        ahead, locality = _prefetch_for(n_rows)
         for line in range(0, block_bytes, 64):
-            emit_prefetch(builder, builder.gep(w_base, [_I32(STREAM_PREFETCH + line)]))
+            emit_prefetch(builder, builder.gep(w_base, [_I32(ahead + line)]), locality)
         x_base = builder.gep(data(3, xq_v), [xi_v])
         offsets = [builder.mul(xs_v, ir.Constant(xs_v.type, r)) for r in range(n_rows)]
         x_words = [

@@ -204,12 +204,12 @@ def prefetch(typingctx, arr, idx):
     return types.void(arr, idx), codegen
 
 
-def emit_prefetch(builder, ptr):
+def emit_prefetch(builder, ptr, locality=3):
     """The IR of prefetch() at ptr, for other intrinsics."""
     i32 = ir.IntType(32)
     fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
     fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-    builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
+    builder.call(fn, [ptr, i32(0), i32(locality), i32(1)])  # read, locality 3: into L1, data
 
 
 @intrinsic
