@@ -82,7 +82,7 @@ def decode_at(model, cache, ctx: int, steps: int) -> dict:
 SPLIT_K = 4  # the verify whose gemm / attn / other split the benchmark reports
 
 
-def verify_cost(model, cache, ctx: int, ks=range(1, 9), repeats: int = 5) -> dict:
+def verify_cost(model, cache, ctx: int, ks=range(1, 9), repeats: int = 9) -> dict:
     """V(K)/T: time of one forward over K+1 tokens relative to a one-token forward. Each
     V(K) is timed right after a T, in rounds over all K, and the ratio is the median of those
     adjacent pairs: the shared host's bandwidth drifts over seconds, which a T timed once
