@@ -2,8 +2,12 @@
 for an embedding lookup) and never knows the storage format: f32, q8_0 or q4_0.
 
 Small N (decode N = 1, speculative verify N = K + 1) runs the Numba kernels that read each
-weight once for all rows with a per-row summation order independent of N; large N (prefill)
-goes through NumPy's BLAS (f32) or dequantized tiles through BLAS (q8/q4).
+weight once for all rows with a per-row summation order independent of N. Large N (prefill):
+f32 through NumPy's BLAS; grouped q4/q8 (GroupLinear) through the same integer dot-product
+kernels as decode, whose int8 / int16 dots outrun dequantizing to f32 for BLAS at every N
+(Zen 4, 2B shapes, 2 threads: 2-10x at N = 17-64, 1.1-2x at N = 512; docs/benchmarks.md),
+so a quantized model's rows are the same bits however a prompt is cut into forwards;
+row-major q8 (QLinear, aarch64) through dequantized tiles and BLAS.
 """
 
 from __future__ import annotations
@@ -19,11 +23,8 @@ from .kernels.qgroup import (
     dequantize_q8a8g_rows,
     dequantize_q8g_rows,
     matmul_q4g,
-    matmul_q4g_prefill,
     matmul_q8a8g,
-    matmul_q8a8g_prefill,
     matmul_q8g,
-    matmul_q8g_prefill,
     pack_q4_groups,
     pack_q8_groups,
     pack_q8a8_groups,
@@ -35,7 +36,8 @@ from .kernels.qlinear import (
 )
 from .quant import BLOCK, QTensor
 
-# Up to this many rows the Numba kernel runs (decode, verify: same code, bitwise equal rows).
+# Up to this many rows F32Linear and QLinear run their Numba kernel (decode, verify: same
+# code, bitwise equal rows), beyond it BLAS. GroupLinear runs its kernel at any N.
 SMALL_N = 16
 
 
@@ -117,9 +119,9 @@ class GroupLinear:
     activations), "q8" (int16 activations), "q8a8" (q8_0 weights, int8 activations)."""
 
     _kernels = {
-        "q4": (pack_q4_groups, matmul_q4g, matmul_q4g_prefill, dequantize_q4g_rows),
-        "q8": (pack_q8_groups, matmul_q8g, matmul_q8g_prefill, dequantize_q8g_rows),
-        "q8a8": (pack_q8a8_groups, matmul_q8a8g, matmul_q8a8g_prefill, dequantize_q8a8g_rows),
+        "q4": (pack_q4_groups, matmul_q4g, dequantize_q4g_rows),
+        "q8": (pack_q8_groups, matmul_q8g, dequantize_q8g_rows),
+        "q8a8": (pack_q8a8_groups, matmul_q8a8g, dequantize_q8a8g_rows),
     }
     KINDS = tuple(_kernels)
 
@@ -128,7 +130,7 @@ class GroupLinear:
         self.fmt = "q8" if kind == "q8a8" else kind  # the weights' format (their bytes)
         self.packed, self.gscales = packed, gscales
         self.out_features = int(out_features)
-        _, self._small, self._large, self._dequant = self._kernels[kind]
+        _, self._matmul, self._dequant = self._kernels[kind]
 
     @classmethod
     def from_qtensor(cls, qt: QTensor, kind: str | None = None) -> GroupLinear:
@@ -145,10 +147,7 @@ class GroupLinear:
         return self.packed.nbytes + self.gscales.nbytes
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
-        if x.shape[0] <= SMALL_N:
-            self._small(x, self.packed, self.gscales, out)
-        else:
-            self._large(x, self.packed, self.gscales, out)
+        self._matmul(x, self.packed, self.gscales, out)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty((len(ids), self.in_features), np.float32)
@@ -170,6 +169,13 @@ def quantized_linear(qt: QTensor, int8_activations: bool = False):
     if qt.fmt == "q4" or Q8_GROUPED:
         return GroupLinear.from_qtensor(qt)
     return QLinear(qt)
+
+
+def prefill_dequantizes(lin) -> bool:
+    """Does a forward of more than SMALL_N rows pay a fixed cost of dequantizing all of
+    `lin` to f32 for BLAS? (Only row-major q8: a short prompt is then cheaper as forwards
+    of SMALL_N rows.)"""
+    return isinstance(lin, QLinear)
 
 
 def linear_kind(lin) -> str:

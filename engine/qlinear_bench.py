@@ -32,7 +32,6 @@ from numba import njit, prange
 from .kernels.linear import matmul_f32
 from .kernels.qgroup import (
     matmul_q4g,
-    matmul_q4g_prefill,
     matmul_q8g,
     pack_q4_groups,
     pack_q8_groups,
@@ -136,11 +135,13 @@ def _small_n_fn(fmt):
 
 
 def _prefill_call(fmt, x, w, out, scratch):
-    """A no-argument call of the prefill product (BLAS sgemm for f32 weights)."""
+    """A no-argument call of the prefill product: BLAS sgemm for f32 weights, dequantized
+    tiles through it for row-major q8, the grouped kernels themselves for q8g and q4."""
     if fmt == "f32":
         return lambda: np.matmul(x, w[0].T, out=out)
-    fn = matmul_q8_prefill if fmt == "q8" else matmul_q4g_prefill
-    return lambda: fn(x, *w, out, scratch)
+    if fmt == "q8":
+        return lambda: matmul_q8_prefill(x, *w, out, scratch)
+    return lambda: _small_n_fn(fmt)(x, *w, out)
 
 
 # --------------------------------------------------------------------------- runs
@@ -257,7 +258,9 @@ def run(
             row["of_run_bandwidth"] = row["GBps"] / bw
     if prefill:
         pshapes = [s for s in shapes if s[0] != "lm_head"]
-        result["prefill"] = bench_prefill(pshapes, ("q8", "q4"), 512, max(3, repeats // 2), rng)
+        result["prefill"] = bench_prefill(
+            pshapes, ("q8", "q8g", "q4"), 512, max(3, repeats // 2), rng
+        )
     result["quantize"] = bench_quantize(rng)
     return result
 

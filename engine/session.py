@@ -76,8 +76,8 @@ class SessionSettings:
     trim_fraction: float = 0.75  # when older turns must go, drop until this full (fewer redos)
     max_pixels: int | None = None  # image pixel budget (None: preprocessor_config.json)
     warm_chunk: int = 512  # rows per forward in warm() (cancellable between chunks)
-    # quantized weights: a suffix of up to this many rows is prefilled as forwards of
-    # engine.linear.SMALL_N rows (the decode kernels), beyond it as one BLAS forward
+    # row-major q8 weights (engine.linear.prefill_dequantizes): a suffix of up to this many
+    # rows is prefilled as forwards of engine.linear.SMALL_N rows, beyond it as one forward
     small_prefill_rows: int = 128
 
 
@@ -791,14 +791,15 @@ class Session:
 
     def _small_chunks(self, n_new: int) -> bool:
         """Prefill n_new rows as forwards of at most SMALL_N rows (the decode kernels) rather
-        than one large forward? Quantized weights make a large forward pay a fixed cost
-        (every weight matrix is dequantized to f32 for BLAS) that dwarfs a short follow-up;
-        the decode kernels read the quantized weights directly. A fixed rule (no timing), so
+        than one large forward? Row-major q8 weights (linear.prefill_dequantizes) make a
+        large forward pay a fixed cost (every weight matrix dequantized to f32 for BLAS) that
+        dwarfs a short follow-up; the decode kernels read the quantized weights directly.
+        Grouped q4/q8 run those kernels at any N: one forward. A fixed rule (no timing), so
         the same conversation is always computed the same way, bit for bit."""
         from . import linear
 
         return (
-            self.model.weights_fmt != "f32"
+            any(map(linear.prefill_dequantizes, self.model.text.w.matrices()))
             and linear.SMALL_N < n_new <= self.settings.small_prefill_rows
         )
 

@@ -18,14 +18,13 @@ from engine.quant import quantize_q4, quantize_q8
 
 rng = np.random.default_rng(11)
 
-# per format: quantize, pack, product, prefill, dequantize rows, twin, dequantized twin,
+# per format: quantize, pack, product, dequantize rows, twin, dequantized twin,
 # activation dtype, packed bytes per block and row
 KERNELS = {
     "q4": (
         quantize_q4,
         qgroup.pack_q4_groups,
         qgroup.matmul_q4g,
-        qgroup.matmul_q4g_prefill,
         qgroup.dequantize_q4g_rows,
         qgroup.matmul_q4g_reference,
         dequantize_q4_reference,
@@ -36,7 +35,6 @@ KERNELS = {
         quantize_q8,
         qgroup.pack_q8_groups,
         qgroup.matmul_q8g,
-        qgroup.matmul_q8g_prefill,
         qgroup.dequantize_q8g_rows,
         qgroup.matmul_q8g_reference,
         dequantize_q8_reference,
@@ -47,7 +45,6 @@ KERNELS = {
         quantize_q8,
         qgroup.pack_q8a8_groups,
         qgroup.matmul_q8a8g,
-        qgroup.matmul_q8a8g_prefill,
         qgroup.dequantize_q8a8g_rows,
         qgroup.matmul_q8a8g_reference,
         dequantize_q8_reference,
@@ -70,7 +67,7 @@ def packed(request):
 
 
 def test_groups_hold_the_same_weights(packed):
-    (_, _, _, _, dequantize_rows, _, dequantize_ref, _, row_bytes), qt, (p, s) = packed
+    (_, _, _, dequantize_rows, _, dequantize_ref, _, row_bytes), qt, (p, s) = packed
     o, k = qt.shape
     g = qgroup.GROUP
     assert p.shape == (-(-o // g), k // 32, row_bytes * g) and s.shape == (p.shape[0], k // 32, g)
@@ -83,7 +80,7 @@ def test_groups_hold_the_same_weights(packed):
 
 def test_products_match_the_twin_and_do_not_depend_on_batch_or_threads(packed):
     """N = 1..17 covers every register-tile size, whole tiles and a rest."""
-    (_, _, matmul, _, _, twin, _, _, _), qt, (p, s) = packed
+    (_, _, matmul, _, twin, _, _, _), qt, (p, s) = packed
     o, k = qt.shape
     n_max = 17
     x = rng.standard_normal((n_max, k), dtype=np.float32)
@@ -116,7 +113,7 @@ def exact_product(x, qt, dequantize_ref):
 def test_error_is_within_the_activation_quantization(n, packed):
     """Off the exact product by at most what quantized activations cost (each x by at most
     half its block's step), and on the twin, which quantizes them the same way."""
-    (_, _, matmul, _, _, twin, dequantize_ref, x_dtype, _), qt, (p, s) = packed
+    (_, _, matmul, _, twin, dequantize_ref, x_dtype, _), qt, (p, s) = packed
     o, k = qt.shape
     x = rng.standard_normal((n, k), dtype=np.float32)
     out = np.full((n, o), np.nan, np.float32)
@@ -130,19 +127,21 @@ def test_error_is_within_the_activation_quantization(n, packed):
     assert (np.abs(out - exact) <= bound * 1.001 + 1e-6 * np.abs(exact).max()).all()
 
 
-def test_prefill_matches_the_exact_product(packed, monkeypatch):
-    (_, _, _, prefill, _, _, dequantize_ref, _, _), qt, (p, s) = packed
+def test_prefill_sized_products_are_the_decode_rows(packed):
+    """A prefill runs the same kernel in passes of ROW_CHUNK rows: with two passes and a
+    rest tile every row is bitwise the 1-row product, and on the twin."""
+    (_, _, matmul, _, twin, _, _, _), qt, (p, s) = packed
     o, k = qt.shape
-    monkeypatch.setattr(qlinear, "PREFILL_TILE_FLOATS", 10 * k)  # tiles of <= 10 rows
-    x = rng.standard_normal((40, k), dtype=np.float32)
-    out = np.full((40, o), np.nan, np.float32)
-    prefill(x, p, s, out)
-    exact = exact_product(x, qt, dequantize_ref)
-    assert np.abs(out - exact).max() <= 2e-6 * np.abs(exact).max() * np.sqrt(k)
-    scratch = np.empty(qlinear.prefill_tile_rows(o, k) * k, np.float32)
-    again = np.empty_like(out)
-    prefill(x, p, s, again, scratch)
-    assert np.array_equal(out, again)
+    n = 2 * qgroup.ROW_CHUNK + 5
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    out = np.full((n, o), np.nan, np.float32)
+    matmul(x, p, s, out)
+    single = np.empty((1, o), np.float32)
+    for i in (0, qgroup.ROW_CHUNK - 1, qgroup.ROW_CHUNK, n - 1):
+        matmul(x[i : i + 1], p, s, single)
+        assert np.array_equal(out[i], single[0]), i
+    ref = twin(x, qt.qs, qt.scales)
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("bias", [8, 128])
@@ -174,7 +173,7 @@ def test_q8a8_stores_biased_weights_at_the_extremes():
 
 
 def test_shapes_are_checked(packed):
-    (_, _, matmul, _, _, _, _, _, _), qt, (p, s) = packed
+    (_, _, matmul, _, _, _, _, _), qt, (p, s) = packed
     o, k = qt.shape
     with pytest.raises(ValueError):
         matmul(np.ones((1, k + 32), np.float32), p, s, np.empty((1, o), np.float32))

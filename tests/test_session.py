@@ -1,23 +1,22 @@
 """Chat sessions on the demo checkpoint: KV reuse across turns, edit/regenerate, save/restore,
 bad session files, cancellation, the context budget, the on-disk store, `merlin-cli chat`.
 
-What "bitwise equal to recomputing from scratch" means here. A forward of more than
-engine.linear.SMALL_N rows (prefill) runs its matrix products through BLAS, a smaller one
-(decode, verify) through the Numba kernels; the two round differently, so the KV rows of a
-conversation depend on how it was cut into forwards (prompt prefill, one-token decode steps,
-the next turn's prefill), and no reuse scheme can make a session's cache bitwise equal to one
-big prefill of the whole conversation with mixed kernels. The Numba kernels give every row the
-same bits whatever the number of rows in the forward (tests/test_spec_generate.py checks this
-for verify rows). So the `exact` fixture routes every forward through them (SMALL_N raised
-above any prompt length); then a KV row is a pure function of the tokens, 3D positions and
-image embeddings before it, and "from scratch" is literally: render the whole conversation
-with the chat template, encode each image on its own, one forward over a fresh cache, logits
-of the last row. The session's prefill logits of each turn (reused prefix + computed suffix)
-must equal those bits. Any reuse bug (a stale row, a wrong position or rope delta, the wrong
-image behind identical pad tokens, a misplaced embedding) breaks the equality. Save/restore is
-also checked with the default kernels: the restored session continues bit for bit like the
-one that never left memory.
-"""
+What "bitwise equal to recomputing from scratch" means here. With f32 weights (most tests here)
+a forward of more than engine.linear.SMALL_N rows (prefill) runs its matrix products through
+BLAS, a smaller one (decode, verify) through the Numba kernels; the two round differently, so
+the KV rows of a conversation depend on how it was cut into forwards (prompt prefill, one-token
+decode steps, the next turn's prefill), and no reuse scheme can make a session's cache bitwise
+equal to one big prefill of the whole conversation with mixed kernels. The Numba kernels give
+every row the same bits whatever the number of rows in the forward (tests/test_spec_generate.py
+checks this for verify rows). So the `exact` fixture routes every forward through them (SMALL_N
+raised above any prompt length); then a KV row is a pure function of the tokens, 3D positions
+and image embeddings before it, and "from scratch" is literally: render the whole conversation
+with the chat template, encode each image on its own, one forward over a fresh cache, logits of
+the last row. The session's prefill logits of each turn (reused prefix + computed suffix) must
+equal those bits. Any reuse bug (a stale row, a wrong position or rope delta, the wrong image
+behind identical pad tokens, a misplaced embedding) breaks the equality. Save/restore is also
+checked with the default kernels: the restored session continues bit for bit like the one that
+never left memory."""
 
 from __future__ import annotations
 
@@ -305,26 +304,33 @@ def test_declarative_respond_finds_the_common_prefix(demo_model, exact, spy):
     assert [m.role for m in s.messages] == ["user", "assistant"]
 
 
-def test_quantized_prefill_in_decode_kernel_chunks_is_exact(demo_dir, monkeypatch):
-    """q8 weights: a suffix of up to small_prefill_rows rows is fed as forwards of SMALL_N
-    rows (the decode kernels, no dequantization pass); rows stay bitwise what one forward
-    through the same kernels gives."""
+@pytest.mark.parametrize("dequantizing", [False, True], ids=["grouped", "row-major"])
+def test_quantized_prefill_is_exact(demo_dir, monkeypatch, dequantizing):
+    """q8 weights. Grouped (x86 with AVX512-VNNI): the prompt is one forward through the
+    decode kernels, whose rows are the same bits at any N, so the cache equals a scratch
+    forward with no kernel forced. Row-major (aarch64; faked here): a suffix of up to
+    small_prefill_rows rows is fed as forwards of SMALL_N rows (no dequantization pass);
+    rows stay bitwise what one forward through the same kernels gives."""
     model = model_for(demo_dir, weights="q8")
+    if dequantizing:
+        monkeypatch.setattr(engine.linear, "prefill_dequantizes", lambda lin: True)
+    chunked = any(map(engine.linear.prefill_dequantizes, model.text.w.matrices()))
     spy = Spy(model, monkeypatch)
     s = Session(model, settings=SessionSettings(small_prefill_rows=10**6))
-    conv = []
     for q in ("Hello there, how are you today?", "Tell me about the river and the bridge."):
         spy.logits.clear()
         events = list(s.ask(q, **GEN))
         pre = first(events, PrefillDone)
         prefill_rows = len(spy.logits) - (len(events[-1].totals["token_ids"]) - 1)
         assert pre.n_tokens > engine.linear.SMALL_N
-        assert prefill_rows == -(-pre.n_tokens // engine.linear.SMALL_N)
+        assert prefill_rows == (-(-pre.n_tokens // engine.linear.SMALL_N) if chunked else 1)
         assert events[-1].totals["prompt_tokens"] == pre.n_tokens
-        conv += [q, events[-1].totals["text"]]
     with monkeypatch.context() as m:
-        m.setattr(engine.linear, "SMALL_N", 1 << 30)
+        if chunked:
+            m.setattr(engine.linear, "SMALL_N", 1 << 30)
         assert_cache_is_scratch(spy, model, s, [])
+    if not chunked:
+        return
     # cancelled while the first chunks are fed: no answer, a consistent session
     cancel = threading.Event()
     cancel.set()

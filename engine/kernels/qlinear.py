@@ -78,10 +78,10 @@ qemu-user in the arm64 root of packaging/test-arm64.sh with NUMBA_CPU_NAME=corte
 
 Large N (prefill): `matmul_q8_prefill` dequantizes equal tiles of output rows
 (<= PREFILL_TILE_FLOATS floats) to f32 into a scratch buffer (parallel Numba kernel) and
-multiplies with NumPy's BLAS straight into out[:, tile] (`prefill_product`, which
-qgroup.matmul_q4g_prefill shares). The dequantized tile is exactly the weight the small-N
-kernel uses, but BLAS sums in its own order, so prefill rows are not bitwise equal to decode
-rows (nothing needs that: a prompt is never re-verified).
+multiplies with NumPy's BLAS straight into out[:, tile] (`prefill_product`). The dequantized
+tile is exactly the weight the small-N kernel uses, but BLAS sums in its own order, so prefill
+rows are not bitwise equal to decode rows. (The grouped kernels of qgroup.py need no such
+path: their integer dots beat BLAS at every N.)
 
 Every kernel has a naive twin (`*_reference`: NumPy dequantize, float64 product; the small-N
 twin quantizes the activations as the kernel does) for tests.
