@@ -58,6 +58,13 @@ in registers. What bounds it: on Ice Lake every 512-bit vector uop goes to ports
 vpdpwssd zmm retires at 4.2-4.8 G/s a core here (a C loop of independent dots): 80 of them are
 17-19 ns against the tile's 37-54 ns a block in cache; a C version of the same loop (gcc -O3)
 took 37-40 ns. The 8-row q8 tile has LLVM split many dots into vpmaddwd + vpaddd and spill.
+Zen 4 (znver4, at b5b9241): the q4 5-row tile is 106 instructions a block, 40 vpdpbusd, the
+high nibbles by vpsrlw + vpandq (_high_nibbles), 4 prefetcht1 8 KB ahead; the constant masks
+are reloaded from memory each block (32 zmm registers do not hold them and the tile). There one
+512-bit vpdpbusd issues a cycle and vmulps / vfmadd / vgf2p8affineqb take the same slot (a C
+loop: 8 dots alone 8 cycles, with 4 of any of those 12, with 4 vpaddd, vpsrlw, vpandq or
+vcvtdq2ps still 8): the tile's 50 such instructions are 13.7 ns at 3.66 GHz, against 16.2 ns
+measured in cache.
 aarch64 cortex-a76 (8-row groups, qemu, the arm64 root of packaging/test-arm64.sh, the
 tile-level kernel at e5877a7): per block and row 16 sdot (two 4-lane halves) with ld1r
 broadcasts, the nibbles unpacked once a block (and/ushr), 2 scvtf, 2 fmul, 2 fmla; the 4-row
