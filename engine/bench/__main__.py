@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     if args.child:
         _one(args)
         return 0
-    from ..demo import QWEN3VL_2B, ensure_random_checkpoint
+    from ..demo import QWEN3VL_2B, ensure_random_checkpoint, random_checkpoint_dir
     from ..threads import set_threads
     from .machine import read_bandwidth, sgemm_gflops
 
@@ -212,7 +212,8 @@ def main(argv=None) -> int:
         return 0
     model = Path(args.model) if args.model else None
     if model is None:
-        print("building the 2B-shaped random checkpoint (once, cached)...", file=sys.stderr)
+        if not (random_checkpoint_dir(QWEN3VL_2B) / "model.safetensors").is_file():
+            print("building the 2B-shaped random checkpoint (once, cached)...", file=sys.stderr)
         model = ensure_random_checkpoint(QWEN3VL_2B)
     before = read_bandwidth()
     runs = []
