@@ -299,11 +299,16 @@ def random_checkpoint_dir(spec: RandomModelSpec, cache_root: Path | None = None)
     return root / "checkpoints" / f"{spec.name}-{_recipe_hash(spec)}"
 
 
-def ensure_random_checkpoint(spec: RandomModelSpec, cache_root: Path | None = None) -> Path:
-    """The checkpoint folder, built on first use (atomically: build aside, then rename)."""
+def ensure_random_checkpoint(
+    spec: RandomModelSpec, cache_root: Path | None = None, on_build=None
+) -> Path:
+    """The checkpoint folder, built on first use (atomically: build aside, then rename);
+    on_build() is called before a build (a progress message: the 2B one takes minutes)."""
     folder = random_checkpoint_dir(spec, cache_root)
     if (folder / "model.safetensors").is_file():
         return folder
+    if on_build is not None:
+        on_build()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
     try:

@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     if args.child:
         _one(args)
         return 0
-    from ..demo import QWEN3VL_2B, ensure_random_checkpoint, random_checkpoint_dir
+    from ..demo import QWEN3VL_2B, ensure_random_checkpoint
     from ..threads import set_threads
     from .machine import read_bandwidth, sgemm_gflops
 
@@ -212,9 +212,10 @@ def main(argv=None) -> int:
         return 0
     model = Path(args.model) if args.model else None
     if model is None:
-        if not (random_checkpoint_dir(QWEN3VL_2B) / "model.safetensors").is_file():
-            print("building the 2B-shaped random checkpoint (once, cached)...", file=sys.stderr)
-        model = ensure_random_checkpoint(QWEN3VL_2B)
+        model = ensure_random_checkpoint(
+            QWEN3VL_2B,
+            on_build=lambda: print("building the 2B-shaped random checkpoint...", file=sys.stderr),
+        )
     before = read_bandwidth()
     runs = []
     for weights in args.weights.split(","):

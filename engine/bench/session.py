@@ -89,15 +89,15 @@ def run(
     repeats: int = 3,
     progress=print,
 ) -> dict:
-    from ..demo import QWEN3VL_2B, ensure_random_checkpoint, random_checkpoint_dir
+    from ..demo import QWEN3VL_2B, ensure_random_checkpoint
     from ..model import load_model
     from ..sampling import SamplingParams
     from ..session import Message, Session, SessionSettings
 
     if model_dir is None:
-        if not (random_checkpoint_dir(QWEN3VL_2B) / "model.safetensors").is_file():
-            progress("building the 2B-shaped random checkpoint (once, cached)...")
-        model_dir = ensure_random_checkpoint(QWEN3VL_2B)
+        model_dir = ensure_random_checkpoint(
+            QWEN3VL_2B, on_build=lambda: progress("building the 2B-shaped random checkpoint...")
+        )
     progress(f"loading {model_dir} ({weights} weights, {kv} KV)...")
     t0 = time.perf_counter()
     model = load_model(model_dir, weights=weights, kv=kv)
