@@ -30,10 +30,10 @@ WATCH = {
 def main(out_dir: str) -> int:
     from llvmlite import binding as llvm
 
-    from engine.kernels import attention as att
-    from engine.kernels import qgroup as qg
-    from engine.kernels import qlinear as ql
-    from engine.quant import quantize_q4, quantize_q8
+    from merlin.engine.kernels import attention as att
+    from merlin.engine.kernels import qgroup as qg
+    from merlin.engine.kernels import qlinear as ql
+    from merlin.engine.quant import quantize_q4, quantize_q8
 
     os.makedirs(out_dir, exist_ok=True)
     cpu = os.environ.get("NUMBA_CPU_NAME") or f"host ({llvm.get_host_cpu_name()})"
@@ -47,9 +47,9 @@ def main(out_dir: str) -> int:
     q4 = quantize_q4(w)
     qg.matmul_q4g(x, *qg.pack_q4_groups(q4.qs, q4.scales), out)  # q4 as the model runs it
     # attention with the engine's own KV cache arrays: one short forward per KV format
-    from engine.demo import ensure_demo_checkpoint
-    from engine.model import load_model
-    from engine.warmup import run_question
+    from merlin.engine.demo import ensure_demo_checkpoint
+    from merlin.engine.model import load_model
+    from merlin.engine.warmup import run_question
 
     model = load_model(ensure_demo_checkpoint(), weights="q8", kv="f32")
     for kv in ("f32", "q8"):

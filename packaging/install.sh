@@ -275,19 +275,19 @@ install_venv() {
   pip_constraints | write_file "$constraints" 644
   run "$PREFIX/venv/bin/python" -m pip install -q --upgrade pip
   say "installing Merlin and its Python packages (NumPy, Numba, PySide6, ...)"
-  # editable: the venv runs the code in $PREFIX/src, where the icons (resources/) live too
+  # editable: the venv runs the code in $PREFIX/src, where the icons (src/merlin/resources/) live too
   run "$PREFIX/venv/bin/python" -m pip install --disable-pip-version-check \
     --progress-bar off -c "$constraints" -e "$PREFIX/src[app]"
   # byte-compile now: the users who run Merlin cannot write to $PREFIX/src
-  run "$PREFIX/venv/bin/python" -m compileall -q "$PREFIX/src/engine" "$PREFIX/src/app"
+  run "$PREFIX/venv/bin/python" -m compileall -q "$PREFIX/src/src/merlin"
   run ln -sfn "$PREFIX/venv/bin/merlin" "$BIN/merlin"
   run ln -sfn "$PREFIX/venv/bin/merlin-cli" "$BIN/merlin-cli"
 }
 
 install_desktop() {
   say "desktop entry and icon"
-  if [ "$DRY_RUN" -eq 1 ]; then echo "would copy resources/icons/merlin.svg to $ICON"
-  else install -D -m 644 "$SRC/resources/icons/merlin.svg" "$ICON"; fi
+  if [ "$DRY_RUN" -eq 1 ]; then echo "would copy src/merlin/resources/icons/merlin.svg to $ICON"
+  else install -D -m 644 "$SRC/src/merlin/resources/icons/merlin.svg" "$ICON"; fi
   write_file "$APPS/merlin.desktop" 644 <<EOF
 [Desktop Entry]
 Type=Application

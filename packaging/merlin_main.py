@@ -2,7 +2,7 @@
 
 import sys
 
-from app.main import main
+from merlin.app.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Collect the app's translatable strings into app/i18n/merlin_zh_CN.ts and compile the .qm.
+"""Collect the app's translatable strings into src/merlin/app/i18n/merlin_zh_CN.ts and compile the .qm.
 
-Strings are the literal first arguments of `tr(...)` and `N_(...)` in app/. Existing
+Strings are the literal first arguments of `tr(...)` and `N_(...)` in src/merlin/app/. Existing
 translations are kept; new strings are added as unfinished (Qt Linguist can edit the .ts);
 strings no longer used are dropped. Then pyside6-lrelease writes merlin_zh_CN.qm.
 
@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "app"
+APP = ROOT / "src" / "merlin" / "app"
 TS = APP / "i18n" / "merlin_zh_CN.ts"
 QM = TS.with_suffix(".qm")
 CONTEXT = "Merlin"

@@ -12,20 +12,17 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # converted weights go to a per-run folder, never to the user's cache
 os.environ["MERLIN_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="merlin-weights-")
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REFERENCE_DIRS = sorted(p for p in FIXTURES.glob("ref_*") if (p / "reference.npz").is_file())
-
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
     """The demo checkpoint, built by the real builder into a per-run folder."""
-    from engine.demo import ensure_demo_checkpoint
+    from merlin.engine.demo import ensure_demo_checkpoint
 
     return ensure_demo_checkpoint(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="session")
 def demo_model(demo_dir):
-    from engine.model import load_model
+    from merlin.engine.model import load_model
 
     return load_model(demo_dir)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
+PKG = ROOT / "src" / "merlin"
 
 
 def imported_modules(folder: Path):
@@ -23,8 +24,9 @@ def imported_modules(folder: Path):
 def test_engine_never_imports_qt_or_app():
     bad = [
         (str(p), m)
-        for p, m in imported_modules(ROOT / "engine")
-        if m.split(".")[0] in ("PySide6", "shiboken6", "PyQt5", "PyQt6", "app")
+        for p, m in imported_modules(PKG / "engine")
+        if m.split(".")[0] in ("PySide6", "shiboken6", "PyQt5", "PyQt6")
+        or m.startswith("merlin.app")
     ]
     assert not bad
 
@@ -32,7 +34,7 @@ def test_engine_never_imports_qt_or_app():
 def test_app_does_no_numerics():
     bad = [
         (str(p), m)
-        for p, m in imported_modules(ROOT / "app")
+        for p, m in imported_modules(PKG / "app")
         if m.split(".")[0] in ("numba", "llvmlite")
     ]
     assert not bad
@@ -40,8 +42,9 @@ def test_app_does_no_numerics():
 
 def test_engine_imports_without_qt_loaded():
     code = (
-        "import sys, engine.cli, engine.generate, engine.model, engine.demo; "
-        "print(any(m.startswith(('PySide6', 'app')) for m in sys.modules))"
+        "import sys, merlin.engine.cli, merlin.engine.generate, merlin.engine.model, "
+        "merlin.engine.demo; "
+        "print(any(m.startswith(('PySide6', 'merlin.app')) for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr

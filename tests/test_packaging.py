@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import cpu
-from engine.errors import InputError
+from merlin.engine import cpu
+from merlin.engine.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = ROOT / "packaging" / "install.sh"
@@ -321,7 +321,7 @@ def test_this_machine():
 
 
 def test_cli_info_prints_the_placement(demo_dir, capsys):
-    from engine.cli import main
+    from merlin.engine.cli import main
 
     assert main(["info", "--model", str(demo_dir)]) == 0
     out = capsys.readouterr().out
@@ -334,7 +334,7 @@ def test_cli_info_prints_the_placement(demo_dir, capsys):
 
 
 def test_warmup_formats():
-    from engine.warmup import KV_CHOICES, WEIGHT_CHOICES, parse_formats
+    from merlin.engine.warmup import KV_CHOICES, WEIGHT_CHOICES, parse_formats
 
     assert parse_formats(None, WEIGHT_CHOICES, "q8") == ("q8",)
     assert parse_formats("all", WEIGHT_CHOICES, "f32") == ("f32", "q8", "q4")
@@ -344,7 +344,7 @@ def test_warmup_formats():
 
 
 def test_warmup_plan_covers_every_variant():
-    from engine.warmup import plan
+    from merlin.engine.warmup import plan
 
     labels = [s.label for s in plan(("f32", "q8", "q4"), ("f32", "q8"))]
     text = "\n".join(labels)
@@ -357,7 +357,7 @@ def test_warmup_plan_covers_every_variant():
 
 
 def test_warmup_runs_with_progress(demo_dir, tmp_path, monkeypatch):
-    from engine import warmup
+    from merlin.engine import warmup
 
     monkeypatch.setenv(warmup.ENV_STAMPS, str(tmp_path / "stamps"))
     seen = []
@@ -376,9 +376,9 @@ def test_warmup_runs_with_progress(demo_dir, tmp_path, monkeypatch):
 def test_warmup_child_command(monkeypatch):
     import sys
 
-    from engine.warmup import child_command
+    from merlin.engine.warmup import child_command
 
-    assert child_command("q8", "f32")[1:3] == ["-m", "engine.warmup"]
+    assert child_command("q8", "f32")[1:3] == ["-m", "merlin.engine.warmup"]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     cmd = child_command("q8", "f32")
     assert cmd[0] == sys.executable and cmd[1] == "--warmup" and "--json-progress" in cmd

@@ -1,6 +1,6 @@
 """GUI test helpers and fixtures: a temporary data folder per test, windows on the demo
 checkpoint, typing and waiting like a user. Test modules import the fixtures they use (a
-conftest.py here would shadow tests/conftest.py, which other test modules import by name)."""
+tests/app is on sys.path: pyproject.toml, pythonpath)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def data_dir(tmp_path, monkeypatch):
 
 
 def app_settings(**overrides):
-    from app.settings import AppSettings
+    from merlin.app.settings import AppSettings
 
     values = dict(language="en", max_new_tokens=12, panel_visible=True)
     values.update(overrides)
@@ -38,7 +38,7 @@ def app_settings(**overrides):
 def make_window(qtbot, demo_dir, data_dir):
     """make_window(model=None, wait=True, saved=False, **settings) -> a shown 1280x720
     MainWindow on the demo checkpoint (or `model`), loaded unless wait=False."""
-    from app.window import MainWindow
+    from merlin.app.window import MainWindow
 
     made = []
 

@@ -21,7 +21,7 @@ import tracemalloc
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from engine.errors import MerlinError
+from merlin.engine.errors import MerlinError
 
 SCALE = float(os.environ.get("MERLIN_FUZZ_SCALE", "1"))
 RANDOM = os.environ.get("MERLIN_FUZZ_RANDOM", "") not in ("", "0")

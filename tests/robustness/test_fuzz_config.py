@@ -18,13 +18,13 @@ from fuzzutil import attempt, dumps, fuzz, mutate_bytes, mutate_json, traced, wa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.config import MAX_LAYERS, ModelConfig, load_config, parse_config
-from engine.errors import CheckpointError, InputError, MerlinError
-from engine.memory import estimate_memory
-from engine.model import load_model, read_generation_defaults
-from engine.rope import text_positions
-from engine.tokenizer import Tokenizer
-from engine.vision.preprocess import PIXEL_LIMIT, PreprocessConfig, load_preprocess_config
+from merlin.engine.config import MAX_LAYERS, ModelConfig, load_config, parse_config
+from merlin.engine.errors import CheckpointError, InputError, MerlinError
+from merlin.engine.memory import estimate_memory
+from merlin.engine.model import load_model, read_generation_defaults
+from merlin.engine.rope import text_positions
+from merlin.engine.tokenizer import Tokenizer
+from merlin.engine.vision.preprocess import PIXEL_LIMIT, PreprocessConfig, load_preprocess_config
 
 
 def workspace(demo_dir, dst):

@@ -17,7 +17,7 @@ from fuzzutil import attempt, dumps, fuzz, json_values, mutate_bytes, traced, wa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.checkpoint import (
+from merlin.engine.checkpoint import (
     DTYPES,
     MAX_HEADER_BYTES,
     Checkpoint,
@@ -25,7 +25,7 @@ from engine.checkpoint import (
     save_safetensors,
     to_f32,
 )
-from engine.errors import CheckpointError
+from merlin.engine.errors import CheckpointError
 
 NAMES = ["a", "b", "w.weight", "model.language_model.norm.weight", "x" * 40, "é", ""]
 DIMS = [0, 1, 2, 3, 4, 7, 8, 16]

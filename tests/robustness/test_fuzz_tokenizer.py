@@ -17,8 +17,8 @@ from fuzzutil import attempt, dumps, fuzz, json_values, mutate_bytes, mutate_jso
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.errors import TokenizerError
-from engine.tokenizer import RENDER_SECONDS, Tokenizer
+from merlin.engine.errors import TokenizerError
+from merlin.engine.tokenizer import RENDER_SECONDS, Tokenizer
 
 TEXTS = ["hello <|im_start|>system\nwörld 🙂 日本", "", " ", "\ud800 lone", "a" * 300]
 CHAT = [

@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from engine.errors import InputError
-from engine.vision.preprocess import PreprocessConfig, prepare_image
+from merlin.engine.errors import InputError
+from merlin.engine.vision.preprocess import PreprocessConfig, prepare_image
 
 PRE = PreprocessConfig(min_pixels=32 * 32, max_pixels=128 * 128)  # small: fast cases
 FORMATS = {

@@ -26,13 +26,13 @@ import threading
 import numpy as np
 import pytest
 
-from engine import linear, text
-from engine.generate import Finished, GenerationRequest, Tokens, generate
-from engine.model import load_model
-from engine.prompt import chat_prompt_ids
-from engine.rope import text_positions
-from engine.sampling import SamplingParams
-from engine.speculative import Drafter
+from merlin.engine import linear, text
+from merlin.engine.generate import Finished, GenerationRequest, Tokens, generate
+from merlin.engine.model import load_model
+from merlin.engine.prompt import chat_prompt_ids
+from merlin.engine.rope import text_positions
+from merlin.engine.sampling import SamplingParams
+from merlin.engine.speculative import Drafter
 
 GREEDY = SamplingParams(temperature=0.0)
 N_NEW = 24
@@ -279,7 +279,7 @@ def test_exception_inside_the_engine(demo_dir, references, monkeypatch, module, 
 
 
 def test_exception_in_the_sampler(demo_dir, references, monkeypatch):
-    from engine import generate as gen_module
+    from merlin.engine import generate as gen_module
 
     model = model_for(demo_dir)
     prompt, answer = references["f32", "f32", PROMPTS[1]]
@@ -302,7 +302,7 @@ def test_exception_in_the_sampler(demo_dir, references, monkeypatch):
 # ---- the same through engine.session ------------------------------------------------------------
 
 
-session_mod = pytest.importorskip("engine.session")
+session_mod = pytest.importorskip("merlin.engine.session")
 
 
 def _answer_ids(events):

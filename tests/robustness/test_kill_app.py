@@ -1,6 +1,6 @@
 """kill -9 of the app during generation: nothing the user sent is lost.
 
-The real app (`python -m app.main --script FILE`, see app/scripted.py) runs offscreen on the
+The real app (`python -m merlin.app.main --script FILE`, see app/scripted.py) runs offscreen on the
 demo checkpoint in a fresh data folder, sending one message after each answer and printing
 `SENT <id> <line>` once a message is committed. It is killed with SIGKILL at seeded random
 moments: while it starts, while the model loads (the first message is already stored as
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import DB_NAME, Store
+from merlin.app.store import DB_NAME, Store
 
 REPO = Path(__file__).resolve().parents[2]
 MESSAGES = [
@@ -84,7 +84,15 @@ def start(data: Path, script: Path, demo_dir: Path, env: dict) -> Run:
     stderr = data.parent / f"{data.name}.stderr"
     with open(stderr, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.main", "--model", str(demo_dir), "--script", str(script)],
+            [
+                sys.executable,
+                "-m",
+                "merlin.app.main",
+                "--model",
+                str(demo_dir),
+                "--script",
+                str(script),
+            ],
             cwd=REPO,
             env={**os.environ, **env, "MERLIN_DATA_DIR": str(data), "QT_QPA_PLATFORM": "offscreen"},
             stdout=subprocess.PIPE,

@@ -17,10 +17,10 @@ import time
 import numpy as np
 import pytest
 
-from engine import weight_cache
-from engine.checkpoint import Checkpoint
-from engine.config import load_config
-from engine.kv_cache import KVCache
+from merlin.engine import weight_cache
+from merlin.engine.checkpoint import Checkpoint
+from merlin.engine.config import load_config
+from merlin.engine.kv_cache import KVCache
 
 KILLS = 10  # per kind of file
 
@@ -29,7 +29,7 @@ KILLS = 10  # per kind of file
 SLOW_WRITES = textwrap.dedent(
     """
     import builtins, sys, time
-    import engine.{module} as target
+    import merlin.engine.{module} as target
     real_open = builtins.open
 
     class Slow:
@@ -88,7 +88,7 @@ def test_kill_while_saving_the_weight_cache(demo_dir, tmp_path, seed):
         key = weight_cache.cache_key(ckpt, cfg, "q8")
     script = SLOW_WRITES.format(module="checkpoint") + textwrap.dedent(
         f"""
-        from engine.model import load_model
+        from merlin.engine.model import load_model
         load_model({str(demo_dir)!r}, weights="q8")
         print("DONE", flush=True)
         """
@@ -146,7 +146,7 @@ def test_kill_while_saving_a_kv_cache_file(tmp_path, seed):
     script = SLOW_WRITES.format(module="arrayfile") + textwrap.dedent(
         f"""
         import numpy as np
-        from engine.kv_cache import KVCache
+        from merlin.engine.kv_cache import KVCache
         cache = KVCache(2, 2, 8, 64)
         cache.reserve(50)
         cache.k[...] = 2.0
@@ -158,7 +158,7 @@ def test_kill_while_saving_a_kv_cache_file(tmp_path, seed):
             full = s.chunks
             s.chunks = lambda full=full: (c[..., i : i + 1] if c.ndim else c
                                           for c in full() for i in range(c.shape[-1]))
-        from engine import arrayfile
+        from merlin.engine import arrayfile
         arrayfile.write({str(path)!r}, "merlin-kv", {{"kv": cache.describe(), "version": "new"}},
                         specs)
         print("DONE", flush=True)

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from fuzzutil import traced
 
-from engine import memory
-from engine.config import parse_config
-from engine.errors import CheckpointError, InputError, ResourceError
-from engine.generate import GenerationRequest, generate
-from engine.memory import estimate_for, estimate_memory
-from engine.model import load_model
-from engine.rope import text_positions
-from engine.sampling import SamplingParams
-from engine.vision.encoder import StoredWeight
+from merlin.engine import memory
+from merlin.engine.config import parse_config
+from merlin.engine.errors import CheckpointError, InputError, ResourceError
+from merlin.engine.generate import GenerationRequest, generate
+from merlin.engine.memory import estimate_for, estimate_memory
+from merlin.engine.model import load_model
+from merlin.engine.rope import text_positions
+from merlin.engine.sampling import SamplingParams
+from merlin.engine.vision.encoder import StoredWeight
 
 
 def vision_bytes(model) -> int:
@@ -89,7 +89,7 @@ def test_guard_refuses_before_converting(demo_dir, monkeypatch):
     def no_conversion(*a, **k):
         raise AssertionError("weights converted although the model does not fit")
 
-    monkeypatch.setattr("engine.model.load_text_weights", no_conversion)
+    monkeypatch.setattr("merlin.engine.model.load_text_weights", no_conversion)
     with traced():
         tracemalloc.reset_peak()
         with pytest.raises(ResourceError) as e:
@@ -213,7 +213,7 @@ def test_estimates_for_the_target_models():
 
 
 def test_cli_info_shows_the_estimates(demo_dir, capsys):
-    from engine.cli import main
+    from merlin.engine.cli import main
 
     assert main(["info", "--model", str(demo_dir), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -226,7 +226,7 @@ def test_cli_info_shows_the_estimates(demo_dir, capsys):
 
 
 def test_cli_load_refusal_is_one_clear_line(demo_dir, monkeypatch, capsys):
-    from engine.cli import main
+    from merlin.engine.cli import main
 
     monkeypatch.setenv(memory.ENV_AVAILABLE, "1000000")
     code = main(["generate", "--model", str(demo_dir), "hello", "--max-new-tokens", "2"])

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from faults import full_disk_for_new_files, read_only
 
-from app.store import DB_NAME, Store, StoreError
-from engine import arrayfile
-from engine.arrayfile import FileSaveError
-from engine.generate import Finished
-from engine.sampling import SamplingParams
-from engine.session import SESSION_SUFFIX, STALE_TEMP_SECONDS, Session, SessionStore
+from merlin.app.store import DB_NAME, Store, StoreError
+from merlin.engine import arrayfile
+from merlin.engine.arrayfile import FileSaveError
+from merlin.engine.generate import Finished
+from merlin.engine.sampling import SamplingParams
+from merlin.engine.session import SESSION_SUFFIX, STALE_TEMP_SECONDS, Session, SessionStore
 
 GREEDY = dict(sampling=SamplingParams(temperature=0.0), max_new_tokens=3, ignore_eos=True)
 
@@ -137,8 +137,8 @@ def test_the_app_shows_the_message_and_keeps_the_text(qtbot, demo_dir, tmp_path,
     box, the history is unchanged; with room again the same message is sent."""
     from PySide6.QtCore import Qt
 
-    from app.settings import AppSettings
-    from app.window import MainWindow
+    from merlin.app.settings import AppSettings
+    from merlin.app.window import MainWindow
 
     monkeypatch.setenv("MERLIN_DATA_DIR", str(tmp_path))
     w = MainWindow(

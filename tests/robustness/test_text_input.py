@@ -16,18 +16,18 @@ from fuzzutil import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.errors import InputError
-from engine.generate import Finished
-from engine.prompt import (
+from merlin.engine.errors import InputError
+from merlin.engine.generate import Finished
+from merlin.engine.prompt import (
     MAX_MESSAGE_CHARS,
     build_prompt,
     chat_prompt_ids,
     check_user_text,
     sanitize_user_text,
 )
-from engine.sampling import SamplingParams
-from engine.session import Session
-from engine.tokenizer import Tokenizer, clean_text
+from merlin.engine.sampling import SamplingParams
+from merlin.engine.session import Session
+from merlin.engine.tokenizer import Tokenizer, clean_text
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ GREEDY = dict(sampling=SamplingParams(temperature=0.0), max_new_tokens=3, ignore
 
 
 def test_a_1_mb_paste_in_a_session_is_refused_and_the_chat_goes_on(demo_model):
-    """engine.session checks every user turn (ask, edit, respond): refused before any work,
+    """merlin.engine.session checks every user turn (ask, edit, respond): refused before any work,
     the conversation and its cache unchanged, the next turn answered as usual."""
     paste = "x" * 1_000_000
     session = Session(demo_model)
@@ -202,7 +202,7 @@ def test_a_1_mb_paste_in_the_headless_chat(demo_dir):
     """merlin-cli chat: one clear line for the refused turn, the next turn answered, exit 2."""
     stdin = "x" * 1_000_000 + "\nHello?\n"
     r = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "chat", "--model", str(demo_dir), "--json"]
+        [sys.executable, "-m", "merlin.engine.cli", "chat", "--model", str(demo_dir), "--json"]
         + ["--temperature", "0", "--max-new-tokens", "3", "--ignore-eos"],
         input=stdin,
         capture_output=True,

@@ -17,12 +17,12 @@ from fuzzutil import fuzz, mutate_bytes, watchdog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import checkpoint, weight_cache
-from engine.checkpoint import Checkpoint
-from engine.config import load_config
-from engine.model import load_model
-from engine.rope import text_positions
-from engine.text import TextModel
+from merlin.engine import checkpoint, weight_cache
+from merlin.engine.checkpoint import Checkpoint
+from merlin.engine.config import load_config
+from merlin.engine.model import load_model
+from merlin.engine.rope import text_positions
+from merlin.engine.text import TextModel
 
 
 def run_logits(text_model):
@@ -121,7 +121,7 @@ def test_disk_full_while_saving(demo_dir, fresh_cache, caplog):
     folder, key, previous, previous_bytes = fresh_cache
     part = folder / f"{key}.safetensors.part"
     part.symlink_to("/dev/full")
-    with caplog.at_level(logging.WARNING, logger="engine.weight_cache"):
+    with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
         model = load_model(demo_dir, weights="q8")
     assert np.isfinite(run_logits(model.text)).all()  # the model works from memory
     message = caplog.text
@@ -181,7 +181,7 @@ def test_read_only_folder_while_saving(demo_dir, fresh_cache, monkeypatch, caplo
     folder, key, previous, previous_bytes = fresh_cache
     restore = _read_only(folder, monkeypatch)
     try:
-        with caplog.at_level(logging.WARNING, logger="engine.weight_cache"):
+        with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
             model = load_model(demo_dir, weights="q8")
         assert np.isfinite(run_logits(model.text)).all()
         assert "could not write the weight cache" in caplog.text
@@ -200,7 +200,7 @@ def test_read_only_folder_with_a_damaged_cache_file(demo_dir, fresh_cache, monke
     bad.write_bytes(previous_bytes[:20])
     restore = _read_only(folder, monkeypatch)
     try:
-        with caplog.at_level(logging.WARNING, logger="engine.weight_cache"):
+        with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
             model = load_model(demo_dir, weights="q8")
         assert np.isfinite(run_logits(model.text)).all()
         assert "unusable" in caplog.text
@@ -229,7 +229,7 @@ def test_cache_folder_vanishes_during_eviction(demo_dir, fresh_cache, monkeypatc
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(previous))
 
     monkeypatch.setattr(weight_cache, "evict", evict)
-    with caplog.at_level(logging.WARNING, logger="engine.weight_cache"):
+    with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
         model = load_model(demo_dir, weights="q8")
     assert np.isfinite(run_logits(model.text)).all()
     assert "could not trim the weight cache" in caplog.text

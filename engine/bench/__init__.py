@@ -1,1 +1,0 @@
-"""`python -m engine.bench`: figures as ratios against what this machine does in the same run."""

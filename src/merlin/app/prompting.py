@@ -1,0 +1,65 @@
+"""A conversation from the chat store -> what the engine's Session needs. Qt-free.
+
+This is the one place where the app's settings meet the engine's session API: sampling, max
+new tokens, context budget, speculative decoding mode and K, image pixel budget. When the
+engine's API gains a parameter, it is passed on here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from merlin.engine.sampling import SamplingParams
+from merlin.engine.session import Message, SessionSettings
+from merlin.engine.speculative import SPEC_MODES  # noqa: F401 (the settings dialog lists them)
+
+
+@dataclass
+class Turn:
+    """One message of the conversation as the engine sees it."""
+
+    role: str  # "user" | "assistant"
+    text: str
+    images: list[str] = field(default_factory=list)  # image file paths, in order
+
+
+@dataclass
+class GenerationOptions:
+    system_prompt: str = ""
+    sampling: dict | None = None  # None: the checkpoint's generation_config.json
+    max_new_tokens: int = 512
+    context_budget: int = 8192  # tokens; 0: the model's maximum
+    threads: int = 0  # 0: all
+    spec_mode: str = "auto"
+    spec_k: int = 4
+    max_pixels: int = 0  # 0: the checkpoint's preprocessor_config.json
+
+
+def session_messages(turns: list[Turn]) -> list[Message]:
+    """The stored conversation as engine session messages (images as file paths)."""
+    return [Message(t.role, t.text, list(t.images) if t.role == "user" else []) for t in turns]
+
+
+def session_settings(options: GenerationOptions) -> SessionSettings:
+    return SessionSettings(
+        context_budget=max(0, int(options.context_budget)),
+        max_pixels=options.max_pixels or None,
+    )
+
+
+def sampling_params(model, options: GenerationOptions) -> SamplingParams:
+    if options.sampling is None:
+        return model.defaults.sampling
+    fields = {f.name for f in dataclasses.fields(SamplingParams)}
+    return SamplingParams(**{k: v for k, v in options.sampling.items() if k in fields}).validate()
+
+
+def respond_options(model, options: GenerationOptions) -> dict:
+    """Keyword arguments for engine.session.Session.respond (besides cancel)."""
+    return {
+        "sampling": sampling_params(model, options),
+        "max_new_tokens": max(1, int(options.max_new_tokens)),
+        "spec": options.spec_mode,
+        "spec_k": options.spec_k,
+    }

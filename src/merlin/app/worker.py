@@ -1,0 +1,388 @@
+"""The engine in a QThread: loads models and runs generations off the GUI thread.
+
+The worker owns the loaded Model and one engine Session: the conversation shown, with its KV
+cache and image embeddings, so a follow-up, a regenerate or an edit prefills only what changed.
+The session is saved (engine.session.SessionStore, a size-capped folder) when a turn ends and
+restored when the conversation is opened again; the chat store stays the truth for the text,
+a saved session is only a cache. The GUI never touches the model or the session. Requests
+arrive by queued signals (plain dataclasses), results leave by signals carrying plain engine
+events. Cancellation uses threading.Events the GUI sets directly, because the worker is busy
+when it matters.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from merlin.engine import warmup
+from merlin.engine.errors import MerlinError, ResourceError
+from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
+
+from . import pyside_fixes
+from .prompting import (
+    GenerationOptions,
+    Turn,
+    respond_options,
+    session_messages,
+    session_settings,
+)
+
+pyside_fixes.install()
+log = logging.getLogger(__name__)
+
+SOURCE_DEMO = "demo"
+SOURCE_RANDOM_2B = "random-2b"
+
+
+@dataclass
+class LoadRequest:
+    source: str  # SOURCE_DEMO, SOURCE_RANDOM_2B or a checkpoint folder
+    weights: str = "f32"
+    kv: str = "f32"
+    warm_up: bool = True  # compile (or load cached) kernels now, not at the first question
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the GUI may know about the loaded model (plain values only)."""
+
+    source: str
+    folder: str
+    name: str
+    description: str
+    weights: str
+    kv: str
+    random_weights: bool  # demo or the 2B-shaped random checkpoint: answers are random text
+    vision: bool
+    vision_problem: str
+    max_context: int
+    weight_bytes_per_token: int
+    load_s: float
+
+
+@dataclass
+class GenerationJob:
+    job_id: int
+    turns: list[Turn]  # the whole conversation, ending with the question
+    options: GenerationOptions
+    conversation_id: int | None = None  # the key of its saved session (None: not saved)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class SessionJob:
+    """Make the worker's session the one of this conversation (None: drop it), restoring
+    its saved cache now, while the user reads and types."""
+
+    conversation_id: int | None
+    turns: list[Turn]
+    options: GenerationOptions
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    """What happened to a conversation's saved session (plain values for the GUI)."""
+
+    conversation_id: int
+    action: str  # "restored", "not_restored", "saved" or "not_saved"
+    reason: str = ""  # why not (empty when it worked)
+    tokens: int = 0  # tokens restored or saved
+    file_bytes: int = 0
+
+    @property
+    def restored(self) -> bool:
+        return self.action == "restored"
+
+
+class _LoadCancelled(Exception):
+    pass
+
+
+def describe_source(source: str) -> str:
+    if source == SOURCE_DEMO:
+        return "Merlin demo (random weights)"
+    if source == SOURCE_RANDOM_2B:
+        return "Qwen3-VL-2B shapes (random weights)"
+    return source.rstrip("/").split("/")[-1] or source
+
+
+class EngineWorker(QObject):
+    """Lives in the engine thread.
+
+    sig_load_progress(float, str): loading progress 0..1 and the phase.
+    sig_loaded(object): a ModelInfo; the new model is in use.
+    sig_load_failed(str): loading failed (the previous model, if any, stays in use).
+    sig_load_cancelled(): the user cancelled loading (the previous model stays in use).
+    sig_event(int, object): job id, one engine event (PrefillDone, Tokens, Finished).
+    sig_failed(int, str): job id, why the generation failed (a message for the user).
+    sig_job_done(int): job id; the worker is free again.
+    sig_session(object): a SessionReport (a saved session was restored or not, saved or not).
+    """
+
+    sig_load_progress = Signal(float, str)
+    sig_loaded = Signal(object)
+    sig_load_failed = Signal(str)
+    sig_load_cancelled = Signal()
+    sig_event = Signal(int, object)
+    sig_failed = Signal(int, str)
+    sig_job_done = Signal(int)
+    sig_session = Signal(object)
+
+    def __init__(
+        self, sessions_folder: Path | str | None = None, cap_bytes: int = DEFAULT_STORE_CAP
+    ):
+        """sessions_folder: where conversations' sessions are saved (None: never saved)."""
+        super().__init__()
+        self._model = None
+        self._session: Session | None = None
+        self._session_key: int | None = None
+        self._store = SessionStore(sessions_folder, cap_bytes) if sessions_folder else None
+
+    # ---- loading -------------------------------------------------------------------------
+
+    @Slot(object)
+    def load(self, request: LoadRequest) -> None:
+        from merlin.engine.model import load_model
+
+        def progress(fraction: float, phase: str) -> None:
+            if request.cancel.is_set():
+                raise _LoadCancelled
+            self.sig_load_progress.emit(float(fraction), phase)
+
+        self._drop_session()  # it was saved when its turn ended; free its KV cache now
+        try:
+            progress(0.0, "finding the checkpoint")
+            folder = self._resolve(request.source, progress)
+            base = 0.02
+            if request.warm_up and not warmup.is_warm(request.weights, request.kv):
+                # compile first, in a child (engine.warmup): compiling holds the GIL and
+                # would freeze the window; loading quantizes with the same kernels
+                base = 0.4
+                warmup.warm_up_in_child(
+                    request.weights,
+                    request.kv,
+                    lambda f, phase: progress(
+                        0.01 + 0.39 * f, f"compiling kernels (first start only): {phase}"
+                    ),
+                    request.cancel,
+                )
+            model = load_model(
+                folder,
+                weights=request.weights,
+                kv=request.kv,
+                progress=lambda f, phase: progress(base + (0.9 - base) * f, phase),
+            )
+            if request.warm_up:
+                self._warm_up(model, progress)
+            progress(1.0, "ready")
+        except (_LoadCancelled, warmup.WarmupCancelled):
+            self.sig_load_cancelled.emit()
+            return
+        except ResourceError as e:
+            self.sig_load_failed.emit(f"not enough memory. {e}")
+            return
+        except MerlinError as e:
+            self.sig_load_failed.emit(str(e))
+            return
+        except MemoryError:
+            self.sig_load_failed.emit(
+                "not enough memory for this model. Choose q8 or q4 weights, or a smaller model."
+            )
+            return
+        except Exception as e:  # an engine bug: report it, keep the app alive
+            traceback.print_exc()
+            self.sig_load_failed.emit(f"loading failed unexpectedly ({type(e).__name__}: {e}).")
+            return
+        self._model = model
+        vision = model.vision
+        self.sig_loaded.emit(
+            ModelInfo(
+                source=request.source,
+                folder=str(model.folder),
+                name=describe_source(request.source),
+                description=model.config.describe(),
+                weights=model.weights_fmt,
+                kv=model.kv_fmt,
+                random_weights=request.source in (SOURCE_DEMO, SOURCE_RANDOM_2B)
+                or _is_random_checkpoint(model.folder),
+                vision=bool(vision and vision.available),
+                vision_problem=(vision.problem or "") if vision else "",
+                max_context=model.max_context,
+                weight_bytes_per_token=model.bytes_per_token,
+                load_s=model.load_s,
+            )
+        )
+
+    @staticmethod
+    def _resolve(source: str, progress) -> str:
+        from merlin.engine import demo
+
+        if source == SOURCE_DEMO or not source:
+            return str(demo.ensure_demo_checkpoint())
+        if source == SOURCE_RANDOM_2B:
+            folder = demo.random_checkpoint_dir(demo.QWEN3VL_2B)
+            if not (folder / "model.safetensors").is_file():
+                progress(0.01, "building the 2B-shaped random checkpoint (first time only)")
+            return str(demo.ensure_random_checkpoint(demo.QWEN3VL_2B))
+        return source
+
+    @staticmethod
+    def _warm_up(model, progress) -> None:
+        """Run every kernel once so Numba compiles them (or loads its disk cache) now."""
+        from merlin.engine.generate import GenerationRequest, generate
+        from merlin.engine.sampling import SamplingParams
+
+        progress(0.94, "compiling kernels (first start only)")
+        ids = model.tokenizer.encode_text("Hello")
+        greedy = SamplingParams(temperature=0.0)
+        request = GenerationRequest(
+            prompt_ids=ids, sampling=greedy, max_new_tokens=2, ignore_eos=True
+        )
+        for _ in generate(model, request, max_context=64):
+            pass
+        if model.vision is not None and model.vision.available:
+            # an image prompt and two decode steps after it (3D positions, rope delta)
+            progress(0.96, "compiling the vision kernels (first start only)")
+            from PIL import Image
+
+            from merlin.engine.prompt import build_prompt
+            from merlin.engine.vision import prepare_pil
+
+            cfg = model.vision.preprocess.with_max_pixels(model.vision.preprocess.factor**2 * 4)
+            image = prepare_pil(Image.new("RGB", (64, 64), (128, 128, 128)), cfg, "warm-up")
+            prompt = build_prompt(model.tokenizer, model.config, "Hi", [image])
+            request = GenerationRequest(
+                prompt_ids=prompt.ids, sampling=greedy, max_new_tokens=2, ignore_eos=True,
+                images=prompt.images, positions=prompt.positions, rope_delta=prompt.rope_delta,
+            )  # fmt: skip
+            for _ in generate(model, request, max_context=len(prompt.ids) + 8):
+                pass
+
+    # ---- sessions ------------------------------------------------------------------------
+
+    def _drop_session(self) -> None:
+        self._session, self._session_key = None, None
+
+    def _session_for(self, key: int | None, turns: list[Turn], options: GenerationOptions):
+        """The session of conversation `key` with these settings: the one in memory, or a new
+        one whose cache is restored from its saved file when that file fits this model."""
+        s = self._session
+        if s is not None and s.model is self._model and self._session_key == key:
+            s.set_system(options.system_prompt)
+            s.settings.max_pixels = options.max_pixels or None
+            if s.settings.context_budget != max(0, int(options.context_budget)):
+                s.set_context_budget(max(0, int(options.context_budget)))
+            return s
+        self._drop_session()
+        s = Session(self._model, options.system_prompt, session_settings(options))
+        if key is not None and self._store is not None:
+            # the messages first: the restore then keeps which old turns were left out
+            s.set_messages(session_messages(turns))
+            r = self._store.restore(s, str(key))
+            action = "restored" if r.restored else "not_restored"
+            self.sig_session.emit(SessionReport(key, action, r.reason, r.tokens, r.file_bytes))
+        self._session, self._session_key = s, key
+        return s
+
+    def _save_session(self) -> None:
+        s, key = self._session, self._session_key
+        if s is None or key is None or self._store is None or self._store.cap_bytes <= 0:
+            return
+        try:
+            r = self._store.save(s, str(key))
+        except Exception as e:  # the chat is in the store; a lost cache only costs time
+            log.warning("the session of chat %s was not saved: %s", key, e)
+            return
+        action = "saved" if r.saved else "not_saved"
+        self.sig_session.emit(
+            SessionReport(key, action, r.reason, s.cached_tokens if r.saved else 0, r.file_bytes)
+        )
+
+    @Slot(object)
+    def prepare(self, job: SessionJob) -> None:
+        """The conversation shown changed (or a model loaded): switch sessions now."""
+        if self._model is None:
+            return
+        if job.conversation_id is None:
+            self._drop_session()
+            return
+        try:
+            self._session_for(job.conversation_id, job.turns, job.options)
+        except MerlinError as e:  # e.g. an image file is gone: the next turn says so
+            log.info("chat %s: session not prepared: %s", job.conversation_id, e)
+            self._drop_session()
+        except Exception:
+            traceback.print_exc()
+            self._drop_session()
+
+    @Slot(object)
+    def forget(self, conversation_id: int) -> None:
+        """The conversation was deleted: its session goes too (in memory and on disk)."""
+        if self._session_key == conversation_id:
+            self._drop_session()
+        if self._store is not None:
+            self._store.delete(str(conversation_id))
+
+    @Slot(object)
+    def set_session_cap(self, cap_bytes: int) -> None:
+        """A new disk limit for saved sessions (0: none are kept); evicts at once."""
+        if self._store is not None:
+            self._store.set_cap(max(0, int(cap_bytes)))
+
+    # ---- generation ----------------------------------------------------------------------
+
+    @Slot(object)
+    def generate(self, job: GenerationJob) -> None:
+        from merlin.engine.generate import Finished
+        from merlin.engine.threads import set_threads
+
+        try:
+            if self._model is None:
+                self.sig_failed.emit(job.job_id, "no model is loaded yet.")
+                return
+            if job.cancel.is_set():
+                self.sig_event.emit(job.job_id, Finished("cancelled", {"generated_tokens": 0}))
+                return
+            set_threads(job.options.threads or None)
+            session = self._session_for(job.conversation_id, job.turns, job.options)
+            events = session.respond(
+                session_messages(job.turns),
+                cancel=job.cancel,
+                **respond_options(self._model, job.options),
+            )
+            ended = False
+            for event in events:
+                self.sig_event.emit(job.job_id, event)
+                ended = ended or isinstance(event, Finished)
+            if ended:  # finished or stopped: the next answer starts from here, even later
+                self._save_session()
+        except MerlinError as e:
+            self.sig_failed.emit(job.job_id, str(e))
+        except MemoryError:
+            self._drop_session()
+            self.sig_failed.emit(job.job_id, "out of memory while answering.")
+        except Exception as e:
+            traceback.print_exc()
+            self._drop_session()  # an engine bug: start the next turn from a clean session
+            self.sig_failed.emit(
+                job.job_id, f"the engine failed unexpectedly ({type(e).__name__}: {e})."
+            )
+        finally:
+            self.sig_job_done.emit(job.job_id)
+
+
+def _is_random_checkpoint(folder) -> bool:
+    from merlin.engine import demo
+
+    try:
+        name = str(folder)
+        return any(spec.name in name for spec in (demo.DEMO, demo.QWEN3VL_2B))
+    except Exception:
+        return False

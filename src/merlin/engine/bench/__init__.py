@@ -1,0 +1,1 @@
+"""`python -m merlin.engine.bench`: figures as ratios against what this machine does in the same run."""

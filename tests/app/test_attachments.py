@@ -1,0 +1,161 @@
+"""Images in: drop anywhere, paste, the attach list; bad input of every kind reported inline,
+and nothing the user typed is lost."""
+
+import warnings
+
+from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
+from PySide6.QtWidgets import QApplication
+
+from merlin.app.model_dialog import ModelChoice, ModelDialog, folder_problem
+
+
+def png(path, w=96, h=64, color="#3A6EA5"):
+    image = QImage(w, h, QImage.Format_RGB32)
+    image.fill(QColor(color))
+    assert image.save(str(path), "PNG")
+    return path
+
+
+def drop(window, target, *paths):
+    """A drag-and-drop of local files onto `target` (a widget somewhere in the window): the
+    events go to the target and travel up to the first widget that takes drops."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    pos = target.rect().center()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        enter = QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(target, enter)
+    assert enter.isAccepted()
+    event = QDropEvent(QPointF(pos), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(target, event)
+    assert event.isAccepted()
+
+
+def stored(window):
+    return window.store.messages(window.controller.current_id)
+
+
+def test_dropped_image_is_attached_sent_and_answered(qtbot, make_window, tmp_path):
+    w = make_window()
+    drop(w, w.chat.viewport(), png(tmp_path / "lake.png"))
+    assert [a.name for a in w.composer.attachments()] == ["lake.png"]
+    assert w.composer.chip_row.isVisibleTo(w)
+    send(qtbot, w, "What is in the picture?")
+    rows = stored(w)
+    assert [i.name for i in rows[0].images] == ["lake.png"]
+    assert rows[1].state == "done", rows[1].stats
+    assert w.stats.vision_ms > 0  # the vision encoder ran
+    user = w.chat.messages()[0]
+    assert user.thumb_row.isVisibleTo(w) and len(user.image_paths) == 1
+    assert w.composer.attachments() == []  # sent: the attach list is empty again
+
+
+def test_pasted_image_is_attached_and_removable(qtbot, make_window):
+    w = make_window()
+    image = QImage(80, 80, QImage.Format_RGB32)
+    image.fill(QColor("#F58518"))
+    QGuiApplication.clipboard().setImage(image)
+    w.composer.edit.setFocus()
+    w.composer.edit.paste()
+    assert len(w.composer.attachments()) == 1
+    QGuiApplication.clipboard().setImage(image)
+    qtbot.keyClick(w.composer.edit, Qt.Key_V, Qt.ControlModifier)
+    assert len(w.composer.attachments()) == 2
+    chip = w.composer.chips.itemAt(0).widget()
+    qtbot.mouseClick(chip.remove, Qt.LeftButton)
+    assert len(w.composer.attachments()) == 1
+    send(qtbot, w, "and this one?")
+    assert len(stored(w)[0].images) == 1 and stored(w)[1].state == "done"
+
+
+def test_bad_files_get_a_message_and_the_text_stays(qtbot, make_window, tmp_path):
+    w = make_window()
+    w.composer.set_text("my question, typed before the drop")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    drop(w, w.chat.viewport(), notes)
+    assert w.composer.attachments() == []
+    assert "not an image" in w.composer.notice.text()
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 50)
+    drop(w, w.composer.edit, broken)
+    assert w.composer.attachments() == []
+    assert "broken.png" in w.composer.notice.text()
+    assert "damaged" in w.composer.notice.text() or "could not be read" in w.composer.notice.text()
+    drop(w, w.chat.viewport(), tmp_path)  # a folder
+    assert "folder" in w.composer.notice.text()
+    assert w.composer.text() == "my question, typed before the drop"
+    assert w.composer.notice.isVisibleTo(w)
+
+
+def test_engine_error_is_shown_and_the_app_keeps_working(qtbot, make_window):
+    w = make_window(context_budget=8)  # the prompt cannot fit: the engine refuses it
+    send(qtbot, w, "a question that does not fit")
+    rows = stored(w)
+    assert rows[0].text == "a question that does not fit"  # kept
+    assert rows[1].state == "error"
+    answer = w.chat.messages()[-1]
+    assert "context" in answer.note.text() and answer.note.isVisibleTo(w)
+    assert w.notice_banner.isVisibleTo(w) and "failed" in w.notice_banner.text()
+    w.settings.context_budget = 4096
+    qtbot.mouseClick(answer.regenerate_button, Qt.LeftButton)
+    wait_idle(qtbot, w)
+    assert stored(w)[-1].state == "done"
+
+
+def test_unexpected_engine_exception_is_shown(qtbot, make_window, monkeypatch):
+    from merlin.app import worker
+
+    w = make_window()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(worker, "respond_options", boom)
+    send(qtbot, w, "hello")
+    assert stored(w)[-1].state == "error"
+    assert "kernel exploded" in w.chat.messages()[-1].note.text()
+    monkeypatch.undo()
+    send(qtbot, w, "hello again")
+    assert stored(w)[-1].state == "done"
+    assert [r.text for r in stored(w) if r.role == "user"] == ["hello", "hello again"]
+
+
+def test_folder_that_is_not_a_checkpoint(qtbot, make_window, tmp_path):
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("hi")
+    w = make_window(model=str(folder))
+    assert w.controller.model is None
+    text = w.model_banner.text()
+    assert "Could not load the model" in text and "config.json" in text
+    send(qtbot, w, "typed with no model", wait=False)
+    assert stored(w)[0].text == "typed with no model"  # saved, answered once a model loads
+    assert "waiting" in w.chat.messages()[0].status.text()
+    assert folder_problem(str(folder)).startswith(str(folder))
+    dialog = ModelDialog(ModelChoice("demo", "f32", "f32"), [], found=[], parent=w)
+    dialog.select_folder(str(folder))
+    assert not dialog.buttons.button(dialog.buttons.StandardButton.Ok).isEnabled()
+    assert "config.json" in dialog.problem.text()
+    dialog.list.setCurrentRow(0)
+    assert dialog.buttons.button(dialog.buttons.StandardButton.Ok).isEnabled()
+    assert dialog.choice().source == "demo"
+    dialog.deleteLater()
+    # loading a good model answers the waiting message
+    w.controller.load_model(w.controller.loading.source if w.controller.loading else "demo")
+    qtbot.waitUntil(lambda: len(stored(w)) == 2 and not w.controller.busy, timeout=120_000)
+    assert stored(w)[1].state == "done"
+
+
+def test_load_can_be_cancelled_and_the_previous_model_stays(qtbot, make_window, demo_dir):
+    w = make_window()
+    first = w.controller.model
+    w.controller.load_model(str(demo_dir), "q8", "q8")
+    w.controller.cancel_load()
+    qtbot.waitUntil(lambda: w.controller.loading is None, timeout=120_000)
+    assert w.controller.model is first or w.controller.model.weights == "q8"
+    send(qtbot, w, "still works?")
+    assert stored(w)[-1].state == "done"

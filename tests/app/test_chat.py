@@ -1,0 +1,162 @@
+"""The chat on the real engine and the demo checkpoint: send, stream, stop, regenerate, edit,
+restart from SQLite, queueing while loading, the conversation list."""
+
+from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QInputMethodEvent
+
+from merlin.app.store import Store
+
+
+def stored(window):
+    return [(r.role, r.text, r.state) for r in window.store.messages(window.controller.current_id)]
+
+
+def test_send_text_streams_an_answer_and_stores_both(qtbot, make_window):
+    w = make_window()
+    assert w.controller.model is not None
+    assert "random" in w.model_banner.text()  # the demo says its answers are random text
+    qtbot.keyClicks(w.composer.edit, "Hello, Merlin")
+    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
+    assert w.composer.text() == ""  # taken only once it was committed
+    assert w.controller.busy
+    wait_idle(qtbot, w)
+    rows = stored(w)
+    assert rows[0] == ("user", "Hello, Merlin", "done")
+    assert rows[1][0] == "assistant" and rows[1][1] and rows[1][2] == "done"
+    widgets = w.chat.messages()
+    assert [m.role for m in widgets] == ["user", "assistant"]
+    assert widgets[1].text == rows[1][1]
+    assert "tokens" in widgets[1].status.text()
+    assert w.conversations.titles() == ["Hello, Merlin"]
+    assert w.windowTitle().startswith("Hello, Merlin")
+
+
+def test_shift_enter_and_input_method_enter_do_not_send(qtbot, make_window):
+    w = make_window()
+    edit = w.composer.edit
+    qtbot.keyClicks(edit, "line one")
+    qtbot.keyClick(edit, Qt.Key_Return, Qt.ShiftModifier)
+    qtbot.keyClicks(edit, "line two")
+    assert w.composer.text() == "line one\nline two"
+    # pinyin: while a candidate is being composed, Enter only confirms it
+    edit.inputMethodEvent(QInputMethodEvent("ni", []))
+    assert edit.composing
+    qtbot.keyClick(edit, Qt.Key_Return)
+    assert not w.controller.busy and w.chat.messages() == []
+    commit = QInputMethodEvent()
+    commit.setCommitString("你")
+    edit.inputMethodEvent(commit)
+    assert not edit.composing
+    assert w.composer.text().endswith("你")
+    qtbot.keyClick(edit, Qt.Key_Return)
+    assert w.controller.busy
+    wait_idle(qtbot, w)
+    assert stored(w)[0][1] == "line one\nline two你"
+
+
+def test_stop_keeps_what_was_produced(qtbot, make_window):
+    w = make_window(max_new_tokens=100_000, use_model_sampling=False, temperature=0.0)
+    send(qtbot, w, "Tell me a very long story.", wait=False)
+    answer = w.chat.messages()[-1]
+    qtbot.waitUntil(lambda: len(answer.text) > 20, timeout=60_000)
+    qtbot.keyClick(w.composer.edit, Qt.Key_Escape)
+    wait_idle(qtbot, w)
+    role, text, state = stored(w)[-1]
+    assert state == "stopped" and text and text == answer.text
+    assert "stopped" in answer.status.text()
+    # the app keeps working after a stop
+    w.settings.max_new_tokens = 8
+    send(qtbot, w, "And now?")
+    assert stored(w)[-1][2] == "done"
+
+
+def test_regenerate_replaces_the_last_answer(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "Say something")
+    first = w.chat.messages()[-1]
+    assert first.regenerate_button.isVisibleTo(w)
+    old_id = first.message_id
+    qtbot.mouseClick(first.regenerate_button, Qt.LeftButton)
+    assert w.controller.busy
+    wait_idle(qtbot, w)
+    rows = w.store.messages(w.controller.current_id)
+    assert [r.role for r in rows] == ["user", "assistant"]
+    assert rows[1].id != old_id and rows[1].state == "done"
+    assert [m.message_id for m in w.chat.messages()] == [r.id for r in rows]
+
+
+def test_edit_reruns_from_the_edited_message_after_confirmation(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "first question")
+    send(qtbot, w, "second question")
+    assert len(stored(w)) == 4
+    asked = []
+    w.controller.ask = lambda title, text: asked.append(text) or False
+    w.composer.set_text("a draft I was writing")
+    first_user = w.chat.messages()[0]
+    qtbot.mouseClick(first_user.edit_button, Qt.LeftButton)
+    assert w.composer.editing and w.composer.text() == "first question"
+    w.composer.set_text("first question, edited")
+    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
+    assert asked and "3 message" in asked[0]
+    assert len(stored(w)) == 4  # refused: nothing replaced, nothing lost
+    assert w.composer.text() == "first question, edited"
+    w.controller.ask = lambda title, text: True
+    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
+    wait_idle(qtbot, w)
+    rows = stored(w)
+    assert [r[:2] for r in rows][0] == ("user", "first question, edited")
+    assert [r[0] for r in rows] == ["user", "assistant"]
+    assert not w.composer.editing
+    # cancelling an edit gives the draft back
+    w.composer.set_text("my draft")
+    qtbot.mouseClick(w.chat.messages()[0].edit_button, Qt.LeftButton)
+    w.composer.cancel_edit()
+    assert w.composer.text() == "my draft"
+
+
+def test_restart_restores_the_conversation_from_sqlite(qtbot, make_window, data_dir):
+    w = make_window()
+    send(qtbot, w, "remember this")
+    before = stored(w)
+    cid = w.controller.current_id
+    w.close()
+    w2 = make_window(saved=True)
+    assert w2.controller.current_id == cid
+    assert stored(w2) == before
+    assert [m.text for m in w2.chat.messages()] == [r[1] for r in before]
+    assert w2.conversations.titles() == ["remember this"]
+    assert Store(data_dir).messages(cid)[0].text == "remember this"
+
+
+def test_message_typed_while_loading_is_queued_not_lost(qtbot, make_window):
+    w = make_window(wait=False)
+    assert w.controller.loading is not None
+    send(qtbot, w, "queued question", wait=False)
+    assert w.composer.text() == ""
+    assert stored(w)[0][:2] == ("user", "queued question")  # committed before any answer
+    qtbot.waitUntil(lambda: len(stored(w)) == 2 and not w.controller.busy, timeout=120_000)
+    assert stored(w)[1][2] == "done"
+
+
+def test_conversation_list_new_rename_search_delete(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "about boats")
+    qtbot.keyClick(w, Qt.Key_N, Qt.ControlModifier)
+    assert w.chat.messages() == [] and w.controller.current_id is None
+    send(qtbot, w, "about cats")
+    assert w.conversations.titles() == ["about cats", "about boats"]
+    boats = w.store.conversations("boats")[0].id
+    w.conversations.sig_rename_requested.emit(boats, "Lake trip")
+    assert w.conversations.titles() == ["about cats", "Lake trip"]
+    w.conversations.search.setText("lake")
+    assert w.conversations.titles() == ["Lake trip"]
+    w.conversations.search.setText("")
+    w.conversations.select(boats)
+    w.controller.open_conversation(boats)
+    assert w.chat.messages()[0].text == "about boats"
+    w.ask = lambda title, text: True
+    w.delete_conversation(boats)
+    assert w.conversations.titles() == ["about cats"]
+    assert w.controller.current_id is None

@@ -1,0 +1,181 @@
+"""Translations, settings, the model finder, prompt building, layering, the screenshot."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QImage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_translations_are_complete_and_compiled():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "update_translations.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_settings_roundtrip_and_bad_values(tmp_path):
+    from merlin.app.settings import AppSettings, load_settings, save_settings
+
+    qs = QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
+    s = AppSettings(
+        temperature=0.3,
+        top_k=7,
+        spec_mode="off",
+        system_prompt="Be brief.",
+        use_model_sampling=False,
+        panel_visible=False,
+    )
+    save_settings(s, qs)
+    back = load_settings(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    assert back == s
+    qs.setValue("top_k", "not a number")
+    qs.setValue("spec_mode", "sometimes")
+    qs.sync()
+    back = load_settings(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    assert back.top_k == AppSettings().top_k and back.spec_mode == "auto"
+    opts = s.generation_options()
+    assert opts.sampling["temperature"] == 0.3 and opts.spec_mode == "off"
+    assert AppSettings().generation_options().sampling is None  # the checkpoint's defaults
+
+
+def test_settings_dialog_edits_a_copy(qtbot):
+    from merlin.app.settings import AppSettings, SettingsDialog
+
+    s = AppSettings()
+    d = SettingsDialog(s)
+    qtbot.addWidget(d)
+    d.max_new.setValue(77)
+    d.spec_mode.setCurrentIndex(d.spec_mode.findData("on"))
+    d.spec_k.setValue(6)
+    d.language.setCurrentIndex(d.language.findData("zh_CN"))
+    r = d.result_settings()
+    assert (r.max_new_tokens, r.spec_mode, r.spec_k, r.language) == (77, "on", 6, "zh_CN")
+    assert s.max_new_tokens == AppSettings().max_new_tokens
+
+
+def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
+    from merlin.app.hf_scan import find_checkpoints
+
+    def snapshot(repo, config, weights=True):
+        snap = tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc123"
+        snap.mkdir(parents=True)
+        (snap / "config.json").write_text(json.dumps(config))
+        if weights:
+            (snap / "model.safetensors").write_bytes(b"")
+            (snap / "tokenizer.json").write_text("{}")
+        return snap
+
+    good = snapshot("Qwen/Qwen3-VL-2B-Instruct", {"model_type": "qwen3_vl"})
+    snapshot(
+        "Qwen/Qwen3-VL-8B-Instruct",
+        {"architectures": ["Qwen3VLForConditionalGeneration"]},
+        weights=False,
+    )
+    snapshot("other/llama", {"model_type": "llama"})
+    (tmp_path / "models--broken" / "snapshots" / "x").mkdir(parents=True)
+    (tmp_path / "models--broken" / "snapshots" / "x" / "config.json").write_text("{not json")
+    found = find_checkpoints([tmp_path, tmp_path / "missing"])
+    assert [(f.name, f.complete) for f in found] == [
+        ("Qwen/Qwen3-VL-2B-Instruct", True),
+        ("Qwen/Qwen3-VL-8B-Instruct", False),
+    ]
+    assert found[0].path == good
+
+
+def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
+    from merlin.app.prompting import (
+        GenerationOptions,
+        Turn,
+        respond_options,
+        session_messages,
+        session_settings,
+    )
+    from merlin.engine.session import Session
+
+    image = QImage(64, 48, QImage.Format_RGB32)
+    image.fill(0x336699)
+    path = tmp_path / "a.png"
+    image.save(str(path))
+    turns = [
+        Turn("user", "what is this?", [str(path)]),
+        Turn("assistant", "a blue square"),
+        Turn("user", "and now?", [str(path)]),
+    ]
+    messages = session_messages(turns)
+    assert [(m.role, m.text, m.images) for m in messages] == [
+        ("user", "what is this?", [str(path)]),
+        ("assistant", "a blue square", []),
+        ("user", "and now?", [str(path)]),
+    ]
+    opts = GenerationOptions(system_prompt="Be brief.", max_new_tokens=5, context_budget=2048)
+    settings = session_settings(opts)
+    assert settings.context_budget == 2048 and settings.max_pixels is None
+    kwargs = respond_options(demo_model, opts)
+    assert kwargs["max_new_tokens"] == 5
+    assert kwargs["sampling"] == demo_model.defaults.sampling
+    assert (kwargs["spec"], kwargs["spec_k"]) == (opts.spec_mode, opts.spec_k)
+    session = Session(demo_model, opts.system_prompt, settings)
+    events = list(session.respond(messages, **kwargs))
+    prefill = next(e for e in events if type(e).__name__ == "PrefillDone")
+    # both user turns carry the same picture: encoded once, its pads expanded twice
+    assert prefill.n_tokens > 2 * session.messages[0].images[0].n_tokens
+    assert session.budget == 2048
+    opts.sampling = {
+        "temperature": 0.0,
+        "top_k": 1,
+        "top_p": 1.0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+    }
+    assert respond_options(demo_model, opts)["sampling"].greedy
+
+
+def test_qt_free_modules_import_without_qt():
+    code = (
+        "import sys, merlin.app.store, merlin.app.markdown, merlin.app.mathtext, "
+        "merlin.app.perf_stats, merlin.app.prompting, merlin.app.hf_scan; "
+        "print(any(m.startswith(('PySide6', 'shiboken6')) for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_pyside_none_leak_is_guarded():
+    from merlin.app import pyside_fixes
+
+    pyside_fixes.install()
+    if sys.version_info < (3, 12) and pyside_fixes.none_refcount_leak() > 0:
+        assert sys.getrefcount(None) > pyside_fixes.NONE_GUARD // 2
+
+
+def test_demo_screenshot_command(demo_dir, tmp_path):
+    out = tmp_path / "shot.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "merlin.app.main",
+            "--demo-screenshot",
+            str(out),
+            "--model",
+            str(demo_dir),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    image = QImage(str(out))
+    assert (image.width(), image.height()) == (1280, 720)

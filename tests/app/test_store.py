@@ -1,0 +1,120 @@
+"""The chat store: schema, durability rules, recovery, images. Qt-free."""
+
+import sqlite3
+
+import pytest
+
+from merlin.app import store as store_module
+from merlin.app.store import DB_NAME, SCHEMA_VERSION, ImageRef, Store, StoreError
+
+
+def test_conversation_roundtrip_and_search(tmp_path):
+    store = Store(tmp_path)
+    a = store.create_conversation("Boats")
+    b = store.create_conversation("Cats")
+    m1 = store.add_message(a, "user", "how many boats?")
+    m2 = store.add_message(a, "assistant", "", state="streaming")
+    store.update_message(m2, "two", state="done", stats={"tokens": 1})
+    store.add_message(b, "user", "a cat 100% orange_ish")
+    rows = store.messages(a)
+    assert [(r.role, r.text, r.state) for r in rows] == [
+        ("user", "how many boats?", "done"),
+        ("assistant", "two", "done"),
+    ]
+    assert rows[1].stats == {"tokens": 1}
+    assert [c.title for c in store.conversations()] == ["Cats", "Boats"]  # newest first
+    assert [c.title for c in store.conversations("boats")] == ["Boats"]  # matches text too
+    assert [c.title for c in store.conversations("100%")] == ["Cats"]  # LIKE escaped
+    assert store.conversations("0%_") == []
+    store.rename_conversation(a, "Lake")
+    assert store.conversation(a).title == "Lake"
+    assert store.delete_messages_from(a, m2) == 1
+    assert [r.id for r in store.messages(a)] == [m1]
+    store.delete_conversation(b)
+    assert [c.id for c in store.conversations()] == [a]
+    store.close()
+
+
+def test_wal_commits_never_wait_for_the_disk_and_schema_version(tmp_path):
+    store = Store(tmp_path)
+    assert store.schema_version == SCHEMA_VERSION
+    db = store._db
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # NORMAL: a commit does not fsync in the caller's (GUI) thread, nor does it checkpoint
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    store.close()
+
+
+def test_commits_reach_the_disk_in_the_background(tmp_path, monkeypatch):
+    """The syncer syncs the WAL after commits and checkpoints a large one into the database
+    file: with every WAL 'large', after sync() the database file alone, without its WAL,
+    holds every committed row."""
+    monkeypatch.setattr(store_module, "CHECKPOINT_BYTES", 0)
+    store = Store(tmp_path)
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "sent")
+    aid = store.add_message(cid, "assistant", "", state="streaming")
+    for n in range(1, 20):
+        store.update_message(aid, "word " * n)
+    assert store.sync(timeout=30)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / DB_NAME).write_bytes((tmp_path / DB_NAME).read_bytes())  # no -wal file
+    rows = Store(copy).messages(cid)
+    assert [r.text for r in rows] == ["sent", "word " * 19]
+    store.close()
+
+
+def test_committed_message_survives_an_abandoned_connection(tmp_path):
+    """What a crash leaves: the process dies without close(); committed rows are there."""
+    store = Store(tmp_path)
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "sent before the crash")
+    aid = store.add_message(cid, "assistant", "", state="streaming")
+    store.update_message(aid, "half an ans")
+    # no close(): a second connection (the next start) sees everything committed
+    again = Store(tmp_path)
+    rows = again.messages(cid)
+    assert rows[0].text == "sent before the crash"
+    assert rows[1].text == "half an ans" and rows[1].state == "interrupted"
+    assert again.interrupted == 1
+
+
+def test_images_are_content_addressed_and_collected(tmp_path):
+    store = Store(tmp_path)
+    src = tmp_path / "pic.png"
+    src.write_bytes(b"\x89PNG fake bytes")
+    ref = store.import_image(src)
+    assert ref == store.import_image(src)  # same content, same file
+    assert store.image_path(ref).read_bytes() == src.read_bytes()
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "look", [ref, ImageRef(ref.sha256, ref.ext, "again.png")])
+    assert [i.name for i in store.messages(cid)[0].images] == ["pic.png", "again.png"]
+    orphan = store.import_image_bytes(b"never used", "png", "orphan.png")
+    assert store.collect_images() == 1
+    assert not store.image_path(orphan).exists() and store.image_path(ref).exists()
+    store.delete_conversation(cid)
+    assert not store.image_path(ref).exists()
+
+
+def test_newer_schema_is_refused_with_a_message(tmp_path):
+    Store(tmp_path).close()
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(StoreError, match="newer Merlin"):
+        Store(tmp_path)
+
+
+def test_corrupt_database_is_refused_with_a_message(tmp_path):
+    (tmp_path / DB_NAME).write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="cannot be opened"):
+        Store(tmp_path)
+
+
+def test_in_memory_store_works(tmp_path):
+    store = Store(None)
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "x")
+    assert store.messages(cid)[0].text == "x"

@@ -1,0 +1,47 @@
+"""`python -m merlin.engine.bench` end to end on the small demo checkpoint: every figure the report
+promises is there and plausible (the figures themselves are the benchmark's business)."""
+
+import json
+import os
+import subprocess
+import sys
+
+
+def test_decode_prefill_report(demo_dir, tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, MERLIN_WEIGHT_CACHE=str(tmp_path / "weights"))
+    done = subprocess.run(
+        [sys.executable, "-m", "merlin.engine.bench", "decode", "prefill", "--model", str(demo_dir)]
+        + ["--weights", "f32,q4", "--kv", "q8", "--contexts", "16", "40", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["machine"]["bandwidth_gbs"] > 0 and report["machine"]["sgemm_gflops"] > 0
+    assert [(r["weights"], r["kv"]) for r in report["runs"]] == [("f32", "q8"), ("q4", "q8")]
+    for r in report["runs"]:
+        assert [d["context"] for d in r["decode"]] == [16, 40]
+        for d in r["decode"]:
+            assert d["ms_per_token"] >= d["gemm_ms"] > 0 and d["attn_ms"] > 0
+        verify = r["verify"]
+        expected = ["T_ms", "V(4)_split_ms"] + [f"V({k})/T" for k in range(1, 9)]
+        assert sorted(verify) == sorted(expected)
+        split = verify["V(4)_split_ms"]
+        for which in ("T", "V"):
+            assert split[which]["gemm"] > 0 and split[which]["attn"] > 0
+            assert split[which]["other"] >= 0
+        assert sum(split["T"].values()) < 2 * verify["T_ms"]
+        assert r["prefill"]["tokens_per_s"] > 0
+        assert 0 < r["peak_rss_bytes"] < 4e9  # the child's own peak, not the parent's
+    f32, q4 = report["runs"]
+    assert q4["weight_bytes_per_token"] < f32["weight_bytes_per_token"] / 3
+    for w in ("f32", "q4"):
+        load = report["load"][w]
+        assert load["first_s"] > 0 and load["cached_s"] > 0
+        assert 0 < load["first_peak_rss_bytes"] < 4e9 and 0 < load["cached_peak_rss_bytes"] < 4e9
+    assert report["compile"]["q4/f32"]["cold_s"] > report["compile"]["q4/f32"]["warm_s"]
+    assert "machine: read bandwidth" in done.stdout and "load q4 weights: first" in done.stdout
+    assert "V(4) vs T ms: gemm" in done.stdout

@@ -1,0 +1,243 @@
+"""Grouped q4, q8 and q8a8 kernels (engine/kernels/qgroup.py) against their twins, and the
+properties speculative decoding relies on: rows independent of the batch and of the thread
+count, on the host's dot instructions, on the plain-IR ones (other CPUs) and in both group
+sizes (16 rows with AVX512-VNNI, 8 elsewhere)."""
+
+import os
+import subprocess
+import sys
+
+import numba
+import numpy as np
+import pytest
+
+from merlin.engine.kernels import qgroup, qlinear
+from merlin.engine.kernels.qgroup import dequantize_q4_reference
+from merlin.engine.kernels.qlinear import dequantize_q8_reference
+from merlin.engine.quant import quantize_q4, quantize_q8
+
+rng = np.random.default_rng(11)
+
+# per format: quantize, pack, product, dequantize rows, twin, dequantized twin,
+# activation dtype, packed bytes per block and row
+KERNELS = {
+    "q4": (
+        quantize_q4,
+        qgroup.pack_q4_groups,
+        qgroup.matmul_q4g,
+        qgroup.dequantize_q4g_rows,
+        qgroup.matmul_q4g_reference,
+        dequantize_q4_reference,
+        np.int8,
+        16,
+    ),
+    "q8": (
+        quantize_q8,
+        qgroup.pack_q8_groups,
+        qgroup.matmul_q8g,
+        qgroup.dequantize_q8g_rows,
+        qgroup.matmul_q8g_reference,
+        dequantize_q8_reference,
+        np.int16,
+        32,
+    ),
+    "q8a8": (
+        quantize_q8,
+        qgroup.pack_q8a8_groups,
+        qgroup.matmul_q8a8g,
+        qgroup.dequantize_q8a8g_rows,
+        qgroup.matmul_q8a8g_reference,
+        dequantize_q8_reference,
+        np.int8,
+        32,
+    ),
+}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(f, s) for f in KERNELS for s in [(37, 96), (64, 256), (5, 32)]],
+    ids=lambda p: f"{p[0]}-{p[1][0]}x{p[1][1]}",
+)
+def packed(request):
+    fmt, (o, k) = request.param
+    kernels = KERNELS[fmt]
+    qt = kernels[0](rng.standard_normal((o, k), dtype=np.float32))
+    return kernels, qt, kernels[1](qt.qs, qt.scales)
+
+
+def test_groups_hold_the_same_weights(packed):
+    (_, _, _, dequantize_rows, _, dequantize_ref, _, row_bytes), qt, (p, s) = packed
+    o, k = qt.shape
+    g = qgroup.GROUP
+    assert p.shape == (-(-o // g), k // 32, row_bytes * g) and s.shape == (p.shape[0], k // 32, g)
+    out = np.empty((o - 3, k), np.float32)
+    dequantize_rows(p, s, 3, out)
+    assert np.array_equal(out, dequantize_ref(qt.qs, qt.scales)[3:].astype(np.float32))
+    with pytest.raises(ValueError):
+        dequantize_rows(p, s, 4, np.empty((p.shape[0] * g - 3, k), np.float32))
+
+
+def test_products_match_the_twin_and_do_not_depend_on_batch_or_threads(packed):
+    """N = 1..17 covers every register-tile size, whole tiles and a rest."""
+    (_, _, matmul, _, twin, _, _, _), qt, (p, s) = packed
+    o, k = qt.shape
+    n_max = 17
+    x = rng.standard_normal((n_max, k), dtype=np.float32)
+    x[2] = 0.0  # an all-zero row: zero scales, no division by zero
+    ref = twin(x, qt.qs, qt.scales)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        singles = np.empty((n_max, o), np.float32)
+        for i in range(n_max):
+            matmul(x[i : i + 1], p, s, singles[i : i + 1])
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            for n in range(1, n_max + 1):
+                out = np.empty((n, o), np.float32)
+                matmul(np.ascontiguousarray(x[:n]), p, s, out)
+                assert np.array_equal(out, singles[:n]), (threads, n)
+    finally:
+        numba.set_num_threads(before)
+    assert np.abs(singles - ref).max() <= 1e-5 * np.abs(ref).max()
+    assert not singles[2].any()
+
+
+def exact_product(x, qt, dequantize_ref):
+    """x @ w.T in float64 on the dequantized weights (no activation quantization)."""
+    return x.astype(np.float64) @ dequantize_ref(qt.qs, qt.scales).T
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 9, 16])
+def test_error_is_within_the_activation_quantization(n, packed):
+    """Off the exact product by at most what quantized activations cost (each x by at most
+    half its block's step), and on the twin, which quantizes them the same way."""
+    (_, _, matmul, _, twin, dequantize_ref, x_dtype, _), qt, (p, s) = packed
+    o, k = qt.shape
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    out = np.full((n, o), np.nan, np.float32)
+    matmul(x, p, s, out)
+    ref = twin(x, qt.qs, qt.scales)
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+    exact = exact_product(x, qt, dequantize_ref)
+    _, dx = qlinear.quantize_activations_reference(x, x_dtype)
+    w = np.abs(dequantize_ref(qt.qs, qt.scales)).reshape(o, -1, qlinear.BLOCK)
+    bound = (dx.astype(np.float64) / 2) @ w.sum(axis=2).T
+    assert (np.abs(out - exact) <= bound * 1.001 + 1e-6 * np.abs(exact).max()).all()
+
+
+def test_prefill_sized_products_are_the_decode_rows(packed):
+    """A prefill runs the same kernel in passes of ROW_CHUNK rows: with two passes and a
+    rest tile every row is bitwise the 1-row product, and on the twin."""
+    (_, _, matmul, _, twin, _, _, _), qt, (p, s) = packed
+    o, k = qt.shape
+    n = 2 * qgroup.ROW_CHUNK + 5
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    out = np.full((n, o), np.nan, np.float32)
+    matmul(x, p, s, out)
+    single = np.empty((1, o), np.float32)
+    for i in (0, qgroup.ROW_CHUNK - 1, qgroup.ROW_CHUNK, n - 1):
+        matmul(x[i : i + 1], p, s, single)
+        assert np.array_equal(out[i], single[0]), i
+    ref = twin(x, qt.qs, qt.scales)
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("bias", [8, 128])
+def test_offset_sums(bias):
+    """The weights' stored +bias taken out per block: -bias x the sum of its 32 activations
+    (int32, no overflow at the extremes)."""
+    xq = rng.integers(-127, 128, (3, 64)).astype(np.int8)
+    xq[0, :32] = -127
+    corr = np.empty((3, 2), np.int32)
+    qgroup._offset_sums(xq, bias, corr)
+    sums = xq.astype(np.int32).reshape(3, 2, 32).sum(axis=2)
+    np.testing.assert_array_equal(corr, -bias * sums)
+    assert corr[0, 0] == bias * 32 * 127
+
+
+def test_q8a8_stores_biased_weights_at_the_extremes():
+    """-128 and 127 survive the bias (a wrap, not a clip) and come back in the rows."""
+    qt = quantize_q8(rng.standard_normal((qgroup.GROUP, 32), dtype=np.float32))
+    qt.qs[0, :2] = [-128, 127]
+    p, s = qgroup.pack_q8a8_groups(qt.qs, qt.scales)
+    out = np.empty((1, 32), np.float32)
+    qgroup.dequantize_q8a8g_rows(p, s, 0, out)
+    assert np.array_equal(out, dequantize_q8_reference(qt.qs[:1], qt.scales[:1]))
+    x = rng.standard_normal((1, 32), dtype=np.float32)
+    got = np.empty((1, qgroup.GROUP), np.float32)
+    qgroup.matmul_q8a8g(x, p, s, got)
+    ref = qgroup.matmul_q8a8g_reference(x, qt.qs, qt.scales)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_shapes_are_checked(packed):
+    (_, _, matmul, _, _, _, _, _), qt, (p, s) = packed
+    o, k = qt.shape
+    with pytest.raises(ValueError):
+        matmul(np.ones((1, k + 32), np.float32), p, s, np.empty((1, o), np.float32))
+    with pytest.raises(ValueError):
+        matmul(np.ones((1, k), np.float32), p, s, np.empty((1, o + qgroup.GROUP), np.float32))
+    with pytest.raises(ValueError):  # the activations must be C-contiguous
+        matmul(np.ones((k, 2), np.float32).T, p, s, np.empty((2, o), np.float32))
+    out = np.empty((1, o), np.float32)
+    with pytest.raises(numba.TypingError):  # the kernel reads the scales as bf16 bits
+        matmul(np.ones((1, k), np.float32), p, s.astype(np.float32), out)
+
+
+PLAIN_IR_CHECK = """
+import numpy as np
+from merlin.engine.kernels import qgroup
+from merlin.engine.quant import quantize_q4, quantize_q8
+assert (qgroup.DOT, qgroup.GROUP) == ({dot!r}, {group}), (qgroup.DOT, qgroup.GROUP)
+rng = np.random.default_rng(5)
+for quantize, pack, matmul, twin in (
+    (quantize_q4, qgroup.pack_q4_groups, qgroup.matmul_q4g, qgroup.matmul_q4g_reference),
+    (quantize_q8, qgroup.pack_q8_groups, qgroup.matmul_q8g, qgroup.matmul_q8g_reference),
+    (quantize_q8, qgroup.pack_q8a8_groups, qgroup.matmul_q8a8g, qgroup.matmul_q8a8g_reference),
+):
+    qt = quantize(rng.standard_normal((21, 64), dtype=np.float32))
+    p, s = pack(qt.qs, qt.scales)
+    x = rng.standard_normal((9, 64), dtype=np.float32)
+    singles = np.empty((9, 21), np.float32)
+    for i in range(9):
+        matmul(x[i : i + 1], p, s, singles[i : i + 1])
+    for n in range(1, 10):
+        out = np.empty((n, 21), np.float32)
+        matmul(np.ascontiguousarray(x[:n]), p, s, out)
+        assert np.array_equal(out, singles[:n]), n
+    ref = twin(x, qt.qs, qt.scales)
+    assert np.abs(singles - ref).max() <= 1e-5 * np.abs(ref).max()
+print("plain IR ok")
+"""
+
+
+def run_plain_ir_check(tmp_path, dot, group, **env):
+    """PLAIN_IR_CHECK in its own process and Numba cache (the switches are read at import)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env)
+    code = PLAIN_IR_CHECK.format(dot=dot, group=group)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and "plain IR ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_generic_dot_code(tmp_path):
+    """The plain-IR dots (no vpdpbusd/vpdpwssd/sdot) built here with MERLIN_QKERNEL=generic:
+    twin agreement and rows bitwise equal to 1-row calls for N = 1..9."""
+    run_plain_ir_check(tmp_path, "generic", 8, MERLIN_QKERNEL="generic")
+
+
+@pytest.mark.skipif(not qlinear._X86, reason="x86 code path")
+def test_x86_without_vnni(tmp_path):
+    """What an x86 CPU without VNNI (AVX2 x86-64-v3) runs: the plain-IR dot compiled for it,
+    built here by naming that CPU to Numba."""
+    run_plain_ir_check(tmp_path, "generic", 8, NUMBA_CPU_NAME="x86-64-v3", NUMBA_CPU_FEATURES="")
+
+
+@pytest.mark.skipif(qgroup.GROUP != 16, reason="needs an AVX512-VNNI host")
+def test_vnni_in_the_other_group_size(tmp_path):
+    """AVX512-VNNI hosts build the 8-row layout too (vpdpbusd/vpdpwssd on ymm: what AVX-VNNI
+    CPUs without AVX-512 run), forced by MERLIN_QGROUP."""
+    run_plain_ir_check(tmp_path, "vnni", 8, MERLIN_QGROUP="8")

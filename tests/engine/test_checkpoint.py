@@ -1,0 +1,213 @@
+"""Checkpoint loading: both config spellings, shards, dtypes, and a clear CheckpointError
+naming the file for every malformed input."""
+
+import json
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from support import REFERENCE_DIRS
+
+from merlin.engine.checkpoint import Checkpoint, SafetensorsFile, f32_to_bf16, save_safetensors
+from merlin.engine.config import load_config
+from merlin.engine.errors import CheckpointError
+from merlin.engine.text import check_text_tensors
+
+BF16_DIR = next(p for p in REFERENCE_DIRS if "v457" in p.name)
+
+
+def write_raw(path, header: dict | bytes, data: bytes = b"", length: int | None = None):
+    body = header if isinstance(header, bytes) else json.dumps(header).encode()
+    n = len(body) if length is None else length
+    path.write_bytes(struct.pack("<Q", n) + body + data)
+    return path
+
+
+def test_both_config_spellings_load_the_same_values():
+    old = load_config(BF16_DIR)  # rope_theta + rope_scaling inside text_config (4.57)
+    new_dir = next(p for p in REFERENCE_DIRS if "v457" not in p.name)
+    new = load_config(new_dir)  # rope_parameters (5.x)
+    raw_new = json.loads((new_dir / "config.json").read_text())
+    assert "rope_parameters" in raw_new["text_config"]
+    assert old.tie_word_embeddings and not new.tie_word_embeddings
+    assert old.text.rope_theta == 5e6
+    assert new.text.rope_theta == raw_new["text_config"]["rope_parameters"]["rope_theta"]
+    assert new.text.mrope_section == tuple(
+        raw_new["text_config"]["rope_parameters"]["mrope_section"]
+    )
+
+
+def test_sharded_checkpoint_reads_every_tensor():
+    folder = next(p for p in REFERENCE_DIRS if "sharded" in p.name)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    with Checkpoint(folder) as ckpt:
+        assert len(ckpt.files) > 1
+        assert set(ckpt.tensors) == set(index["weight_map"])
+
+
+def test_bf16_roundtrip_and_conversion(tmp_path):
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    save_safetensors(tmp_path / "a.safetensors", {"x": x}, dtype="BF16")
+    f = SafetensorsFile(tmp_path / "a.safetensors")
+    from merlin.engine.checkpoint import to_f32
+
+    y = to_f32(f.raw("x"), "BF16")
+    expected = (f32_to_bf16(x).astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(y, expected)
+    assert np.abs(y - x).max() <= np.abs(x).max() * 2**-8
+    f.close()
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_float_dtypes(tmp_path, dtype):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    save_safetensors(tmp_path / "a.safetensors", {"x": x}, dtype=dtype)
+    f = SafetensorsFile(tmp_path / "a.safetensors")
+    from merlin.engine.checkpoint import to_f32
+
+    assert np.array_equal(to_f32(f.raw("x"), dtype), x)
+    f.close()
+
+
+BAD_FILES = {
+    "too short": (b"\x01\x02", None, b""),
+    "header longer than file": (
+        {"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+        10_000,
+        b"",
+    ),
+    "huge header length": ({}, 2**62, b""),
+    "not json": (b"{not json", None, b""),
+    "not an object": (b"[1, 2]", None, b""),
+    "unknown dtype": (
+        {"x": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 4]}},
+        None,
+        b"\0" * 4,
+    ),
+    "offsets outside data": (
+        {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+        None,
+        b"\0" * 8,
+    ),
+    "shape disagrees with offsets": (
+        {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
+        None,
+        b"\0" * 8,
+    ),
+    "overflowing shape": (
+        {"x": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 8]}},
+        None,
+        b"\0" * 8,
+    ),
+    "negative shape": (
+        {"x": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}},
+        None,
+        b"\0" * 8,
+    ),
+    "overlapping tensors": (
+        {
+            "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+        },
+        None,
+        b"\0" * 12,
+    ),
+    "duplicate names": (
+        b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+        b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+        None,
+        b"\0" * 4,
+    ),
+    "bad offsets type": (
+        {"x": {"dtype": "F32", "shape": [1], "data_offsets": "0-4"}},
+        None,
+        b"\0" * 4,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_malformed_safetensors_give_clear_error(tmp_path, case):
+    header, length, data = BAD_FILES[case]
+    path = write_raw(tmp_path / "model.safetensors", header, data, length)
+    with pytest.raises(CheckpointError) as err:
+        SafetensorsFile(path)
+    assert str(path) in str(err.value)
+
+
+def copy_fixture(tmp_path, src=BF16_DIR):
+    dst = tmp_path / "ckpt"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_truncated_checkpoint(tmp_path):
+    folder = copy_fixture(tmp_path)
+    f = folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-1000])
+    with pytest.raises(CheckpointError, match="truncated|outside"):
+        Checkpoint(folder)
+
+
+def test_missing_folder_and_files(tmp_path):
+    with pytest.raises(CheckpointError, match="no such folder"):
+        load_config(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        load_config(tmp_path)
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        Checkpoint(tmp_path)
+
+
+def edit_config(folder, edit):
+    path = folder / "config.json"
+    raw = json.loads(path.read_text())
+    edit(raw)
+    path.write_text(json.dumps(raw))
+
+
+def test_unsupported_model_type(tmp_path):
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: c.update(model_type="llama"))
+    with pytest.raises(CheckpointError, match="'llama' is not supported"):
+        load_config(folder)
+
+
+def test_shape_not_matching_config(tmp_path):
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: c["text_config"].update(intermediate_size=100))
+    cfg = load_config(folder)
+    with Checkpoint(folder) as ckpt, pytest.raises(CheckpointError, match="does not match"):
+        check_text_tensors(ckpt, cfg)
+
+
+def test_untied_config_without_lm_head(tmp_path):
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: c.update(tie_word_embeddings=False))
+    cfg = load_config(folder)
+    with Checkpoint(folder) as ckpt, pytest.raises(CheckpointError, match="lm_head"):
+        check_text_tensors(ckpt, cfg)
+
+
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda c: c["text_config"].pop("hidden_size"), "hidden_size' is missing"),
+        (lambda c: c["text_config"].update(num_attention_heads="4"), "must be an integer"),
+        (lambda c: c["text_config"].update(num_key_value_heads=3), "not a multiple"),
+        (lambda c: c["text_config"]["rope_scaling"].update(mrope_section=[1, 1, 1]), "add up"),
+        (lambda c: c.pop("text_config"), "text_config"),
+    ],
+)
+def test_bad_config_values(tmp_path, edit, match):
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, edit)
+    with pytest.raises(CheckpointError, match=match):
+        load_config(folder)
+
+
+def test_corrupt_config_json(tmp_path):
+    folder = copy_fixture(tmp_path)
+    (folder / "config.json").write_text("{oops")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_config(folder)

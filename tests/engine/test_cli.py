@@ -1,0 +1,159 @@
+"""merlin-cli end to end on the demo checkpoint, in a subprocess like a user runs it: streaming,
+--json events, logits, info, and one clear line plus a non-zero exit for every bad input."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from support import assert_user_error, run_cli
+
+
+def test_generate_json_stream(demo_dir):
+    r = run_cli(
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--json",
+        "Describe a cat.",
+    )
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[0]["event"] == "prefill" and events[0]["n_tokens"] > 5
+    tokens = [e for e in events if e["event"] == "tokens" and e["ids"]]
+    assert len(tokens) == 12
+    for e in tokens:
+        p = e["profile"]
+        assert p["gemm_ms"] > 0 and p["total_ms"] >= p["gemm_ms"] + p["attn_ms"] - 1e-6
+    last = events[-1]
+    assert last["event"] == "finished" and last["reason"] == "max_tokens"
+    assert last["token_ids"] == [i for e in tokens for i in e["ids"]]
+    assert last["text"] == "".join(e["text"] for e in events if e["event"] == "tokens")
+
+
+def test_greedy_is_deterministic_and_text_streams(demo_dir):
+    args = (
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "你好，世界",
+    )
+    a, b = run_cli(*args), run_cli(*args)
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout and a.stdout.strip()
+
+
+def test_seeded_sampling_repeats(demo_dir):
+    args = (
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--max-new-tokens",
+        "10",
+        "--seed",
+        "5",
+        "--temperature",
+        "1.0",
+        "--top-k",
+        "50",
+        "--top-p",
+        "0.95",
+        "--ignore-eos",
+        "--json",
+        "hi",
+    )
+    a, b = run_cli(*args), run_cli(*args)
+    ids = [json.loads(x.stdout.splitlines()[-1])["token_ids"] for x in (a, b)]
+    assert ids[0] == ids[1] and len(ids[0]) == 10
+
+
+def test_logits_shape_matches_prompt(demo_dir, tmp_path, demo_model):
+    from merlin.engine.prompt import chat_prompt_ids
+
+    out = tmp_path / "l.npy"
+    r = run_cli("logits", "--model", str(demo_dir), "--out", str(out), "What is this?")
+    assert r.returncode == 0, r.stderr
+    logits = np.load(out)
+    n = len(chat_prompt_ids(demo_model.tokenizer, "What is this?"))
+    assert logits.shape == (n, demo_model.config.text.vocab_size)
+    assert logits.dtype == np.float32 and np.isfinite(logits).all()
+
+
+def test_info(demo_dir):
+    r = run_cli("info", "--model", str(demo_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["layers"] == 4
+    read = info["weight_bytes_per_token"]
+    assert 0 < read["q4"] < read["q8"] < read["f32"] / 3
+    assert info["kv_bytes_per_token"]["q8"] * 3.5 < info["kv_bytes_per_token"]["f32"]
+    r = run_cli("info", "--model", str(demo_dir), "--weights", "q8", "--kv", "f32")
+    assert f"{read['q8'] / 1e6:,.1f} MB of q8 weights" in r.stdout, r.stdout
+
+
+def test_default_model_is_demo(tmp_path):
+    import merlin.engine.kernels  # noqa: F401  (sets NUMBA_CACHE_DIR: reuse the warmed kernel cache)
+
+    env = {"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
+    r = run_cli("generate", "--max-new-tokens", "2", "hello", env_extra=env)
+    assert r.returncode == 0, r.stderr
+    assert any((tmp_path / "merlin" / "checkpoints").glob("qwen3vl-demo-*/model.safetensors"))
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["generate", "--model", "/nonexistent/folder", "hi"], ["no such folder"]),
+        (["generate", "--weights", "f7", "hi"], ["unknown weights format"]),
+        (["generate", "   "], ["empty"]),
+        (["generate", "--max-new-tokens", "0", "hi"], ["max-new-tokens"]),
+        (["generate", "--temperature", "-1", "hi"], ["temperature"]),
+        (["generate", "--max-context", "8", "hello " * 20], ["context"]),
+    ],
+)
+def test_bad_input_gives_clear_error(demo_dir, args, fragments):
+    if "--model" not in args:
+        args = [args[0], "--model", str(demo_dir), *args[1:]]
+    assert_user_error(run_cli(*args), *fragments)
+
+
+def test_folder_without_checkpoint(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    assert_user_error(run_cli("info", "--model", str(tmp_path)), "not supported")
+
+
+def test_q8_kv_and_profile_lines(demo_dir):
+    r = run_cli(
+        "generate",
+        "--model",
+        str(demo_dir),
+        "--kv",
+        "q8",
+        "--profile",
+        "--ignore-eos",
+        "--max-new-tokens",
+        "4",
+        "--temperature",
+        "0",
+        "hello",
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("step")]
+    assert len(lines) == 4
+    assert all("gemm" in x and "attn" in x and "GB/s" in x for x in lines)
+
+
+def test_unknown_kv_format(demo_dir):
+    assert_user_error(
+        run_cli("generate", "--model", str(demo_dir), "--kv", "q3", "hi"), "unknown KV cache format"
+    )

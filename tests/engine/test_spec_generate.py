@@ -1,0 +1,160 @@
+"""Speculative decoding through the real generation loop on the demo checkpoint: greedy output
+byte-identical to plain decoding for every weight and KV format, rows bitwise equal, sampled
+output distributed as without speculation, statistics that add up."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from merlin.engine.generate import Finished, GenerationRequest, Tokens, generate
+from merlin.engine.model import load_model
+from merlin.engine.prompt import chat_prompt_ids
+from merlin.engine.rope import text_positions
+from merlin.engine.sampling import SamplingParams
+from merlin.engine.speculative import Drafter
+
+GREEDY = SamplingParams(temperature=0.0)
+_models = {}
+
+
+def model_for(demo_dir, weights="f32", kv="f32"):
+    if (weights, kv) not in _models:
+        _models[weights, kv] = load_model(demo_dir, weights=weights, kv=kv)
+    return _models[weights, kv]
+
+
+def run(model, prompt, spec="off", k=4, sampling=GREEDY, n=24, drafter=None, cancel=None):
+    request = GenerationRequest(
+        prompt_ids=prompt, sampling=sampling, max_new_tokens=n, ignore_eos=True, spec=spec, spec_k=k
+    )
+    events = list(generate(model, request, drafter=drafter, cancel=cancel))
+    return events[-1], events
+
+
+def seeded_drafter(model, prompt, answer):
+    """History as after a first answer to the same question (a regenerate): the n-gram index
+    knows the answer, so drafts are long and mostly right; planted fragments make the most
+    recent occurrence of some 4-grams continue wrongly, so some drafts are rejected."""
+    d = Drafter(exclude={model.config.image_token_id})
+    d.extend(prompt + list(answer) + [0, 0])
+    for i in range(4, len(answer), 3):
+        d.extend(list(answer[i - 4 : i]) + [(answer[i] + 1) % 100, 0, 0])
+    d.extend(prompt)
+    return d
+
+
+@pytest.mark.parametrize("weights,kv", [("f32", "f32"), ("f32", "q8"), ("q8", "f32"), ("q4", "q8")])
+def test_greedy_spec_output_is_byte_identical(demo_dir, weights, kv):
+    model = model_for(demo_dir, weights, kv)
+    prompt = chat_prompt_ids(model.tokenizer, "Tell me about the picture.")
+    plain, _ = run(model, prompt)
+    answer = plain.totals["token_ids"]
+    for spec in ("on", "auto"):
+        for k in (1, 4, 8):
+            done, events = run(
+                model, prompt, spec, k, drafter=seeded_drafter(model, prompt, answer)
+            )
+            assert done.totals["token_ids"] == answer, (spec, k)
+            assert done.totals["text"] == plain.totals["text"]
+            s = done.totals["spec"]
+            if spec == "on":
+                assert s["hits"] > 0 and (k == 1 or s["kv_rolls"] > 0)
+                assert s["drafted"] == s["hits"] + s["kv_rolls"]
+                assert s["tokens_per_forward"] > 1.0
+                multi = [e for e in events if isinstance(e, Tokens) and len(e.ids) > 1]
+                assert multi and all(e.profile.emitted == len(e.ids) for e in multi)
+            assert done.totals["cached_tokens"] == len(prompt) + len(answer) - 1
+
+
+@pytest.mark.parametrize("weights,kv", [("q8", "q8"), ("q4", "f32"), ("q4", "q8")])
+def test_verify_rows_bitwise_equal_decode_rows(demo_dir, weights, kv):
+    model = model_for(demo_dir, weights, kv)
+    ids = np.arange(3, 40)
+    n0, k = 30, 7
+    cache = model.new_cache(64)
+    model.text.forward(ids[:n0], text_positions(0, n0), cache, logits="none")
+    batch = model.text.forward(ids[n0 : n0 + k], text_positions(n0, k), cache, logits="all")
+    cache.truncate(n0)
+    for i in range(k):
+        row = model.text.forward(ids[n0 + i : n0 + i + 1], text_positions(n0 + i, 1), cache)
+        assert np.array_equal(row[0], batch[i]), f"row {i}"
+
+
+def test_sampled_spec_keeps_the_distribution(demo_dir):
+    """Token 2..4 of sampled answers: same distribution with speculation on as off."""
+    model = model_for(demo_dir)
+    prompt = chat_prompt_ids(model.tokenizer, "hi")
+    params = dict(temperature=0.8, top_k=4, top_p=1.0)
+    plain, _ = run(model, prompt, sampling=SamplingParams(seed=0, **params), n=4)
+    counts = {"off": {}, "on": {}}
+    hits = 0
+    runs = 600
+    for mode in ("off", "on"):
+        for seed in range(runs):
+            sampling = SamplingParams(seed=seed + 1, **params)
+            drafter = seeded_drafter(model, prompt, plain.totals["token_ids"])
+            done, _ = run(model, prompt, mode, 3, sampling, n=4, drafter=drafter)
+            key = tuple(done.totals["token_ids"][1:3])
+            counts[mode][key] = counts[mode].get(key, 0) + 1
+            hits += done.totals["spec"]["hits"]
+    assert hits > 50  # drafts were accepted often, and rejected too (they are corrupted)
+    keys = sorted(set(counts["off"]) | set(counts["on"]), key=lambda k: -counts["off"].get(k, 0))
+    # pool rare outcomes, then a chi-square test of homogeneity (p < 0.001 critical values)
+    common = [k for k in keys if counts["off"].get(k, 0) + counts["on"].get(k, 0) >= 20]
+    table = np.array(
+        [
+            [counts[m].get(k, 0) for k in common]
+            + [runs - sum(counts[m].get(k, 0) for k in common)]
+            for m in ("off", "on")
+        ],
+        float,
+    )
+    table = table[:, table.sum(0) > 0]
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    dof = table.shape[1] - 1
+    critical = {
+        1: 10.8,
+        2: 13.8,
+        3: 16.3,
+        4: 18.5,
+        5: 20.5,
+        6: 22.5,
+        7: 24.3,
+        8: 26.1,
+        9: 27.9,
+        10: 29.6,
+    }
+    assert dof >= 2
+    assert chi2 < critical.get(dof, 29.6 + 1.8 * (dof - 10)), (chi2, dof, table)
+
+
+def test_cancel_during_speculation_keeps_session_consistent(demo_dir):
+    model = model_for(demo_dir)
+    prompt = chat_prompt_ids(model.tokenizer, "Tell me about the picture.")
+    plain, _ = run(model, prompt, n=30)
+    cancel = threading.Event()
+    request = GenerationRequest(
+        prompt_ids=prompt, sampling=GREEDY, max_new_tokens=30, ignore_eos=True, spec="on", spec_k=4
+    )
+    cache = model.new_cache(256)
+    got = []
+    drafter = seeded_drafter(model, prompt, plain.totals["token_ids"])
+    for event in generate(model, request, cache=cache, cancel=cancel, drafter=drafter):
+        if isinstance(event, Tokens):
+            got += event.ids
+            if len(got) >= 7:
+                cancel.set()
+        if isinstance(event, Finished):
+            done = event
+    assert done.reason == "cancelled"
+    assert got == plain.totals["token_ids"][: len(got)]
+    # the cache holds the prompt and every emitted token but the last (not fed yet)
+    assert cache.length == len(prompt) + len(got) - 1
+    # continuing from this cache gives the same logits as a fresh computation
+    seq = np.array(prompt + got)
+    fresh = model.new_cache(256)
+    ref = model.text.forward(seq, text_positions(0, len(seq)), fresh)
+    cont = model.text.forward(seq[-1:], text_positions(len(seq) - 1, 1), cache)
+    np.testing.assert_allclose(cont, ref, rtol=1e-4, atol=1e-4)
