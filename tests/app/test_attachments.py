@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
 from PySide6.QtWidgets import QApplication
 
-from merlin.app.model_dialog import ModelChoice, ModelDialog, folder_problem
+from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog, folder_problem
 
 
 def png(path, w=96, h=64, color="#3A6EA5"):

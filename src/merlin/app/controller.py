@@ -23,21 +23,15 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from merlin.engine.errors import InputError
-from merlin.engine.generate import Finished, PrefillDone, Tokens
-from merlin.engine.prompt import check_user_text
-from merlin.engine.session import ContextTrimmed
-
-from .attachments import Attachment, AttachmentError, load_attachment
-from .chat_view import ChatView, MessageWidget
-from .composer import Composer
-from .i18n import tr
-from .paths import sessions_dir
-from .perf_stats import PerfStats
-from .prompting import Turn
-from .settings import AppSettings
-from .store import MessageRow, Store, StoreError
-from .worker import (
+from merlin.app.model.paths import sessions_dir
+from merlin.app.model.perf_stats import PerfStats
+from merlin.app.model.prompting import Turn
+from merlin.app.model.store import MessageRow, Store, StoreError
+from merlin.app.settings import AppSettings
+from merlin.app.widgets.attachments import Attachment, AttachmentError, load_attachment
+from merlin.app.widgets.chat_view import ChatView, MessageWidget
+from merlin.app.widgets.composer import Composer
+from merlin.app.worker import (
     EngineWorker,
     GenerationJob,
     LoadRequest,
@@ -45,6 +39,12 @@ from .worker import (
     SessionJob,
     SessionReport,
 )
+from merlin.engine.errors import InputError
+from merlin.engine.generate import Finished, PrefillDone, Tokens
+from merlin.engine.prompt import check_user_text
+from merlin.engine.session import ContextTrimmed
+
+from .i18n import tr
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from merlin.app.model.paths import data_dir, sessions_dir
+from merlin.app.model.perf_stats import format_bytes
+from merlin.app.model.prompting import SPEC_MODES, GenerationOptions
 from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
 from merlin.engine.speculative import MAX_K
 
 from .i18n import LANGUAGES, tr
-from .paths import data_dir, sessions_dir
-from .perf_stats import format_bytes
-from .prompting import SPEC_MODES, GenerationOptions
 
 
 @dataclass

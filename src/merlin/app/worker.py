@@ -20,18 +20,17 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from merlin.engine import warmup
-from merlin.engine.errors import MerlinError, ResourceError
-from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
-
-from . import pyside_fixes
-from .prompting import (
+from merlin.app import pyside_fixes
+from merlin.app.model.prompting import (
     GenerationOptions,
     Turn,
     respond_options,
     session_messages,
     session_settings,
 )
+from merlin.engine import warmup
+from merlin.engine.errors import MerlinError, ResourceError
+from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
 
 pyside_fixes.install()
 log = logging.getLogger(__name__)

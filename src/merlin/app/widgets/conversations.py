@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .i18n import tr
-from .icons import icon
-from .store import ConversationRow
+from merlin.app.i18n import tr
+from merlin.app.model.store import ConversationRow
+from merlin.app.widgets.icons import icon
 
 ID_ROLE = Qt.UserRole + 1
 

@@ -21,7 +21,7 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 
-from . import theme
+from merlin.app.widgets import theme
 
 MAX_HIGHLIGHT_CHARS = 40_000  # beyond this a block is shown plain (keeps the GUI responsive)
 

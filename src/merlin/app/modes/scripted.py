@@ -41,7 +41,7 @@ def run(script: str, model: str | None, weights: str | None, kv: str | None) -> 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from .window import MainWindow
+    from merlin.app.widgets.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Merlin")

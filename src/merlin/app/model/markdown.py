@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .mathtext import latex_to_unicode
+from merlin.app.model.mathtext import latex_to_unicode
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")

@@ -7,8 +7,8 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton
 
-from . import theme
-from .icons import icon
+from merlin.app.widgets import theme
+from merlin.app.widgets.icons import icon
 
 
 class Banner(QFrame):

@@ -9,8 +9,8 @@ from PySide6.QtGui import QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
-from . import pyside_fixes
-from .paths import icon_path
+from merlin.app import pyside_fixes
+from merlin.app.model.paths import icon_path
 
 SIZES = (16, 20, 24, 32, 48, 64)
 

@@ -28,9 +28,9 @@ def run(
     from PySide6.QtCore import QElapsedTimer, QEventLoop
     from PySide6.QtWidgets import QApplication
 
-    from .demo_image import draw_demo_image
-    from .settings import AppSettings
-    from .window import MainWindow
+    from merlin.app.modes.demo_image import draw_demo_image
+    from merlin.app.settings import AppSettings
+    from merlin.app.widgets.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Merlin")

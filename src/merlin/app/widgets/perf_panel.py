@@ -14,9 +14,9 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, QTimer
 from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from . import theme
-from .i18n import tr
-from .perf_stats import HISTORY, PerfStats, format_bytes, process_memory_bytes
+from merlin.app.i18n import tr
+from merlin.app.model.perf_stats import HISTORY, PerfStats, format_bytes, process_memory_bytes
+from merlin.app.widgets import theme
 
 REFRESH_MS = 250  # the panel updates 4 times a second
 

@@ -20,10 +20,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from . import hf_scan
-from .i18n import tr
-from .settings import KV_FORMATS, WEIGHT_FORMATS
-from .worker import SOURCE_DEMO, SOURCE_RANDOM_2B
+from merlin.app.i18n import tr
+from merlin.app.model import hf_scan
+from merlin.app.settings import KV_FORMATS, WEIGHT_FORMATS
+from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B
 
 SOURCE_ROLE = Qt.UserRole + 1
 

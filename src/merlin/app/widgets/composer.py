@@ -22,10 +22,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import theme
-from .attachments import Attachment, AttachmentError, load_attachment, save_pasted_image
-from .i18n import tr
-from .icons import icon
+from merlin.app.i18n import tr
+from merlin.app.widgets import theme
+from merlin.app.widgets.attachments import (
+    Attachment,
+    AttachmentError,
+    load_attachment,
+    save_pasted_image,
+)
+from merlin.app.widgets.icons import icon
 
 MAX_IMAGES = 8
 MAX_LINES = 8

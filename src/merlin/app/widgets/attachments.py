@@ -10,8 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QImage, QImageReader, QPixmap
 
-from .i18n import tr
-from .paths import data_dir
+from merlin.app.i18n import tr
+from merlin.app.model.paths import data_dir
 
 THUMB = 64
 MAX_FILE_BYTES = 64 << 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication
 
-from . import pyside_fixes
+from merlin.app import pyside_fixes
 
 # chart series: distinguishable in light and dark, and for common colour blindness
 GEMM = QColor("#4C78A8")

@@ -31,8 +31,8 @@ def sessions_dir() -> Path:
 
 
 def resources_dir() -> Path:
-    """Icons and other files made by the project (resources/ at the top of the source tree)."""
-    return Path(__file__).resolve().parent.parent / "resources"
+    """Icons and other files made by the project (src/merlin/resources)."""
+    return Path(__file__).resolve().parents[2] / "resources"
 
 
 def icon_path(name: str) -> Path:

@@ -43,9 +43,9 @@ def run(
         from PySide6.QtCore import QElapsedTimer, QEventLoop
         from PySide6.QtWidgets import QApplication
 
-        from .demo_image import draw_demo_image
-        from .settings import AppSettings
-        from .window import MainWindow
+        from merlin.app.modes.demo_image import draw_demo_image
+        from merlin.app.settings import AppSettings
+        from merlin.app.widgets.window import MainWindow
     except ImportError as e:
         return fail(f"Qt could not be loaded ({e}); install Qt's system libraries.")
 

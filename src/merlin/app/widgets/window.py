@@ -21,22 +21,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import pyside_fixes
-from .attachments import clear_scratch
-from .banner import Banner
-from .chat_view import ChatView
-from .composer import Composer
-from .controller import ChatController
-from .conversations import ConversationList
-from .i18n import N_, Translations, resolve_language, shared_translations, tr
-from .icons import app_icon, icon
-from .model_dialog import ModelChoice, ModelDialog
-from .paths import data_dir
-from .perf_panel import PerfPanel
-from .perf_stats import PerfStats, format_bytes
-from .settings import AppSettings, SettingsDialog, load_settings, save_settings
-from .store import Store, StoreError
-from .worker import SOURCE_DEMO, SOURCE_RANDOM_2B, ModelInfo
+from merlin.app import pyside_fixes
+from merlin.app.controller import ChatController
+from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
+from merlin.app.model.paths import data_dir
+from merlin.app.model.perf_stats import PerfStats, format_bytes
+from merlin.app.model.store import Store, StoreError
+from merlin.app.settings import AppSettings, SettingsDialog, load_settings, save_settings
+from merlin.app.widgets.attachments import clear_scratch
+from merlin.app.widgets.banner import Banner
+from merlin.app.widgets.chat_view import ChatView
+from merlin.app.widgets.composer import Composer
+from merlin.app.widgets.conversations import ConversationList
+from merlin.app.widgets.icons import app_icon, icon
+from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
+from merlin.app.widgets.perf_panel import PerfPanel
+from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B, ModelInfo
 
 pyside_fixes.install()
 

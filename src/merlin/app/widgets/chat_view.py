@@ -36,9 +36,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import highlight, markdown, theme
-from .i18n import tr
-from .icons import icon
+from merlin.app.i18n import tr
+from merlin.app.model import markdown
+from merlin.app.widgets import highlight, theme
+from merlin.app.widgets.icons import icon
 
 COPY_SCHEME = "merlin-copy"
 MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
