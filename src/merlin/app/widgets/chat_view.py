@@ -46,6 +46,13 @@ MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
 THUMB_HEIGHT = 120
 
 
+# Model text is text: raw HTML in an answer (`</think>`, "use the <b> tag") is shown as written,
+# never interpreted (Qt's importer passes HTML through by default and hides what follows a tag).
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeatures(
+    QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
+)
+
+
 class MessageText(QTextBrowser):
     """Rendered markdown of one message; as tall as its text (the chat view scrolls)."""
 
@@ -77,7 +84,7 @@ class MessageText(QTextBrowser):
 
     def render_markdown(self, src: str, finished: bool = True) -> None:
         """Render the whole text (a finished message, or the final render of an answer)."""
-        self.document().setMarkdown(markdown.prepare(src))
+        self.document().setMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
         groups = highlight.decorate(self.document())
         self.code_texts = []
         if finished:
@@ -142,7 +149,7 @@ class MessageText(QTextBrowser):
         if self._end() > 0:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         start = cursor.position()
-        cursor.insertMarkdown(markdown.prepare(src))
+        cursor.insertMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
         return start
 
     def _end(self) -> int:
