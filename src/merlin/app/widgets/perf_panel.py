@@ -31,6 +31,24 @@ def chart_scale(totals: list[float]) -> float:
     return _nice_ceiling(max(typical, median * 2) * 1.1)
 
 
+def grid_steps(scale: float, fit: int) -> int:
+    """How many intervals to split the axis 0..scale into: at most `fit` (the labels that fit
+    with a line of space between them), preferring steps that are round numbers."""
+    for steps in (4, 5, 3, 2):
+        if steps <= fit and _is_round(scale / steps):
+            return steps
+    return 1
+
+
+def _is_round(x: float) -> bool:
+    """x is a round mantissa (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 7.5, 8) times a power of ten."""
+    if x <= 0:
+        return False
+    exp = math.floor(math.log10(x))
+    m = x / 10**exp
+    return any(abs(m - r) < 1e-6 for r in (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 7.5, 8, 10))
+
+
 def _nice_ceiling(x: float) -> float:
     if x <= 0:
         return 1.0
@@ -71,11 +89,13 @@ class StackedChart(QWidget):
         text = pal.color(QPalette.Text)
         grid = theme.mix(pal.color(QPalette.Base), text, 0.15)
         p.setPen(QPen(grid, 1))
-        for i in range(5):
-            y = plot.bottom() - plot.height() * i / 4
+        # as many grid lines as fit with a line of text between labels (never overlapping)
+        steps = grid_steps(scale, int(plot.height() // (2 * fm.height())))
+        for i in range(steps + 1):
+            y = plot.bottom() - plot.height() * i / steps
             p.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
             p.setPen(text)
-            value = scale * i / 4
+            value = scale * i / steps
             label = f"{value:.0f}" if value >= 10 or value == 0 else f"{value:.3g}"
             p.drawText(
                 QRectF(0, y - fm.height() / 2, left - 4, fm.height()),
@@ -178,6 +198,8 @@ class PerfPanel(QFrame):
         layout.addWidget(self.title)
         self.model_label = QLabel()
         self.model_label.setWordWrap(True)
+        self.model_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setMinimumWidth(220)
         layout.addWidget(self.model_label)
         self.chart = StackedChart(stats)
         layout.addWidget(self.chart, 3)
@@ -201,7 +223,9 @@ class PerfPanel(QFrame):
             row += 1
         grid.setColumnStretch(1, 1)
         layout.addLayout(grid)
+        self.grid = grid
         self.footer = QLabel()
+        self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         pal = self.footer.palette()
         pal.setColor(QPalette.WindowText, theme.muted_text())
         self.footer.setPalette(pal)
@@ -216,6 +240,11 @@ class PerfPanel(QFrame):
 
     def _add_metric(self, grid: QGridLayout, row: int, key: str) -> None:
         name, value = QLabel(), QLabel("–")
+        # a value that grows while an answer streams must not widen the panel (the splitter
+        # would follow it and squeeze the chat): values ask for no width of their own and wrap
+        # onto a second line when the panel is narrow, so they are never clipped either
+        value.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        value.setWordWrap(True)
         value.setTextInteractionFlags(Qt.TextSelectableByMouse)
         value.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
         value.setFont(theme.monospace_font())
@@ -277,6 +306,13 @@ class PerfPanel(QFrame):
             )
         )
 
+    def set_demo_mode(self, on: bool) -> None:
+        """Demo mode (large text on a 720p screen): the chart keeps a readable height; the
+        rows close up and the repaint footer (a figure for developers) is hidden."""
+        self.chart.setMinimumHeight(170 if on else 120)
+        self.grid.setVerticalSpacing(0 if on else 3)
+        self.footer.setVisible(not on)
+
     def set_model(self, text: str) -> None:
         self.model_label.setText(text)
 
@@ -304,7 +340,8 @@ class PerfPanel(QFrame):
         for key, label in self.names.items():
             label.setText(names[key])
         self.spec_title.setText(tr("Speculative decoding"))
-        self._update_footer()
+        if hasattr(self, "_seen"):  # values hold translated words too (the Prefill line)
+            self.refresh(force=True)
         self.chart.update()
 
     def changeEvent(self, event):  # noqa: N802

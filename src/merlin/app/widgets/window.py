@@ -320,10 +320,6 @@ class MainWindow(QMainWindow):
         self.load_banner.setVisible(False)
         self._update_model_banner(info)
         self._update_model_label()
-        self.panel.set_model(
-            f"{model_name(info)}\n{tr('weights')} {info.weights} · KV {info.kv} · "
-            f"{format_bytes(info.weight_bytes_per_token)} {tr('per token')}"
-        )
 
     def _update_model_banner(self, info: ModelInfo) -> None:
         if info.random_weights:
@@ -367,6 +363,14 @@ class MainWindow(QMainWindow):
         else:
             text = tr("No model loaded")
         self.model_label.setText(text)
+        info = c.model
+        # rebuilt on every language switch too (retranslate calls this)
+        self.panel.set_model(
+            ""
+            if info is None
+            else f"{model_name(info)}\n{tr('weights')} {info.weights} · KV {info.kv} · "
+            f"{format_bytes(info.weight_bytes_per_token)} {tr('per token')}"
+        )
 
     # ---- conversations -------------------------------------------------------------------
 
@@ -457,6 +461,7 @@ class MainWindow(QMainWindow):
             font.setPointSizeF(self._base_font.pointSizeF() * DEMO_FONT_SCALE)
         QApplication.setFont(font)
         self.conversations.setVisible(not on)
+        self.panel.set_demo_mode(on)
         if on and not self.panel.isVisible():
             self.set_panel_visible(True)
         self._size_splitter()
@@ -467,7 +472,7 @@ class MainWindow(QMainWindow):
             sizes = [0, int(total * 0.56), int(total * 0.44)]
         else:
             side = min(280, int(total * 0.2))
-            panel = min(400, int(total * 0.28)) if self.panel.isVisible() else 0
+            panel = min(400, int(total * 0.28)) if not self.panel.isHidden() else 0
             sizes = [side, total - side - panel, panel]
         self.splitter.setSizes(sizes)
 
