@@ -817,16 +817,6 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
-      <source>weights</source>
-      <translation>权重</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/window.py" />
-      <source>per token</source>
-      <translation>每词元</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/window.py" />
       <source>This is a demo model with random weights: its answers are random text. It shows how Merlin works and how fast it runs. Load a Qwen3-VL checkpoint for real answers.</source>
       <translation>这是一个随机权重的演示模型：它的回答是随机文本。它展示 Merlin 如何工作以及运行速度。加载 Qwen3-VL 检查点以获得真实回答。</translation>
     </message>
@@ -869,6 +859,16 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>No model loaded</source>
       <translation>未加载模型</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>weights</source>
+      <translation>权重</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>per token</source>
+      <translation>每词元</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
