@@ -244,6 +244,66 @@
       <translation>无法保存粘贴的图片。</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Open a chat to export it.</source>
+      <translation>请先打开一个对话再导出。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Export chat</source>
+      <translation>导出对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>The chat was not exported: {why}</source>
+      <translation>对话未导出：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Exported to {path}</source>
+      <translation>已导出到 {path}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>There are no chats to export yet.</source>
+      <translation>还没有可导出的对话。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Export all chats</source>
+      <translation>导出全部对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>The chats were not exported: {why}</source>
+      <translation>对话未导出：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Exported {n} chats to {path}</source>
+      <translation>已将 {n} 个对话导出到 {path}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Import chats</source>
+      <translation>导入对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Nothing was imported: {why}</source>
+      <translation>未导入任何内容：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Imported {n} chats from {path}</source>
+      <translation>已从 {path} 导入 {n} 个对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Open a chat to copy it.</source>
+      <translation>请先打开一个对话再复制。</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/chat_view.py" />
       <source>Copy code</source>
       <translation>复制代码</translation>
@@ -792,6 +852,31 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
+      <source>Keyboard shortcuts</source>
+      <translation>键盘快捷键</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Export chat…</source>
+      <translation>导出对话…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Export all chats…</source>
+      <translation>导出全部对话…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Import chats…</source>
+      <translation>导入对话…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Copy chat as Markdown</source>
+      <translation>以 Markdown 复制对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
       <source>Load a model (Ctrl+L)</source>
       <translation>加载模型（Ctrl+L）</translation>
     </message>
@@ -882,8 +967,33 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
+      <source>Merlin {version}</source>
+      <translation>Merlin {version}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
       <source>Merlin chats with Qwen3-VL vision-language models on this computer, with its own NumPy + Numba engine, and shows where every token's time goes.</source>
       <translation>Merlin 使用自己的 NumPy + Numba 引擎，在这台电脑上与 Qwen3-VL 视觉语言模型对话，并展示每个词元的时间花在哪里。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Send the message</source>
+      <translation>发送消息</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>New line in the message</source>
+      <translation>在消息中换行</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Stop the answer (keeps what it wrote)</source>
+      <translation>停止回答（保留已写出的内容）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Paste an image or text</source>
+      <translation>粘贴图片或文字</translation>
     </message>
   </context>
 </TS>

@@ -125,6 +125,7 @@ class ConversationRow:
     id: int
     title: str
     updated: float
+    created: float = 0.0
 
 
 class Store:
@@ -262,20 +263,23 @@ class Store:
             like = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%") + "%"
             like = like.replace("_", "\\_")
             rows = self._db.execute(
-                "SELECT id, title, updated FROM conversations c WHERE title LIKE ? ESCAPE '\\' "
+                "SELECT id, title, updated, created FROM conversations c "
+                "WHERE title LIKE ? ESCAPE '\\' "
                 "OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
                 "AND m.text LIKE ? ESCAPE '\\') ORDER BY updated DESC, id DESC",
                 (like, like),
             )
         else:
             rows = self._db.execute(
-                "SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC"
+                "SELECT id, title, updated, created FROM conversations "
+                "ORDER BY updated DESC, id DESC"
             )
         return [ConversationRow(*r) for r in rows.fetchall()]
 
     def conversation(self, conversation_id: int) -> ConversationRow | None:
         row = self._db.execute(
-            "SELECT id, title, updated FROM conversations WHERE id = ?", (conversation_id,)
+            "SELECT id, title, updated, created FROM conversations WHERE id = ?",
+            (conversation_id,),
         ).fetchone()
         return ConversationRow(*row) if row else None
 
@@ -305,6 +309,34 @@ class Store:
             )
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return mid
+
+    def add_conversations(self, conversations: Sequence[tuple]) -> list[int]:
+        """Add whole conversations in ONE transaction (an import: all or nothing). Each is
+        (title, created or None, [(role, text, state, stats, [ImageRef, ...]), ...]); the
+        images must be imported already. Returns the new conversation ids in order."""
+        now = time.time()
+        ids = []
+        with self._transaction() as db:
+            for title, created, messages in conversations:
+                cur = db.execute(
+                    "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                    (title, created if created is not None else now, now),
+                )
+                cid = int(cur.lastrowid)
+                ids.append(cid)
+                for role, text, state, stats, images in messages:
+                    cur = db.execute(
+                        "INSERT INTO messages (conversation_id, role, text, state, stats, "
+                        "created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (cid, role, text, state, json.dumps(stats), now, now),
+                    )
+                    mid = int(cur.lastrowid)
+                    db.executemany(
+                        "INSERT INTO message_images (message_id, position, sha256, ext, name) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        [(mid, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+                    )
+        return ids
 
     def update_message(
         self,

@@ -5,6 +5,7 @@ Wiring only: the conversation flow lives in app.controller, each part in its own
 
 from __future__ import annotations
 
+import html
 import re
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
@@ -28,6 +29,7 @@ from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
 from merlin.app.model.store import Store, StoreError
 from merlin.app.settings import AppSettings, SettingsDialog, load_settings, save_settings
+from merlin.app.widgets import chat_files
 from merlin.app.widgets.attachments import clear_scratch
 from merlin.app.widgets.banner import Banner
 from merlin.app.widgets.chat_view import ChatView
@@ -234,9 +236,18 @@ class MainWindow(QMainWindow):
         self.act_demo = action("F10", lambda on: self.set_demo_mode(on), checkable=True)
         self.act_full = action("F11", self.toggle_fullscreen, checkable=True)
         self.act_about = action("", self.about)
+        self.act_shortcuts = action("F1", self.show_shortcuts)
+        self.act_export = action("Ctrl+E", lambda: chat_files.export_chat(self))
+        self.act_export_all = action("Ctrl+Shift+E", lambda: chat_files.export_all(self))
+        self.act_import = action("Ctrl+I", lambda: chat_files.import_chats(self))
+        self.act_copy_md = action("Ctrl+Shift+C", lambda: chat_files.copy_markdown(self))
         mb = self.menuBar()
         self.menu_chat = mb.addMenu("")
         self.menu_chat.addActions([self.act_new, self.act_attach])
+        self.menu_chat.addSeparator()
+        self.menu_chat.addActions(
+            [self.act_export, self.act_export_all, self.act_import, self.act_copy_md]
+        )
         self.menu_chat.addSeparator()
         self.menu_chat.addAction(self.act_quit)
         self.menu_model = mb.addMenu("")
@@ -244,7 +255,7 @@ class MainWindow(QMainWindow):
         self.menu_view = mb.addMenu("")
         self.menu_view.addActions([self.act_panel, self.act_demo, self.act_full])
         self.menu_help = mb.addMenu("")
-        self.menu_help.addAction(self.act_about)
+        self.menu_help.addActions([self.act_shortcuts, self.act_about])
 
     # ---- language ------------------------------------------------------------------------
 
@@ -268,6 +279,11 @@ class MainWindow(QMainWindow):
         self.act_demo.setText(tr("Demo mode (large text, big panel)"))
         self.act_full.setText(tr("Full screen"))
         self.act_about.setText(tr("About Merlin"))
+        self.act_shortcuts.setText(tr("Keyboard shortcuts"))
+        self.act_export.setText(tr("Export chat…"))
+        self.act_export_all.setText(tr("Export all chats…"))
+        self.act_import.setText(tr("Import chats…"))
+        self.act_copy_md.setText(tr("Copy chat as Markdown"))
         self.model_button.setToolTip(tr("Load a model (Ctrl+L)"))
         self.settings_button.setToolTip(tr("Settings (Ctrl+,)"))
         self.panel_button.setToolTip(tr("Show or hide the performance panel (F9)"))
@@ -415,14 +431,41 @@ class MainWindow(QMainWindow):
         )
 
     def about(self) -> None:
+        from merlin.engine.version import __version__
+
         QMessageBox.about(
             self,
             tr("About Merlin"),
-            tr(
+            tr("Merlin {version}").format(version=__version__)
+            + "\n\n"
+            + tr(
                 "Merlin chats with Qwen3-VL vision-language models on this computer, with its own "
                 "NumPy + Numba engine, and shows where every token's time goes."
             ),
         )
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every action with a shortcut, then the composer's keys."""
+        rows = []
+        for menu in (self.menu_chat, self.menu_model, self.menu_view, self.menu_help):
+            for a in menu.actions():
+                if not a.shortcut().isEmpty():
+                    keys = a.shortcut().toString(QKeySequence.NativeText)
+                    rows.append((keys, a.text().replace("&", "").rstrip("…")))
+        rows += [
+            ("Enter", tr("Send the message")),
+            ("Shift+Enter", tr("New line in the message")),
+            ("Esc", tr("Stop the answer (keeps what it wrote)")),
+            ("Ctrl+V", tr("Paste an image or text")),
+        ]
+        return rows
+
+    def show_shortcuts(self) -> None:
+        rows = "".join(
+            f"<tr><td><b>{html.escape(k)}</b>&nbsp;&nbsp;</td><td>{html.escape(t)}</td></tr>"
+            for k, t in self.shortcut_rows()
+        )
+        QMessageBox.information(self, tr("Keyboard shortcuts"), f"<table>{rows}</table>")
 
     # ---- settings and view ---------------------------------------------------------------
 
