@@ -67,3 +67,15 @@ def test_every_action_with_a_shortcut_is_listed_in_help(qtbot, make_window):
             assert a.shortcut().toString() in listed, a.text()
     for keys in ("Ctrl+N", "Ctrl+O", "Ctrl+E", "Ctrl+I", "F1", "F9", "F10", "F11", "Esc"):
         assert keys in listed
+
+
+def test_a_search_without_a_match_says_so(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "hello")
+    w.conversations.search.setText("zzz-no-such-chat")
+    qtbot.waitUntil(lambda: w.conversations.list.count() == 0, timeout=5000)
+    label = w.conversations.empty_label
+    assert label.isVisible() and "zzz-no-such-chat" in label.text()
+    w.conversations.search.setText("")
+    qtbot.waitUntil(lambda: w.conversations.list.count() > 0, timeout=5000)
+    assert not label.isVisible()

@@ -487,6 +487,16 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/conversations.py" />
+      <source>No chat matches “{text}”.</source>
+      <translation>没有与“{text}”匹配的对话。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/conversations.py" />
+      <source>No chats yet: ask something to start one.</source>
+      <translation>还没有对话：提个问题即可开始。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/conversations.py" />
       <source>Rename</source>
       <translation>重命名</translation>
     </message>

@@ -9,6 +9,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -69,6 +70,11 @@ class ConversationList(QWidget):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.ElideRight)
         layout.addWidget(self.list, 1)
+        self.empty_label = QLabel()  # says why the list is empty (a search without a match)
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
+        self.empty_label.setVisible(False)
+        layout.addWidget(self.empty_label)
         delete = QShortcut(QKeySequence.Delete, self.list, context=Qt.WidgetShortcut)
         delete.activated.connect(self._delete_current)
         self.retranslate()
@@ -86,6 +92,15 @@ class ConversationList(QWidget):
             if row.id == current_id:
                 self.list.setCurrentItem(item)
         self._filling = False
+        self._update_empty_label()
+
+    def _update_empty_label(self) -> None:
+        search = self.search.text().strip()
+        if self.list.count() == 0 and search:
+            self.empty_label.setText(tr("No chat matches “{text}”.").format(text=search))
+        elif self.list.count() == 0:
+            self.empty_label.setText(tr("No chats yet: ask something to start one."))
+        self.empty_label.setVisible(self.list.count() == 0)
 
     def current_id(self) -> int | None:
         item = self.list.currentItem()
@@ -132,6 +147,7 @@ class ConversationList(QWidget):
     def retranslate(self) -> None:
         self.search.setPlaceholderText(tr("Search chats"))
         self.new_button.setToolTip(tr("New chat (Ctrl+N)"))
+        self._update_empty_label()
 
     def changeEvent(self, event):  # noqa: N802
         if event.type() == QEvent.LanguageChange:
