@@ -516,6 +516,121 @@ Merlin 在这台电脑上回答。</translation>
       <translation>新对话（Ctrl+N）</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Get a model</source>
+      <translation>获取模型</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Checkpoints Merlin supports. Memory is what loading needs with an 8,192-token context and a picture; weights are converted on the first load. Downloads go to {folder} and resume if they stop.</source>
+      <translation>Merlin 支持的检查点。内存是在 8,192 词元上下文并带一张图片时加载所需的量；权重在首次加载时转换。下载保存到 {folder}，中断后可继续。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Model</source>
+      <translation>模型</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Memory q4</source>
+      <translation>内存 q4</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Memory q8</source>
+      <translation>内存 q8</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Here</source>
+      <translation>本机</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Hugging Face hub</source>
+      <translation>Hugging Face hub</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>A mirror of the hub</source>
+      <translation>hub 的镜像</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>ModelScope</source>
+      <translation>ModelScope（魔搭）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Install the modelscope package to download from ModelScope.</source>
+      <translation>安装 modelscope 软件包后即可从 ModelScope 下载。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>From</source>
+      <translation>来源</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Mirror address</source>
+      <translation>镜像地址</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Download</source>
+      <translation>下载</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Cancel download</source>
+      <translation>取消下载</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>(too big here)</source>
+      <translation>（本机内存不足）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>partly</source>
+      <translation>未完成</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>downloaded</source>
+      <translation>已下载</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Enter the mirror's address, e.g. {example}</source>
+      <translation>请输入镜像地址，例如 {example}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Downloading {name}…</source>
+      <translation>正在下载 {name}…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>The download failed: {why}</source>
+      <translation>下载失败：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Stopping the download…</source>
+      <translation>正在停止下载…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>{file}: {done} of {total}</source>
+      <translation>{file}：{done} / {total}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/get_model_dialog.py" />
+      <source>Downloaded to {folder}</source>
+      <translation>已下载到 {folder}</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/model_dialog.py" />
       <source>{folder} is not a folder.</source>
       <translation>{folder} 不是文件夹。</translation>
@@ -559,6 +674,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/model_dialog.py" />
       <source>Choose a folder…</source>
       <translation>选择文件夹…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/model_dialog.py" />
+      <source>Get a model…</source>
+      <translation>获取模型…</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />

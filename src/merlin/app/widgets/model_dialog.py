@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFileDialog,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
@@ -21,8 +22,9 @@ from PySide6.QtWidgets import (
 )
 
 from merlin.app.i18n import tr
-from merlin.app.model import hf_scan
+from merlin.app.model import downloads, hf_scan
 from merlin.app.settings import KV_FORMATS, WEIGHT_FORMATS
+from merlin.app.widgets.get_model_dialog import GetModelDialog, models_dir
 from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B
 
 SOURCE_ROLE = Qt.UserRole + 1
@@ -48,6 +50,18 @@ def folder_problem(folder: str) -> str:
     if not hf_scan.is_qwen3vl_folder(path):
         return tr("{folder} is not a Qwen3-VL checkpoint (see config.json).").format(folder=folder)
     return ""
+
+
+def downloaded_folders() -> list[Path]:
+    """Complete checkpoints the Get-a-model dialog downloaded."""
+    root = models_dir()
+    if not root.is_dir():
+        return []
+    return sorted(
+        f
+        for f in root.iterdir()
+        if f.is_dir() and (f / "config.json").is_file() and not downloads.is_incomplete(f)
+    )
 
 
 class ModelDialog(QDialog):
@@ -85,12 +99,21 @@ class ModelDialog(QDialog):
             if not cp.complete:
                 label += "   " + tr("(incomplete download)")
             self._add(str(cp.path), label)
+        for folder in downloaded_folders():
+            if not self._find(str(folder)):
+                self._add(str(folder), f"{folder.name}   —   {folder}")
         for folder in recent:
             if folder and not self._find(folder):
                 self._add(folder, folder)
         self.browse = QPushButton(tr("Choose a folder…"))
         self.browse.clicked.connect(self.choose_folder)
-        layout.addWidget(self.browse, 0, Qt.AlignLeft)
+        self.get_model = QPushButton(tr("Get a model…"))
+        self.get_model.clicked.connect(self.open_get_model)
+        row = QHBoxLayout()
+        row.addWidget(self.browse)
+        row.addWidget(self.get_model)
+        row.addStretch(1)
+        layout.addLayout(row)
         self.problem = QLabel()
         self.problem.setWordWrap(True)
         self.problem.setStyleSheet("color: #D0393E;")
@@ -141,6 +164,15 @@ class ModelDialog(QDialog):
         folder = QFileDialog.getExistingDirectory(self, tr("Checkpoint folder"))
         if folder:
             self.select_folder(folder)
+
+    def open_get_model(self) -> GetModelDialog:
+        """The Get-a-model dialog; a finished download is selected here, ready to load."""
+        from merlin.engine.memory import available_memory
+
+        dialog = GetModelDialog(available_memory(), self)
+        dialog.sig_downloaded.connect(self.select_folder)
+        dialog.open()
+        return dialog
 
     def select_folder(self, folder: str) -> None:
         item = self._find(folder) or self._add(folder, folder)
