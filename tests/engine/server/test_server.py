@@ -15,8 +15,9 @@ import httpx
 import openai
 import pytest
 from PIL import Image
-from serve_support import ServerProcess
 from support import run_cli
+
+from merlin.engine.server.process import ServerProcess
 
 KEY = "test-key-123"
 

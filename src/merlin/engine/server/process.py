@@ -1,7 +1,13 @@
-"""`merlin-cli serve` in a subprocess on a free loopback port, for the server and app tests."""
+"""`merlin-cli serve` in a child process on a free loopback port (tests, the serve benchmark).
+
+Starts `python -m merlin.engine.cli serve --port 0 ARGS`, waits for its "listening on URL"
+line (kernels may compile first), and keeps reading its output so the child never blocks on a
+full pipe. stop() terminates it (then kills it if it does not end).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -9,8 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-
-import httpx
+import urllib.request
 
 
 class ServerProcess:
@@ -56,7 +61,8 @@ class ServerProcess:
             self.stderr.append(line)
 
     def health(self) -> dict:
-        return httpx.get(self.root + "/health", timeout=10).json()
+        with urllib.request.urlopen(self.root + "/health", timeout=10) as r:
+            return json.loads(r.read())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
