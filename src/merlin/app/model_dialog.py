@@ -18,10 +18,13 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QVBoxLayout,
+    QWidget,
 )
 
 from . import hf_scan
 from .i18n import tr
+from .remote import REMOTE_SOURCE, RemoteConfig
+from .remote_dialog import RemoteBox
 from .settings import KV_FORMATS, WEIGHT_FORMATS
 from .worker import SOURCE_DEMO, SOURCE_RANDOM_2B
 
@@ -33,6 +36,7 @@ class ModelChoice:
     source: str
     weights: str
     kv: str
+    remote: RemoteConfig | None = None  # source == REMOTE_SOURCE: the server to use
 
 
 def folder_problem(folder: str) -> str:
@@ -88,6 +92,9 @@ class ModelDialog(QDialog):
         for folder in recent:
             if folder and not self._find(folder):
                 self._add(folder, folder)
+        self._add(
+            REMOTE_SOURCE, tr("OpenAI-compatible server (vLLM, llama-server, merlin-cli serve…)")
+        )
         self.browse = QPushButton(tr("Choose a folder…"))
         self.browse.clicked.connect(self.choose_folder)
         layout.addWidget(self.browse, 0, Qt.AlignLeft)
@@ -114,7 +121,12 @@ class ModelDialog(QDialog):
         self.kv.setCurrentIndex(max(0, self.kv.findData(current.kv)))
         form.addRow(tr("Weights"), self.weights)
         form.addRow(tr("KV cache"), self.kv)
-        layout.addLayout(form)
+        self.formats = QWidget()
+        self.formats.setLayout(form)
+        layout.addWidget(self.formats)
+        self.remote = RemoteBox(current.remote)
+        self.remote.url.textChanged.connect(self._check)
+        layout.addWidget(self.remote)
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.button(QDialogButtonBox.Ok).setText(tr("Load"))
         self.buttons.accepted.connect(self.accept)
@@ -148,7 +160,15 @@ class ModelDialog(QDialog):
 
     def _check(self, *_):
         source = self.source()
-        problem = "" if source in (SOURCE_DEMO, SOURCE_RANDOM_2B, "") else folder_problem(source)
+        remote = source == REMOTE_SOURCE
+        self.remote.setVisible(remote)
+        self.formats.setVisible(not remote)
+        if remote:
+            problem = self.remote.problem()
+        elif source in (SOURCE_DEMO, SOURCE_RANDOM_2B, ""):
+            problem = ""
+        else:
+            problem = folder_problem(source)
         self.problem.setText(problem)
         self.problem.setVisible(bool(problem))
         self.buttons.button(QDialogButtonBox.Ok).setEnabled(not problem)
@@ -158,4 +178,6 @@ class ModelDialog(QDialog):
         return item.data(SOURCE_ROLE) if item else SOURCE_DEMO
 
     def choice(self) -> ModelChoice:
-        return ModelChoice(self.source(), self.weights.currentData(), self.kv.currentData())
+        source = self.source()
+        remote = self.remote.config() if source == REMOTE_SOURCE else None
+        return ModelChoice(source, self.weights.currentData(), self.kv.currentData(), remote)
