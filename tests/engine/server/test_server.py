@@ -358,3 +358,15 @@ def test_cors_only_for_configured_origins(server, demo_model):
         assert r.headers["access-control-allow-origin"] == "http://ui.test"
         r = tc.options("/v1/chat/completions", headers={**pre, "Origin": "http://evil.test"})
         assert r.headers.get("access-control-allow-origin") != "http://evil.test"
+
+
+def test_a_client_that_leaves_a_whole_answer_cancels_it(server):
+    before = server.health()["cancelled"]
+    body = {**user("Go on and on."), "max_tokens": 8000, "ignore_eos": True, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/chat/completions", json=body, timeout=0.3)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.health()["cancelled"] == before:
+        time.sleep(0.1)
+    assert server.health()["cancelled"] == before + 1
+    assert post(server, user("hi")).status_code == 200
