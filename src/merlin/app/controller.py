@@ -184,13 +184,14 @@ class ChatController(QObject):
 
     # ---- model ---------------------------------------------------------------------------
 
-    def load_model(self, source: str, weights: str = "f32", kv: str = "f32") -> None:
-        """Load (in the worker); the current model stays in use until the new one is ready."""
+    def load_model(self, source: str, weights: str = "f32", kv: str = "f32", remote=None) -> None:
+        """Load (in the worker); the current model stays in use until the new one is ready.
+        remote: an app.remote.RemoteConfig, to answer with that server instead."""
         if self.loading is not None:
             self.loading.cancel.set()
         if self.answer is not None:
             self.answer.job.cancel.set()  # the worker finishes the answer, then loads
-        self.loading = LoadRequest(source, weights, kv)
+        self.loading = LoadRequest(source, weights, kv, remote=remote)
         self.sig_load_progress.emit(0.0, "waiting for the engine")
         self._sig_load.emit(self.loading)
 

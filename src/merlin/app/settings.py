@@ -50,7 +50,9 @@ class AppSettings:
     # app
     session_cap_mb: int = 4096  # disk for saved sessions (KV caches of chats); 0 = none saved
     language: str = "system"  # "system", "en", "zh_CN"
-    model_source: str = ""  # "" = demo; "random-2b"; or a folder
+    model_source: str = ""  # "" = demo; "random-2b"; "remote"; or a folder
+    remote_url: str = ""  # the OpenAI-compatible server (its key: app/remote.py, a file)
+    remote_model: str = ""
     weights: str = DEFAULT_WEIGHTS
     kv: str = DEFAULT_KV
     recent_folders: str = ""  # newline-separated

@@ -46,6 +46,7 @@ class LoadRequest:
     kv: str = "f32"
     warm_up: bool = True  # compile (or load cached) kernels now, not at the first question
     cancel: threading.Event = field(default_factory=threading.Event)
+    remote: object | None = None  # app.remote.RemoteConfig: answer with that server instead
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class EngineWorker(QObject):
         """sessions_folder: where conversations' sessions are saved (None: never saved)."""
         super().__init__()
         self._model = None
+        self._remote = None  # app.remote.RemoteBackend while a remote server is in use
         self._session: Session | None = None
         self._session_key: int | None = None
         self._store = SessionStore(sessions_folder, cap_bytes) if sessions_folder else None
@@ -156,6 +158,11 @@ class EngineWorker(QObject):
             self.sig_load_progress.emit(float(fraction), phase)
 
         self._drop_session()  # it was saved when its turn ended; free its KV cache now
+        if request.remote is not None:  # an OpenAI-compatible server (app/remote_worker.py)
+            from merlin.app.remote_worker import connect
+
+            connect(self, request)
+            return
         try:
             progress(0.0, "finding the checkpoint")
             folder = self._resolve(request.source, progress)
@@ -199,7 +206,7 @@ class EngineWorker(QObject):
             traceback.print_exc()
             self.sig_load_failed.emit(f"loading failed unexpectedly ({type(e).__name__}: {e}).")
             return
-        self._model = model
+        self._model, self._remote = model, None
         vision = model.vision
         self.sig_loaded.emit(
             ModelInfo(
@@ -343,6 +350,10 @@ class EngineWorker(QObject):
         from merlin.engine.threads import set_threads
 
         try:
+            if self._remote is not None:  # a remote server answers (app/remote.py)
+                for event in self._remote.respond(job.turns, job.options, job.cancel):
+                    self.sig_event.emit(job.job_id, event)
+                return
             if self._model is None:
                 self.sig_failed.emit(job.job_id, "no model is loaded yet.")
                 return

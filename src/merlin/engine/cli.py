@@ -373,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_image_args(p)
     p.add_argument("--out", required=True, help="FILE.npy")
     p.set_defaults(func=cmd_logits)
+
+    from .server import cli as serve  # the OpenAI-compatible server (engine.server)
+
+    p = sub.add_parser("serve", help="serve the OpenAI chat-completions API (merlin[server])")
+    serve.add_arguments(p)
+    p.set_defaults(func=serve.run)
     return parser
 
 

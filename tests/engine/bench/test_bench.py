@@ -45,3 +45,22 @@ def test_decode_prefill_report(demo_dir, tmp_path):
     assert report["compile"]["q4/f32"]["cold_s"] > report["compile"]["q4/f32"]["warm_s"]
     assert "machine: read bandwidth" in done.stdout and "load q4 weights: first" in done.stdout
     assert "V(4) vs T ms: gemm" in done.stdout
+
+
+def test_serve_report(demo_dir, tmp_path):
+    """`bench serve`: the same request in-process and through `merlin-cli serve`, same run."""
+    out = tmp_path / "serve.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "merlin.engine.bench", "serve", "--model", str(demo_dir)]
+        + ["--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = json.loads(out.read_text())["serve"]
+    for side in ("in_process", "http"):
+        assert len(s["runs"][side]) == s["rounds"]
+        assert all(r["tokens"] == s["answer_tokens"] for r in s["runs"][side])
+        assert s[side]["ttft_ms"] > 0 and s[side]["tokens_per_s"] > 0
+    assert "server overhead: TTFT" in done.stdout

@@ -19,12 +19,15 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QVBoxLayout,
+    QWidget,
 )
 
 from merlin.app.i18n import tr
 from merlin.app.model import downloads, hf_scan
+from merlin.app.model.remote import REMOTE_SOURCE, RemoteConfig
 from merlin.app.settings import KV_FORMATS, WEIGHT_FORMATS
 from merlin.app.widgets.get_model_dialog import GetModelDialog, models_dir
+from merlin.app.widgets.remote_dialog import RemoteBox
 from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B
 
 SOURCE_ROLE = Qt.UserRole + 1
@@ -35,6 +38,7 @@ class ModelChoice:
     source: str
     weights: str
     kv: str
+    remote: RemoteConfig | None = None  # source == REMOTE_SOURCE: the server to use
 
 
 def folder_problem(folder: str) -> str:
@@ -105,6 +109,9 @@ class ModelDialog(QDialog):
         for folder in recent:
             if folder and not self._find(folder):
                 self._add(folder, folder)
+        self._add(
+            REMOTE_SOURCE, tr("OpenAI-compatible server (vLLM, llama-server, merlin-cli serve…)")
+        )
         self.browse = QPushButton(tr("Choose a folder…"))
         self.browse.clicked.connect(self.choose_folder)
         self.get_model = QPushButton(tr("Get a model…"))
@@ -137,7 +144,12 @@ class ModelDialog(QDialog):
         self.kv.setCurrentIndex(max(0, self.kv.findData(current.kv)))
         form.addRow(tr("Weights"), self.weights)
         form.addRow(tr("KV cache"), self.kv)
-        layout.addLayout(form)
+        self.formats = QWidget()
+        self.formats.setLayout(form)
+        layout.addWidget(self.formats)
+        self.remote = RemoteBox(current.remote)
+        self.remote.url.textChanged.connect(self._check)
+        layout.addWidget(self.remote)
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.button(QDialogButtonBox.Ok).setText(tr("Load"))
         self.buttons.accepted.connect(self.accept)
@@ -180,7 +192,15 @@ class ModelDialog(QDialog):
 
     def _check(self, *_):
         source = self.source()
-        problem = "" if source in (SOURCE_DEMO, SOURCE_RANDOM_2B, "") else folder_problem(source)
+        remote = source == REMOTE_SOURCE
+        self.remote.setVisible(remote)
+        self.formats.setVisible(not remote)
+        if remote:
+            problem = self.remote.problem()
+        elif source in (SOURCE_DEMO, SOURCE_RANDOM_2B, ""):
+            problem = ""
+        else:
+            problem = folder_problem(source)
         self.problem.setText(problem)
         self.problem.setVisible(bool(problem))
         self.buttons.button(QDialogButtonBox.Ok).setEnabled(not problem)
@@ -190,4 +210,6 @@ class ModelDialog(QDialog):
         return item.data(SOURCE_ROLE) if item else SOURCE_DEMO
 
     def choice(self) -> ModelChoice:
-        return ModelChoice(self.source(), self.weights.currentData(), self.kv.currentData())
+        source = self.source()
+        remote = self.remote.config() if source == REMOTE_SOURCE else None
+        return ModelChoice(source, self.weights.currentData(), self.kv.currentData(), remote)

@@ -27,7 +27,9 @@ from merlin.app.controller import ChatController
 from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
 from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
+from merlin.app.model.remote import REMOTE_SOURCE
 from merlin.app.model.store import Store, StoreError
+from merlin.app.remote_settings import remember_remote, remote_config, remote_panel_text
 from merlin.app.settings import AppSettings, SettingsDialog, load_settings, save_settings
 from merlin.app.widgets import chat_files
 from merlin.app.widgets.attachments import clear_scratch
@@ -188,6 +190,7 @@ class MainWindow(QMainWindow):
             source or SOURCE_DEMO,
             weights or self.settings.weights,
             kv or self.settings.kv,
+            remote=remote_config(self.settings) if source == REMOTE_SOURCE else None,
         )
         QTimer.singleShot(0, self.composer.edit.setFocus)
 
@@ -303,24 +306,27 @@ class MainWindow(QMainWindow):
     def choose_model(self) -> None:
         s = self.settings
         dialog = ModelDialog(
-            ModelChoice(s.model_source or SOURCE_DEMO, s.weights, s.kv),
+            ModelChoice(s.model_source or SOURCE_DEMO, s.weights, s.kv, remote_config(s)),
             [f for f in s.recent_folders.split("\n") if f],
             parent=self,
         )
         if dialog.exec() != ModelDialog.Accepted:
             return
         choice = dialog.choice()
-        self.load(choice.source, choice.weights, choice.kv)
+        self.load(choice.source, choice.weights, choice.kv, choice.remote)
 
-    def load(self, source: str, weights: str = "f32", kv: str = "f32") -> None:
+    def load(self, source: str, weights: str = "f32", kv: str = "f32", remote=None) -> None:
         s = self.settings
         s.model_source = "" if source == SOURCE_DEMO else source
-        s.weights, s.kv = weights, kv
-        if source not in (SOURCE_DEMO, SOURCE_RANDOM_2B):
+        if remote is not None:  # an OpenAI-compatible server (app/remote.py)
+            remember_remote(s, remote)
+        else:
+            s.weights, s.kv = weights, kv
+        if source not in (SOURCE_DEMO, SOURCE_RANDOM_2B, REMOTE_SOURCE):
             recent = [source] + [f for f in s.recent_folders.split("\n") if f and f != source]
             s.recent_folders = "\n".join(recent[:8])
         save_settings(s)
-        self.controller.load_model(source, weights, kv)
+        self.controller.load_model(source, weights, kv, remote=remote)
 
     def on_load_progress(self, fraction: float, phase: str) -> None:
         self.load_banner.show_progress(
@@ -381,12 +387,15 @@ class MainWindow(QMainWindow):
         self.model_label.setText(text)
         info = c.model
         # rebuilt on every language switch too (retranslate calls this)
-        self.panel.set_model(
-            ""
-            if info is None
-            else f"{model_name(info)}\n{tr('weights')} {info.weights} · KV {info.kv} · "
-            f"{format_bytes(info.weight_bytes_per_token)} {tr('per token')}"
-        )
+        if info is None:
+            self.panel.set_model("")
+        elif info.source == REMOTE_SOURCE:
+            self.panel.set_model(remote_panel_text(info.name, info.folder))
+        else:
+            self.panel.set_model(
+                f"{model_name(info)}\n{tr('weights')} {info.weights} · KV {info.kv} · "
+                f"{format_bytes(info.weight_bytes_per_token)} {tr('per token')}"
+            )
 
     # ---- conversations -------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""python -m merlin.engine.bench [decode] [prefill] [vision] [spec] [session] [--weights f32,q8,q4]
+"""python -m merlin.engine.bench [decode] [prefill] [vision] [spec] [session] [serve]
+[--weights f32,q8,q4]
 [--kv f32,q8] [--json PATH]
 
 Builds (once, cached) a random-weight checkpoint with the exact Qwen3-VL-2B shapes in the real
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
         "what",
         nargs="*",
         default=[],
-        help="decode prefill vision spec session (default: decode prefill)",
+        help="decode prefill vision spec session serve (default: decode prefill)",
     )
     p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
     p.add_argument("--kv", default=",".join(KV_FORMATS))
@@ -206,6 +207,17 @@ def main(argv=None) -> int:
         report["restore_speedup"] = s["restore_speedup"]
         print(session_bench.report(s))
         what = [w for w in what if w != "session"]
+    if "serve" in what:
+        from . import serve as serve_bench
+
+        w = args.weights if "," not in args.weights else "q4"
+        kv = args.kv if "," not in args.kv else "q8"
+        model_dir = Path(args.model) if args.model else None
+        report["serve"] = serve_bench.run(
+            model_dir, w, kv, progress=lambda m: print(m, file=sys.stderr)
+        )
+        print(serve_bench.report(report["serve"]))
+        what = [w for w in what if w != "serve"]
     if not what:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
