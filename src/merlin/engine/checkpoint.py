@@ -71,12 +71,13 @@ class SafetensorsFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        from .safe_open import open_regular
+
         try:
-            self._fd = open(self.path, "rb")
-        except FileNotFoundError:
-            raise CheckpointError(f"{self.path}: file is missing.") from None
-        except OSError as e:
-            raise CheckpointError(f"{self.path}: cannot open ({e.strerror}).") from None
+            if not os.path.lexists(self.path):
+                raise CheckpointError(f"{self.path}: file is missing.")
+            # a FIFO, device or folder is refused with what it is, never opened blocking
+            self._fd = open_regular(self.path, "the weights file", CheckpointError)
         except (UnicodeError, ValueError) as e:  # a name no file system can hold
             raise CheckpointError(f"{self.path!r}: not a usable file name ({e}).") from None
         try:
@@ -233,9 +234,9 @@ class Checkpoint:
         self.files: dict[Path, SafetensorsFile] = {}
         self.tensors: dict[str, TensorInfo] = {}
         try:
-            if index.is_file():
+            if os.path.lexists(index):
                 self._open_sharded(index)
-            elif (self.folder / SINGLE_NAME).is_file():
+            elif os.path.lexists(self.folder / SINGLE_NAME):
                 self._open_file(self.folder / SINGLE_NAME)
             else:
                 found = sorted(p.name for p in self.folder.glob("*.safetensors"))

@@ -348,3 +348,20 @@ def check_memory(
         f"{hint} Close other programs or choose smaller settings (weights format, KV cache "
         "format, context budget, image detail)."
     )
+
+
+def check_kv_cache(cfg: ModelConfig, kv: str, tokens: int, available: int | None = None) -> None:
+    """Raise ResourceError before allocating a KV cache of `tokens` tokens that does not fit
+    in the memory available now (the load-time guard checked the default context only; a
+    budget of the model's maximum can be far larger)."""
+    need = key_tiles(max(int(tokens), 1)) * KEY_BLOCK * kv_bytes_per_token(cfg, kv)
+    if available is None:
+        available = available_memory()
+    if available is None or need <= available:
+        return
+    per_gb = max(1, int(1e9 // max(1, kv_bytes_per_token(cfg, kv))))
+    raise ResourceError(
+        f"a context of {tokens:,} tokens needs a {gb(need)} KV cache ({kv}), but only "
+        f"{gb(available)} of memory is available. Lower the context budget (--max-context, or "
+        f"the setting; about {per_gb:,} tokens per GB) or use a q8 KV cache."
+    )
