@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import CheckpointError
+from .finite import check_tensor
 
 # The safetensors package allows 100 MB. Real headers are far smaller (Qwen3-VL-8B: ~110 kB
 # over 4 shards), and Python's JSON parser can build ~25 bytes of objects per header byte
@@ -311,7 +312,9 @@ class Checkpoint:
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
             )
-        out = to_f32(self.raw(name), info.dtype)
+        raw = self.raw(name)
+        check_tensor(raw, info.dtype, name, info.file)  # NaN/inf refused, with the name
+        out = to_f32(raw, info.dtype)
         self.files[info.file].release(name)
         return out
 
@@ -319,7 +322,22 @@ class Checkpoint:
         """Rows start..stop-1 of a matrix as float32: lets a loader convert a large tensor
         (the 151936-row embedding) in chunks instead of holding it whole in f32."""
         info = self.info(name)
-        return to_f32(self.raw(name)[start:stop], info.dtype)
+        raw = self.raw(name)[start:stop]
+        check_tensor(raw, info.dtype, name, info.file)  # NaN/inf refused, with the name
+        return to_f32(raw, info.dtype)
+
+    def check_finite(self, name: str) -> None:
+        """CheckpointError naming the tensor if it holds NaN or inf (its pages are released
+        after the check)."""
+        info = self.info(name)
+        check_tensor(self.raw(name), info.dtype, name, info.file)
+        self.release(name)
+
+    def location(self, name: str) -> tuple[Path, int, int]:
+        """(file, byte offset, byte count) of a tensor's data, for reading it without a map."""
+        info = self.info(name)
+        f = self.files[info.file]
+        return info.file, f._data_start + info.begin, info.nbytes
 
     def release(self, name: str) -> None:
         info = self.info(name)

@@ -33,14 +33,25 @@ MAX_COUNT = 1 << 31  # a count of anything sizing a Python loop
 _MAX_DIGITS = 30
 
 
-def integer(value, name: str, lo: int, hi: int, error: type[Exception] = InputError) -> int:
-    """`value` as an int in [lo, hi]; `error` naming `name` and the range otherwise."""
+def integer(
+    value,
+    name: str,
+    lo: int,
+    hi: int,
+    error: type[Exception] = InputError,
+    *,
+    strict: bool = False,
+) -> int:
+    """`value` as an int in [lo, hi]; `error` naming `name` and the range otherwise. strict
+    (values from files): only an int is accepted, not "5" or 5.0."""
 
     def bad(got) -> Exception:
         return error(f"{name} must be a whole number from {lo:,} to {hi:,}, got {got}.")
 
     if isinstance(value, bool) or value is None:
         raise bad(repr(value))
+    if strict and not isinstance(value, int):
+        raise bad(repr(value)[:40])
     if isinstance(value, str):
         text = value.strip().replace("_", "")
         if len(text) > _MAX_DIGITS or not text.lstrip("+-").isdigit():
@@ -117,8 +128,8 @@ def byte_size(value, name: str, lo: int = 0, hi: int = MAX_BYTES, error=InputErr
 
 
 def count(value, name: str, hi: int = MAX_COUNT, lo: int = 0, error=InputError) -> int:
-    """A count or index read from a file (layers, heads, lengths, offsets)."""
-    return integer(value, name, lo, hi, error)
+    """A count or index read from a file (layers, heads, lengths, offsets): an int only."""
+    return integer(value, name, lo, hi, error, strict=True)
 
 
 def token_id(value, vocab_size: int, name: str = "token id", error=InputError) -> int:

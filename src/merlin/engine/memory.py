@@ -114,7 +114,9 @@ def vision_widen_bytes(cfg: ModelConfig) -> int:
     matrices and one merger's two."""
     v = cfg.vision
     vd, vi, m = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
-    return 4 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
+    # f32 scratch plus the stored-dtype scratch pread() fills (vision/stored.py): at most 4
+    # more bytes per element (F32 is read straight into the f32 buffer; BF16/F16 take 2)
+    return 8 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
 
 
 def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:

@@ -667,6 +667,12 @@ class Tokenizer:
         _check_messages(messages)
         messages = self._map_texts(messages, clean_text)
         rendered = self._render(messages, add_generation_prompt, template_kwargs)
+        if messages and not rendered:
+            raise TokenizerError(
+                f"The chat template ({self.chat_template_source}) renders nothing for the "
+                "conversation, so there is no prompt to answer. Replace it with the original "
+                "template from the model download."
+            )
 
         texts: list[str] = []
         sentinel = _unused_private_chars(1, self._all_texts(messages, self.chat_template))[0]
@@ -692,7 +698,7 @@ class Tokenizer:
             return self._encode_segments(segments, None)
 
         # Fallback: the template changed the texts. Escape instead of replacing them.
-        starts = sorted({s[0] for s in self._special})
+        starts = sorted({s[0] for s in self._special if s})
         markers = _unused_private_chars(len(starts), self._all_texts(messages, self.chat_template))
         escape = str.maketrans(dict(zip(starts, markers)))
         unescape = str.maketrans(dict(zip(markers, starts)))
