@@ -115,7 +115,13 @@ class Bounds:
 
     def before(self, what: str, args, kwargs) -> None:
         """Check the inputs of a filter or method call before it runs."""
-        values = list(args) + list(kwargs.values())
+        values = list(args) + list(kwargs.values()) if kwargs else args
+        if all(type(v) is str for v in values):  # the common case, kept cheap
+            size = sum(len(v) for v in values)
+            _check_size(what, size, self.limit)
+            if size >= CHARS_PER_OP:
+                self.charge(size // CHARS_PER_OP)
+            return
         _check_numbers(what, values, self.limit)
         size = 0
         for v in values:
@@ -139,16 +145,20 @@ def bounded_filter(env, name: str, f):
     return wrapper
 
 
+_AMPLIFYING = frozenset(["replace", "expandtabs", "join", "center", "ljust", "rjust", "zfill"])
+
+
 def check_call(bounds: Bounds, obj: Any, args, kwargs) -> None:
     """Before a call from a template: bounded inputs; format strings checked."""
+    if not args and not kwargs:
+        return
     name = getattr(obj, "__name__", "a function")
-    what = f"the call {name}()"
+    what = "a call"
     bounds.before(what, args, kwargs)
     owner = getattr(obj, "__self__", None)
-    if isinstance(owner, str):
-        if name in ("format", "format_map"):
-            _format_widths(owner, bounds.limit)
-        elif name == "replace" and len(args) >= 2:
+    if isinstance(owner, str) and name in _AMPLIFYING:
+        what = f"the call {name}()"
+        if name == "replace" and len(args) >= 2:
             old, new = args[0], args[1]
             if isinstance(old, str) and isinstance(new, str):
                 hits = owner.count(old) if old else len(owner) + 1
