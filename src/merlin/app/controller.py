@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from merlin.app.model.history import missing_images_notice, prompt_turns
 from merlin.app.model.paths import sessions_dir
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.prompting import Turn
@@ -309,12 +310,9 @@ class ChatController(QObject):
         return True
 
     def _turns(self, rows: list[MessageRow]) -> list[Turn]:
-        turns = []
-        for r in rows:
-            if r.role == "assistant" and (r.state == "error" or not r.text.strip()):
-                continue  # a failed answer is shown, never sent back to the model
-            paths = [str(self.store.image_path(ref)) for ref in r.images]
-            turns.append(Turn(r.role, r.text, paths))
+        turns, dropped = prompt_turns(rows, self.store.image_path)  # robust: hook
+        if dropped:  # robust: hook (older images that are gone are left out, with a notice)
+            self.sig_notice.emit("info", missing_images_notice(dropped, tr))
         return turns
 
     def _start_answer(self) -> None:

@@ -85,8 +85,16 @@ def settings_file() -> QSettings:
     return QSettings(str(data_dir() / "settings.ini"), QSettings.IniFormat)
 
 
+# what the last load_settings() found out of range (shown once by the window)
+PROBLEMS: list[str] = []
+
+
 def load_settings(qs: QSettings | None = None) -> AppSettings:
+    from merlin.app.model.settings_check import bounded
+
     qs = qs or settings_file()
+    source = qs.fileName() or "the settings"
+    PROBLEMS.clear()
     s = AppSettings()
     for f in dataclasses.fields(AppSettings):
         if not qs.contains(f.name):
@@ -102,8 +110,11 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
                 value = float(raw)
             else:
                 value = str(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             continue  # a hand-edited or damaged value: keep the default
+        value, problem = bounded(f.name, value, default, source)
+        if problem:
+            PROBLEMS.append(problem)
         setattr(s, f.name, value)
     if s.spec_mode not in SPEC_MODES:
         s.spec_mode = "auto"
@@ -112,6 +123,8 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     if s.kv not in KV_FORMATS:
         s.kv = DEFAULT_KV
     if not valid_cpus(s.cpus):
+        if s.cpus.strip():
+            PROBLEMS.append(f"cpus in {source} is not a CPU list; 'big' is used instead.")
         s.cpus = "big"
     return s
 

@@ -385,8 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if getattr(args, "max_new_tokens", 1) < 1:
-            raise MerlinError("--max-new-tokens must be at least 1.")
+        from .cli_checks import check_args
+
+        check_args(args)  # every numeric option bounded before any work (engine.limits)
         return args.func(args)
     except MerlinError as e:
         print(f"merlin-cli: error: {e}", file=sys.stderr)

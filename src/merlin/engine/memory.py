@@ -114,7 +114,9 @@ def vision_widen_bytes(cfg: ModelConfig) -> int:
     matrices and one merger's two."""
     v = cfg.vision
     vd, vi, m = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
-    return 4 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
+    # f32 scratch plus the stored-dtype scratch pread() fills (vision/stored.py): at most 4
+    # more bytes per element (F32 is read straight into the f32 buffer; BF16/F16 take 2)
+    return 8 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
 
 
 def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
@@ -347,4 +349,21 @@ def check_memory(
         f"{name} needs {est.describe()}, but only {gb(available)} of memory is available."
         f"{hint} Close other programs or choose smaller settings (weights format, KV cache "
         "format, context budget, image detail)."
+    )
+
+
+def check_kv_cache(cfg: ModelConfig, kv: str, tokens: int, available: int | None = None) -> None:
+    """Raise ResourceError before allocating a KV cache of `tokens` tokens that does not fit
+    in the memory available now (the load-time guard checked the default context only; a
+    budget of the model's maximum can be far larger)."""
+    need = key_tiles(max(int(tokens), 1)) * KEY_BLOCK * kv_bytes_per_token(cfg, kv)
+    if available is None:
+        available = available_memory()
+    if available is None or need <= available:
+        return
+    per_gb = max(1, int(1e9 // max(1, kv_bytes_per_token(cfg, kv))))
+    raise ResourceError(
+        f"a context of {tokens:,} tokens needs a {gb(need)} KV cache ({kv}), but only "
+        f"{gb(available)} of memory is available. Lower the context budget (--max-context, or "
+        f"the setting; about {per_gb:,} tokens per GB) or use a q8 KV cache."
     )

@@ -74,6 +74,11 @@
       <translation>新对话</translation>
     </message>
     <message>
+      <location filename="../../app/model/history.py" />
+      <source>Some images of earlier messages can no longer be read ({names}); the model answers without them.</source>
+      <translation>之前消息中的部分图片已无法读取（{names}）；模型将在没有这些图片的情况下回答。</translation>
+    </message>
+    <message>
       <location filename="../../app/remote_settings.py" />
       <source>Remote server: time to first token, tokens/s and tokens in/out are measured from its stream and usage. The GEMM/attention split and speculative statistics are not available remotely.</source>
       <translation>远程服务器：首词元时间、词元/秒以及输入/输出词元数取自其数据流和用量统计。远程模式下无法获得 GEMM/注意力耗时拆分和推测解码统计。</translation>
@@ -215,6 +220,11 @@
     </message>
     <message>
       <location filename="../../app/widgets/attachments.py" />
+      <source>{name} is not a regular file (a pipe or a device); it was not attached.</source>
+      <translation>{name} 不是普通文件（是管道或设备），未添加为附件。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/attachments.py" />
       <source>{name} is larger than {mb} MB; attach a smaller image.</source>
       <translation>{name} 大于 {mb} MB，请附加更小的图片。</translation>
     </message>
@@ -242,6 +252,11 @@
       <location filename="../../app/widgets/attachments.py" />
       <source>{name} could not be read ({why}); it was not attached.</source>
       <translation>无法读取 {name}（{why}），未附加。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/attachments.py" />
+      <source>{name} could not be converted to PNG ({why}); it was not attached.</source>
+      <translation>{name} 无法转换为 PNG（{why}），未添加为附件。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/attachments.py" />
@@ -886,6 +901,26 @@ Merlin 在这台电脑上回答。</translation>
       <translation>服务器上有 {n} 个模型。</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/startup_problems.py" />
+      <source>Chats will not be saved: {why}</source>
+      <translation>对话将不会被保存：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/startup_problems.py" />
+      <source>Start a new chat history</source>
+      <translation>开始新的对话记录</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/startup_problems.py" />
+      <source>A new chat history could not be started: {why}</source>
+      <translation>无法开始新的对话记录：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/startup_problems.py" />
+      <source>A new chat history was started. The old file was kept unchanged as {name}.</source>
+      <translation>已开始新的对话记录。旧文件原样保留为 {name}。</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/window.py" />
       <source>finding the checkpoint</source>
       <translation>正在查找检查点</translation>
@@ -954,11 +989,6 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>quantizing embeddings</source>
       <translation>正在量化词嵌入</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/window.py" />
-      <source>Chats will not be saved: {why}</source>
-      <translation>对话将不会被保存：{why}</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />

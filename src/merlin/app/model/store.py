@@ -33,6 +33,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import store_schema as schema
+
 SCHEMA_VERSION = 1
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
@@ -42,13 +44,13 @@ log = logging.getLogger(__name__)
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 
 _SCHEMA_V1 = """
-CREATE TABLE conversations (
+CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     title TEXT NOT NULL,
     created REAL NOT NULL,
     updated REAL NOT NULL
 );
-CREATE TABLE messages (
+CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a replaced answer gets a new id
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
@@ -58,8 +60,8 @@ CREATE TABLE messages (
     created REAL NOT NULL,
     updated REAL NOT NULL
 );
-CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
-CREATE TABLE message_images (
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS message_images (
     message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
     position INTEGER NOT NULL,
     sha256 TEXT NOT NULL,
@@ -67,7 +69,7 @@ CREATE TABLE message_images (
     name TEXT NOT NULL,
     PRIMARY KEY (message_id, position)
 );
-CREATE INDEX message_images_by_sha ON message_images(sha256);
+CREATE INDEX IF NOT EXISTS message_images_by_sha ON message_images(sha256);
 """
 
 # version -> SQL that brings a database from version-1 to version
@@ -75,23 +77,46 @@ _MIGRATIONS = {1: _SCHEMA_V1}
 
 
 class StoreError(Exception):
-    """The chat store cannot be used or could not save; the message is meant for the user."""
+    """The chat store cannot be used or could not save; the message is meant for the user.
+    can_start_new: the database file itself is unusable (damaged, foreign, newer, unknown
+    schema), so the app may offer to start a new one beside it (Store.start_new_beside)."""
+
+    def __init__(self, message: str, can_start_new: bool = False):
+        super().__init__(message)
+        self.can_start_new = can_start_new
 
 
-# SQLite result codes (the primary code, the low byte of sqlite_errorcode)
-_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 13, 14
+# SQLite result codes (the primary code, the low byte of sqlite_errorcode). They are not
+# errnos: SQLITE_ERROR is 1 like EPERM, SQLITE_BUSY 5 like EIO; never compare them to errno.
+_SQLITE_ERROR, _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 3, 5, 6
+_SQLITE_READONLY, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 8, 11, 13, 14
+_SQLITE_NOTADB = 26
 
 
-def _why_not_saved(folder: Path | None, code: int | None, detail: str) -> str:
-    """What to tell the user when writing to the store failed (the code: an errno for OSError,
-    a primary SQLite result code for sqlite3.Error)."""
+def _why_not_saved(folder: Path | None, code: int | None, detail: str, sqlite: bool = False) -> str:
+    """What to tell the user when writing to the store failed (code: an errno for OSError,
+    or with sqlite=True a primary SQLite result code for sqlite3.Error)."""
     where = str(folder) if folder else "memory"
-    if code in (errno.ENOSPC, errno.EDQUOT, _SQLITE_FULL):
+    if sqlite:
+        full = code == _SQLITE_FULL
+        read_only = code in (_SQLITE_READONLY, _SQLITE_PERM)
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return (
+                f"The chat database in {where} is in use by another program (is Merlin open "
+                f"twice?) and stayed locked ({detail}). Close the other program and try again; "
+                "nothing was changed."
+            )
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return f"The chat database in {where} is damaged ({detail}); nothing was saved."
+    else:
+        full = code in (errno.ENOSPC, errno.EDQUOT)
+        read_only = code in (errno.EROFS, errno.EACCES, errno.EPERM)
+    if full:
         return (
             f"The disk is full: nothing more can be saved in {where}. Free some space and try "
             "again; the chats saved before are intact."
         )
-    if code in (errno.EROFS, errno.EACCES, errno.EPERM, _SQLITE_READONLY, _SQLITE_PERM):
+    if read_only:
         return (
             f"The data folder {where} is read-only ({detail}): nothing can be saved there. Make "
             "it writable, or start Merlin with MERLIN_DATA_DIR set to another folder; the chats "
@@ -147,6 +172,8 @@ class Store:
             self.image_dir.mkdir(parents=True, exist_ok=True)
             path = str(self.folder / DB_NAME) if self.folder else ":memory:"
             self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+            # before anything is written (WAL mode included): is this a Merlin database?
+            schema.check_ours(self._db, self.folder, StoreError)
             self._db.execute("PRAGMA foreign_keys = ON")
             if self.folder:
                 mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -161,14 +188,21 @@ class Store:
             if self.folder:
                 self._syncer = _Syncer(path)
                 self._syncer.request()  # what opening wrote
+        except StoreError:
+            self._close_quietly()
+            raise
         except sqlite3.OperationalError as e:
+            self._close_quietly()
             code = _sqlite_code(e)
+            if code in (_SQLITE_BUSY, _SQLITE_LOCKED):  # another process holds it: not damage
+                raise StoreError(_why_not_saved(self.folder, code, str(e), sqlite=True)) from None
             if code not in (_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_PERM, _SQLITE_CANTOPEN):
                 raise self._open_error(e) from None
             if code == _SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
                 code = _SQLITE_READONLY
-            raise StoreError(_why_not_saved(self.folder, code, str(e))) from None
+            raise StoreError(_why_not_saved(self.folder, code, str(e), sqlite=True)) from None
         except sqlite3.DatabaseError as e:
+            self._close_quietly()
             raise self._open_error(e) from None
         except OSError as e:
             raise StoreError(
@@ -178,9 +212,23 @@ class Store:
 
     def _open_error(self, e: sqlite3.Error) -> StoreError:
         return StoreError(
-            f"The chat database in {self.folder} cannot be opened ({e}). Move the file "
-            f"{DB_NAME} aside to start with an empty history; nothing else was changed."
+            f"The chat database {DB_NAME} in {self.folder} cannot be opened ({e}). It was left "
+            "as it is; you can start a new chat history beside it.",
+            can_start_new=True,
         )
+
+    def _close_quietly(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    @staticmethod
+    def start_new_beside(folder: Path | str) -> Path:
+        """Move the unusable database of `folder` (and its -wal/-shm files) aside, unchanged,
+        to chats.sqlite3.unreadable-<time>, so a new one can be made; returns the new name of
+        the old file. Only for a database the user chose to replace (StoreError.can_start_new)."""
+        return schema.move_aside(Path(folder) / DB_NAME)
 
     # ---- schema --------------------------------------------------------------------------
 
@@ -189,7 +237,9 @@ class Store:
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"The chat database in {self.folder} was written by a newer Merlin (schema "
-                f"{version}, this one knows {SCHEMA_VERSION}). Update Merlin to open it."
+                f"{version}, this one knows {SCHEMA_VERSION}). Update Merlin to open it; it "
+                "was left as it is.",
+                can_start_new=True,
             )
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._transaction():
@@ -197,6 +247,9 @@ class Store:
                     if statement.strip():
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {target}")
+        # columns an older or partial layout lacks are added (with their defaults)
+        with self._transaction():
+            schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1)
 
     @property
     def schema_version(self) -> int:
@@ -219,7 +272,9 @@ class Store:
                         self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as e:
-            raise StoreError(_why_not_saved(self.folder, _sqlite_code(e), str(e))) from None
+            raise StoreError(
+                _why_not_saved(self.folder, _sqlite_code(e), str(e), sqlite=True)
+            ) from None
 
     def _recover(self) -> int:
         with self._transaction() as db:
@@ -274,14 +329,16 @@ class Store:
                 "SELECT id, title, updated, created FROM conversations "
                 "ORDER BY updated DESC, id DESC"
             )
-        return [ConversationRow(*r) for r in rows.fetchall()]
+        return [schema.conversation_row(*r) for r in rows.fetchall()]
 
     def conversation(self, conversation_id: int) -> ConversationRow | None:
+        if not schema.row_id_ok(conversation_id):  # e.g. a huge id from settings.ini
+            return None
         row = self._db.execute(
             "SELECT id, title, updated, created FROM conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
-        return ConversationRow(*row) if row else None
+        return schema.conversation_row(*row) if row else None
 
     # ---- messages ------------------------------------------------------------------------
 
@@ -368,6 +425,8 @@ class Store:
             return cur.rowcount
 
     def messages(self, conversation_id: int) -> list[MessageRow]:
+        if not schema.row_id_ok(conversation_id):
+            return []
         rows = self._db.execute(
             "SELECT id, conversation_id, role, text, state, stats FROM messages "
             "WHERE conversation_id = ? ORDER BY id",
@@ -380,14 +439,14 @@ class Store:
             "ORDER BY mi.message_id, mi.position",
             (conversation_id,),
         ):
-            images.setdefault(mid, []).append(ImageRef(sha, ext, name))
+            if schema.image_ref_ok(sha, ext):  # never a path outside images/
+                images.setdefault(mid, []).append(ImageRef(sha, ext, str(name)))
         out = []
         for mid, cid, role, text, state, stats in rows:
-            try:
-                stats_d = json.loads(stats) if stats else {}
-            except json.JSONDecodeError:
-                stats_d = {}
-            out.append(MessageRow(mid, cid, role, text, state, stats_d, images.get(mid, [])))
+            row = schema.message_row(mid, cid, role, text, state, stats)
+            if row is not None:  # a row no Merlin wrote (bad role, id) is left out
+                role, text, state, stats_d = row
+                out.append(MessageRow(mid, cid, role, text, state, stats_d, images.get(mid, [])))
         return out
 
     # ---- images --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from merlin.app.model.paths import data_dir
 
 THUMB = 64
 MAX_FILE_BYTES = 64 << 20
+# Qt format names of what engine.vision.preprocess.IMAGE_FORMATS decodes
+ENGINE_FORMATS = {"png", "jpeg", "jpg", "webp", "gif", "bmp", "tif", "tiff"}
 MAX_PIXELS = 180_000_000  # Pillow's decompression-bomb limit, which the engine applies too
 IMAGE_SUFFIXES = {
     ".png",
@@ -49,8 +51,14 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
     name = name or path.name
     if path.is_dir():
         raise AttachmentError(tr("{name} is a folder, not an image.").format(name=name))
-    if not path.is_file():
+    if not path.exists():
         raise AttachmentError(tr("{name} cannot be found.").format(name=name))
+    if not path.is_file():  # a FIFO or device: never opened (it could block)
+        raise AttachmentError(
+            tr("{name} is not a regular file (a pipe or a device); it was not attached.").format(
+                name=name
+            )
+        )
     if path.stat().st_size > MAX_FILE_BYTES:
         raise AttachmentError(
             tr("{name} is larger than {mb} MB; attach a smaller image.").format(
@@ -94,9 +102,27 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
             )
         )
     thumb = QPixmap.fromImage(image)
+    fmt = bytes(reader.format()).decode("ascii", "replace").lower()
+    if fmt not in ENGINE_FORMATS:
+        # Qt reads it (SVG, ICO, PPM...) but the engine decodes only ENGINE_FORMATS: convert
+        # it to PNG now, so the chat never holds an image no later question could use
+        path = _converted_png(path, name)
     return Attachment(
         str(path), name, thumb, (size.width(), size.height()) if size.isValid() else (0, 0)
     )
+
+
+def _converted_png(path: Path, name: str) -> Path:
+    reader = QImageReader(str(path))
+    reader.setAutoTransform(True)
+    image = reader.read()
+    if image.isNull() or min(image.width(), image.height()) < 2:
+        raise AttachmentError(
+            tr("{name} could not be converted to PNG ({why}); it was not attached.").format(
+                name=name, why=reader.errorString()
+            )
+        )
+    return save_pasted_image(image)
 
 
 def save_pasted_image(image: QImage) -> Path:

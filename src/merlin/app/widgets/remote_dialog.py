@@ -17,9 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from merlin.app.model.remote import RemoteConfig, RemoteError, list_models, normalize_url
-
 from merlin.app.i18n import tr
+from merlin.app.model.remote import RemoteConfig, RemoteError, list_models, normalize_url
 
 
 class RemoteBox(QGroupBox):

@@ -31,7 +31,7 @@ from merlin.app.model.remote import REMOTE_SOURCE
 from merlin.app.model.store import Store, StoreError
 from merlin.app.remote_settings import remember_remote, remote_config, remote_panel_text
 from merlin.app.settings import AppSettings, SettingsDialog, load_settings, save_settings
-from merlin.app.widgets import chat_files
+from merlin.app.widgets import chat_files, startup_problems
 from merlin.app.widgets.attachments import clear_scratch
 from merlin.app.widgets.banner import Banner
 from merlin.app.widgets.chat_view import ChatView
@@ -106,12 +106,13 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         clear_scratch()
 
+        store_error = None  # robust: hook
         try:
             self.store = Store(data_dir())
             store_problem = ""
         except StoreError as e:
             self.store = Store(None)
-            store_problem = str(e)
+            store_problem, store_error = str(e), e  # robust: hook
 
         self.stats = PerfStats()
         self.conversations = ConversationList()
@@ -179,6 +180,7 @@ class MainWindow(QMainWindow):
                 "info",
                 tr("Merlin was closed while answering; the partial answer was kept."),
             )
+        startup_problems.show(self, store_error)  # robust: hook
         self.refresh_conversations()
         last = self.settings.last_conversation
         if last and self.store.conversation(last) is not None:
