@@ -4,8 +4,17 @@ Every kernel here keeps the summation order of one output row independent of how
 are computed at once and of the thread count (parallelism is over output rows or heads only),
 so that a K+1-token forward gives bit-identical rows to K+1 one-token forwards.
 
-The Numba on-disk cache goes to an app-owned folder, versioned by Merlin's version, unless
-NUMBA_CACHE_DIR is set: upgrades never load stale kernels and read-only installs still cache.
+The Numba on-disk cache goes to an app-owned folder, versioned by Merlin's version and named
+by the CPU class (kernels/target.py), unless NUMBA_CACHE_DIR is set: upgrades never load stale
+kernels, read-only installs still cache, and kernels built for one class (their shape
+constants are globals, which Numba's cache key does not include) are never loaded for another.
+With NUMBA_CACHE_DIR set and MERLIN_CPU_CLASS changed between runs, use one folder per class.
+
+Modules: target (the CPU class), irtools (the LLVM IR pieces every kernel shares: stack
+scratch, prefetch, scale decode, vector loads), dots (the integer dot instructions per class),
+actquant (activation quantization), reference (naive NumPy twins for tests); the kernels:
+qgroup (grouped q4/q8, decode to prefill), qlinear (row-major q8 fallback), attention, linear
+(f32), norm, rope, activation, mathfn. docs/kernels.md holds the measurements behind them.
 """
 
 import os
@@ -25,8 +34,11 @@ if "NUMBA_CACHE_DIR" not in os.environ:
     from platformdirs import user_cache_dir
 
     from ..version import __version__
+    from .target import TARGET
 
-    os.environ["NUMBA_CACHE_DIR"] = os.path.join(user_cache_dir("merlin"), "numba", __version__)
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(
+        user_cache_dir("merlin"), "numba", __version__, TARGET.name
+    )
 
 # Reassociation lets LLVM vectorise reductions; no-NaN/no-Inf flags are left out so that an
 # overflow shows as inf/nan instead of silently wrong numbers.

@@ -66,9 +66,14 @@ from numba.core import types
 from numba.extending import intrinsic, overload
 
 from . import FASTMATH
+from .actquant import INV_LEVEL16
+from .dots import dot2
+from .irtools import prefetch, stack_f32, stack_i32
 from .mathfn import fast_exp
-from .qgroup import GROUP, _dot2
-from .qlinear import _X86, INV_LEVEL16, prefetch, stack_f32, stack_i32
+from .target import TARGET
+
+GROUP = TARGET.group  # int32 lanes of one integer dot vector (as in qgroup)
+_X86 = TARGET.x86_ir
 
 AFASTMATH = FASTMATH - {"reassoc"}
 KEY_BLOCK = 64  # keys per stored K tile
@@ -151,7 +156,7 @@ def _key_pair_dots(typingctx, acc, lane0, tiles, k_off, qi, q_off):
             w = builder.load(builder.bitcast(k_ptr, keys_vec.as_pointer()), align=1)
             lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
             a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
-            builder.store(_dot2(builder, builder.load(a_ptr, align=4), w, qword), a_ptr, align=4)
+            builder.store(dot2(builder, builder.load(a_ptr, align=4), w, qword), a_ptr, align=4)
         return context.get_dummy_value()
 
     return types.void(acc, lane0, tiles, k_off, qi, q_off), codegen
@@ -297,7 +302,7 @@ def _value_pair_dots(typingctx, acc, lane0, v, a_off, b_off, wq, w_off, lanes):
             part = builder.shuffle_vector(pairs, pairs, pick)
             lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
             a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
-            builder.store(_dot2(builder, builder.load(a_ptr, align=4), part, wword), a_ptr, align=4)
+            builder.store(dot2(builder, builder.load(a_ptr, align=4), part, wword), a_ptr, align=4)
         return context.get_dummy_value()
 
     return types.void(acc, lane0, v, a_off, b_off, wq, w_off, lanes), codegen
