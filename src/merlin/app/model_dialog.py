@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from . import hf_scan
 from .i18n import tr
-from .settings import KV_FORMATS, WEIGHT_FORMATS
+from .settings import KV_FORMATS, WEIGHT_CHOICES
 from .worker import SOURCE_DEMO, SOURCE_RANDOM_2B
 
 SOURCE_ROLE = Qt.UserRole + 1
@@ -99,8 +99,9 @@ class ModelDialog(QDialog):
         form = QFormLayout()
         self.weights = QComboBox()
         for w, text in zip(
-            WEIGHT_FORMATS,
+            WEIGHT_CHOICES,
             (
+                tr("auto (q4 or q8, whichever runs faster on this CPU)"),
                 tr("f32 (exact, 4 bytes per weight)"),
                 tr("q8 (1.06 bytes per weight)"),
                 tr("q4 (0.56 bytes per weight, fastest)"),

@@ -21,7 +21,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+from merlin.engine.formats import (
+    DEFAULT_KV,
+    DEFAULT_WEIGHTS,
+    KV_FORMATS,
+    WEIGHT_CHOICES,
+)
 from merlin.engine.speculative import MAX_K
 
 from .i18n import LANGUAGES, tr
@@ -105,7 +110,7 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         setattr(s, f.name, value)
     if s.spec_mode not in SPEC_MODES:
         s.spec_mode = "auto"
-    if s.weights not in WEIGHT_FORMATS:
+    if s.weights not in WEIGHT_CHOICES:
         s.weights = DEFAULT_WEIGHTS
     if s.kv not in KV_FORMATS:
         s.kv = DEFAULT_KV

@@ -19,15 +19,9 @@ qgroup (grouped q4/q8, decode to prefill), qlinear (row-major q8 fallback), atte
 
 import os
 
-# How long libgomp's worker threads spin after a parallel kernel before they sleep. libgomp's
-# own default (300000 pauses, milliseconds) held the cores that NumPy's BLAS (prefill) and the
-# next kernel needed, up to 20x slower decode matvecs on a busy machine. Sleeping at once (0)
-# made every kernel wake a sleeping thread: on the 2-vCPU dev VM an empty 2-thread kernel took
-# 94-105 us instead of 2-3 us, and a decode step calls ~140 of them. 10000 pauses spin about
-# 0.1-0.2 ms here, which covers the gaps between one step's kernels; decode q4/q8 in
-# alternating runs: 74 -> 64 and 124 -> 90 ms/token at context 128, 135 -> 67 and 178 -> 101
-# at 2048 (attention 18-24 -> 8-12 ms), prefill 40 -> 44-45 tok/s, the vision encoder the
-# same (5.2-5.9 vs 5.1-5.3 s, its kernels are single-threaded).
+# How long libgomp's worker threads spin after a parallel kernel before they sleep: long enough
+# to cover the gaps between one decode step's ~140 kernels, short enough not to hold the cores
+# BLAS and the next kernel need (libgomp's default held them; figures in docs/kernels.md).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 if "NUMBA_CACHE_DIR" not in os.environ:
