@@ -143,6 +143,12 @@ def _random_linear(fmt: str, rng):
     return quantized_linear(QTensor(fmt, qs, scales))
 
 
+def decide(ms: dict) -> str:
+    """q4 unless its decode step (N = 1) is slower than q8's: never the slow one, ties to the
+    smaller weights."""
+    return "q4" if ms["q4"]["1"] <= ms["q8"]["1"] else "q8"
+
+
 def measure(repeats: int = REPEATS) -> WeightsChoice:
     """Time both formats' decode kernels here and pick the faster (see the module docstring)."""
     import numpy as np
@@ -166,7 +172,7 @@ def measure(repeats: int = REPEATS) -> WeightsChoice:
                 times[fmt][n].append(time.perf_counter() - t0)
     ms = {f: {str(n): float(np.median(t)) * 1e3 for n, t in by.items()} for f, by in times.items()}
     q4, q8 = ms["q4"]["1"], ms["q8"]["1"]
-    fmt = "q4" if q4 <= q8 else "q8"
+    fmt = decide(ms)
     mb = {f: lins[f].nbytes / 1e6 for f in CANDIDATES}
     reason = (
         f"{TARGET.name} kernels, {o} x {k} matrix, decode step: q4 {q4:.2f} ms "
