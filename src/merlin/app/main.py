@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 
 
 def parse_args(argv):
@@ -20,7 +20,8 @@ def parse_args(argv):
     p.add_argument(
         "--weights",
         default=None,
-        help="weights format: f32, q8 or q4 (default: the last one used; with --warmup also "
+        help="weights format: auto (q4 or q8, the faster here), f32, q8 or q4 (default: the "
+        "last one used, else auto; with --warmup also "
         "several, comma-separated, or all)",
     )
     p.add_argument(
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup:
         return _warmup(args)
     for flag, value, choices in (
-        ("--weights", args.weights, WEIGHT_FORMATS),
+        ("--weights", args.weights, WEIGHT_CHOICES),
         ("--kv", args.kv, KV_FORMATS),
     ):
         if value is not None and value not in choices:

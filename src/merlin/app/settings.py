@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from merlin.app.model.paths import data_dir, sessions_dir
 from merlin.app.model.perf_stats import format_bytes
 from merlin.app.model.prompting import SPEC_MODES, GenerationOptions
-from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 from merlin.engine.speculative import MAX_K
 
 from .i18n import LANGUAGES, tr
@@ -118,7 +118,7 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         setattr(s, f.name, value)
     if s.spec_mode not in SPEC_MODES:
         s.spec_mode = "auto"
-    if s.weights not in WEIGHT_FORMATS:
+    if s.weights not in WEIGHT_CHOICES:
         s.weights = DEFAULT_WEIGHTS
     if s.kv not in KV_FORMATS:
         s.kv = DEFAULT_KV

@@ -173,13 +173,19 @@ def gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
 
 
-def _check_formats(weights: str, kv: str) -> None:
+def _check_formats(weights: str, kv: str) -> str:
+    """The concrete weights format ("auto" resolved: engine/autoweights.py), after checking."""
+    if weights == "auto":
+        from .autoweights import resolve
+
+        weights = resolve(weights)
     if weights not in WEIGHT_FORMATS:
         raise InputError(
             f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
         )
     if kv not in KV_FORMATS:
         raise InputError(f"unknown KV cache format {kv!r}; choose one of {', '.join(KV_FORMATS)}.")
+    return weights
 
 
 def _image_patches(cfg: ModelConfig, folder: Path, context: int, image_pixels: int | None):
@@ -210,7 +216,7 @@ def estimate_for(
     vision_usable: bool = True,
 ) -> MemoryEstimate:
     """The estimate from a parsed config whose tensor shapes have been checked."""
-    _check_formats(weights, kv)
+    weights = _check_formats(weights, kv)
     limit = cfg.text.max_position_embeddings
     context = min(context or min(DEFAULT_CONTEXT, limit), limit)
     if context < 1:
@@ -253,7 +259,7 @@ def estimate_memory(
     `context` tokens (default: DEFAULT_CONTEXT, at most the model's maximum) and images of up
     to `image_pixels` pixels (default: the checkpoint's preprocessor max_pixels). Reads only
     config.json and the safetensors headers; raises CheckpointError for a broken checkpoint."""
-    _check_formats(weights, kv)
+    weights = _check_formats(weights, kv)
     folder = Path(folder).expanduser()
     cfg = load_config(folder)
     with Checkpoint(folder) as ckpt:

@@ -117,7 +117,11 @@ def load_model(
     """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message,
     and ResourceError before converting anything when the model would not fit in the memory
     available (engine.memory: weights in this format + KV for `context` tokens, default
-    memory.DEFAULT_CONTEXT, + working buffers)."""
+    memory.DEFAULT_CONTEXT, + working buffers). weights "auto": engine/autoweights.py."""
+    if weights == "auto":
+        from .autoweights import resolve
+
+        weights = resolve(weights)
     if weights not in WEIGHT_FORMATS:
         raise InputError(
             f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."

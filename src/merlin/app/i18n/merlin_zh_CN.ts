@@ -707,6 +707,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />
+      <source>auto (q4 or q8, whichever runs faster on this CPU)</source>
+      <translation>自动（q4 或 q8，取在此 CPU 上更快的一种）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/model_dialog.py" />
       <source>f32 (exact, 4 bytes per weight)</source>
       <translation>f32（精确，每个权重 4 字节）</translation>
     </message>

@@ -149,7 +149,7 @@ def message_row(mid, cid, role, text, state, stats):
 
 
 def conversation_row(cid, title, updated):
-    from .store import ConversationRow
+    from merlin.app.model.store import ConversationRow
 
     if not isinstance(updated, (int, float)) or isinstance(updated, bool):
         updated = 0.0

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from merlin.app.i18n import tr
 from merlin.app.model import downloads, hf_scan
 from merlin.app.model.remote import REMOTE_SOURCE, RemoteConfig
-from merlin.app.settings import KV_FORMATS, WEIGHT_FORMATS
+from merlin.app.settings import KV_FORMATS, WEIGHT_CHOICES
 from merlin.app.widgets.get_model_dialog import GetModelDialog, models_dir
 from merlin.app.widgets.remote_dialog import RemoteBox
 from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B
@@ -129,8 +129,9 @@ class ModelDialog(QDialog):
         form = QFormLayout()
         self.weights = QComboBox()
         for w, text in zip(
-            WEIGHT_FORMATS,
+            WEIGHT_CHOICES,
             (
+                tr("auto (q4 or q8, whichever runs faster on this CPU)"),
                 tr("f32 (exact, 4 bytes per weight)"),
                 tr("q8 (1.06 bytes per weight)"),
                 tr("q4 (0.56 bytes per weight, fastest)"),
