@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from merlin.app import store_schema as schema
+from merlin.app.model import store_schema as schema
 
 SCHEMA_VERSION = 1
 DB_NAME = "chats.sqlite3"
