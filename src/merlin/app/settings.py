@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from merlin.app.model.paths import data_dir, sessions_dir
 from merlin.app.model.perf_stats import format_bytes
 from merlin.app.model.prompting import SPEC_MODES, GenerationOptions
+from merlin.app.widgets.preset_picker import PresetPicker
 from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 from merlin.engine.speculative import MAX_K
 
@@ -185,7 +186,9 @@ class SettingsDialog(QDialog):
         idx = self.language.findData(settings.language)
         self.language.setCurrentIndex(max(0, idx))
         self.labels: dict[str, QLabel] = {}
+        self.preset = PresetPicker(self.system_prompt)
         rows = (
+            ("preset", self.preset),
             ("system_prompt", self.system_prompt),
             ("use_model", self.use_model),
             ("temperature", self.temperature),
@@ -288,6 +291,7 @@ class SettingsDialog(QDialog):
         self.gen_box.setTitle(tr("Answers"))
         self.app_box.setTitle(tr("Application"))
         text = {
+            "preset": tr("Preset"),
             "system_prompt": tr("System prompt"),
             "use_model": tr("Sampling"),
             "temperature": tr("Temperature (0 = greedy)"),

@@ -100,6 +100,11 @@
     </message>
     <message>
       <location filename="../../app/settings.py" />
+      <source>Preset</source>
+      <translation>预设</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
       <source>System prompt</source>
       <translation>系统提示词</translation>
     </message>
@@ -869,6 +874,51 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/perf_panel.py" />
       <source>Tokens per forward</source>
       <translation>每次前向的词元数</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Default</source>
+      <translation>默认</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Concise</source>
+      <translation>简洁</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Describe pictures in detail</source>
+      <translation>详细描述图片</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Step by step</source>
+      <translation>逐步思考</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Answer in Chinese</source>
+      <translation>用中文回答</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Save as preset…</source>
+      <translation>另存为预设…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Delete preset</source>
+      <translation>删除预设</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Save as preset</source>
+      <translation>另存为预设</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/preset_picker.py" />
+      <source>Preset name</source>
+      <translation>预设名称</translation>
     </message>
     <message>
       <location filename="../../app/widgets/remote_dialog.py" />
