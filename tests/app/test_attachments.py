@@ -114,7 +114,7 @@ def test_unexpected_engine_exception_is_shown(qtbot, make_window, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("kernel exploded")
 
-    monkeypatch.setattr(worker, "respond_options", boom)
+    monkeypatch.setattr(worker, "answer_options", boom)
     send(qtbot, w, "hello")
     assert stored(w)[-1].state == "error"
     assert "kernel exploded" in w.chat.messages()[-1].note.text()
