@@ -109,10 +109,10 @@ class PerfStats:
             self.decode_tokens_per_s = (self.tokens - 1) / (now - self.first_token_at)
         self._touch()
 
-    def finished(self, reason: str, totals: dict) -> None:
+    def finished(self, reason: str, tps: float | None = None) -> None:
+        """The answer ended; tps: the engine's decode rate (engine.generate.Finished)."""
         self.running = False
         self.finish_reason = reason
-        tps = totals.get("tokens_per_s")
         if isinstance(tps, (int, float)) and tps > 0:
             self.decode_tokens_per_s = float(tps)
         self._touch()
