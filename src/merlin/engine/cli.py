@@ -87,6 +87,7 @@ def cmd_info(args) -> int:
     from . import memory
     from .checkpoint import Checkpoint
     from .config import load_config
+    from .moe.memory import describe_experts
     from .text import expected_text_tensors
 
     folder = _model_dir(args.model)
@@ -96,7 +97,7 @@ def cmd_info(args) -> int:
         dtypes = sorted({ckpt.info(n).dtype for n in ckpt.tensors})
         n_total = sum(int(np.prod(i.shape)) for i in ckpt.tensors.values())
     text_tensors = expected_text_tensors(cfg)
-    matrices = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 2)
+    matrices = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) >= 2)
     vectors = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 1)
     per_token = {w: memory.decode_bytes_per_token(cfg, w) for w in WEIGHT_FORMATS}
     kv_per_token = {kv: memory.kv_bytes_per_token(cfg, kv) for kv in KV_FORMATS}
@@ -126,6 +127,7 @@ def cmd_info(args) -> int:
         "params_text": matrices + vectors,
         "weight_bytes_per_token": per_token,
         "kv_bytes_per_token": kv_per_token,
+        "moe": describe_experts(cfg),
         "cpus": _cpu_info(args),
         "memory": _memory_info(folder),
     }
@@ -142,6 +144,13 @@ def cmd_info(args) -> int:
             f"deepstack {list(v.deepstack_visual_indexes)}"
         )
     print(f"parameters:   {n_total:,} total, {matrices + vectors:,} text decoder")
+    if info["moe"]:
+        moe = info["moe"]
+        print(
+            f"experts:      {moe['experts']} per layer in {moe['routed_layers']} layers, "
+            f"{moe['experts_per_token']} per token: {moe['params_decoder_active']:,} active of "
+            f"{moe['params_decoder_total']:,} decoder parameters per token"
+        )
     print(f"stored as:    {', '.join(dtypes)}")
     print(f"cpu:          {info['cpus']['topology']}")
     print(f"threads:      {info['cpus']['placement']}")
@@ -222,6 +231,8 @@ def format_profile(p) -> str:
         f"gemm {p.gemm_ms:7.2f}  attn {p.attn_ms:6.2f}  other {p.other_ms:6.2f}  "
         f"total {p.total_ms:7.2f} ms  {p.gb_per_s:5.1f} GB/s"
     )
+    if p.experts_read:  # a mixture-of-experts forward: experts read, weight bytes read
+        line += f"  experts {p.experts_read}  weights {p.weight_bytes / 1e6:.1f} MB"
     if p.spec:
         line += "  " + " ".join(f"{k}={v}" for k, v in p.spec.items())
     return line

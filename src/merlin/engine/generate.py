@@ -123,6 +123,7 @@ def generate(
     text_parts: list[str] = []
     stats = SpecStats()
     bytes_per_token = model.bytes_per_token
+    routed = model.config.is_moe  # bytes read depend on the experts each forward chose
 
     # prefill
     n = len(request.prompt_ids)
@@ -190,8 +191,9 @@ def generate(
                 context=cache.length,
                 n_tokens=rows,
                 emitted=len(emit),
-                weight_bytes=bytes_per_token,
+                weight_bytes=model.text.last_weight_bytes if routed else bytes_per_token,
                 kv_bytes=cache.length * cache.bytes_per_token(),
+                experts_read=model.text.experts_read,
                 spec=spec,
             )
         )

@@ -37,6 +37,7 @@ from .errors import InputError, MerlinError, ResourceError
 from .kernels.attention import KEY_BLOCK, key_tiles
 from .kv_cache import KV_FORMATS
 from .linear import WEIGHT_FORMATS, quantizable
+from .moe import memory as moe_memory
 from .quant import BLOCK
 from .text import HEAD_FORMAT, check_text_tensors
 
@@ -58,18 +59,20 @@ def matrix_bytes(out_features: int, in_features: int, fmt: str) -> int:
 
 
 def text_weight_bytes(cfg: ModelConfig, fmt: str) -> int:
+    """All text weights, a mixture-of-experts model's routers and experts included."""
     t = cfg.text
     d, head = t.hidden_size, HEAD_FORMAT[fmt]
     layer = (
         matrix_bytes(t.q_size + 2 * t.kv_size, d, fmt)
         + matrix_bytes(d, t.q_size, fmt)
-        + matrix_bytes(2 * t.intermediate_size, d, fmt)
-        + matrix_bytes(d, t.intermediate_size, fmt)
         + 4 * (2 * d + 2 * t.head_dim)
     )
+    mlp = matrix_bytes(2 * t.intermediate_size, d, fmt) + matrix_bytes(d, t.intermediate_size, fmt)
+    dense_layers = t.num_hidden_layers - moe_memory.routed_layers(cfg)
     embed = matrix_bytes(t.vocab_size, d, head)
     lm_head = 0 if cfg.tie_word_embeddings else embed
-    return t.num_hidden_layers * layer + embed + lm_head + 4 * d
+    routed = moe_memory.routed_weight_bytes(cfg, fmt)
+    return t.num_hidden_layers * layer + dense_layers * mlp + routed + embed + lm_head + 4 * d
 
 
 def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
@@ -77,6 +80,7 @@ def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
     lm_head; of an untied embedding only one row."""
     t = cfg.text
     held = text_weight_bytes(cfg, fmt)
+    held += moe_memory.routed_bytes_per_token(cfg, fmt) - moe_memory.routed_weight_bytes(cfg, fmt)
     if cfg.tie_word_embeddings:
         return held
     embed = matrix_bytes(t.vocab_size, t.hidden_size, HEAD_FORMAT[fmt])
@@ -95,7 +99,7 @@ def prefill_bytes_per_row(cfg: ModelConfig) -> int:
     buffers, gate_up, act), in float32."""
     t = cfg.text
     d, q, kv, i = t.hidden_size, t.q_size, t.kv_size, t.intermediate_size
-    return 4 * (3 * d + 3 * q + 3 * kv + 3 * i)
+    return 4 * (3 * d + 3 * q + 3 * kv + 3 * i) + moe_memory.routed_bytes_per_row(cfg)
 
 
 def vision_weight_bytes(cfg: ModelConfig) -> int:

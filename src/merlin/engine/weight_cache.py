@@ -32,6 +32,8 @@ from .config import ModelConfig
 from .errors import CheckpointError
 from .kernels.qgroup import LAYOUT, Q4_BLOCK_BYTES, Q8_BLOCK_BYTES
 from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays, linear_kind
+from .moe.weights import KINDS as EXPERT_KINDS
+from .moe.weights import experts_from_arrays
 from .quant import BLOCK
 from .text import LayerWeights, TextWeights
 
@@ -68,8 +70,12 @@ def _flatten(w: TextWeights) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
     for i, lw in enumerate(w.layers):
         p = f"layers.{i}."
-        for n in ("qkv", "o", "gate_up", "down"):
+        for n in ("qkv", "o") if lw.moe is not None else ("qkv", "o", "gate_up", "down"):
             add_linear(p + n, getattr(lw, n))
+        if lw.moe is not None:  # a routed layer (engine.moe.weights)
+            formats[p + "experts"] = lw.moe.kind
+            for part, a in lw.moe.arrays().items():
+                arrays[f"{p}experts.{part}"] = a
         for n in ("input_norm", "q_norm", "k_norm", "post_norm"):
             arrays[p + n] = getattr(lw, n)
     add_linear("embed", w.embed)
@@ -79,15 +85,35 @@ def _flatten(w: TextWeights) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     return arrays, formats
 
 
-def _unflatten(arrays: dict[str, np.ndarray], formats: dict[str, str], n_layers: int):
-    def linear(name):
+def _unflatten(arrays: dict[str, np.ndarray], formats: dict[str, str], cfg: ModelConfig):
+    def parts(name):
         prefix = name + "."
-        parts = {k[len(prefix) :]: a for k, a in arrays.items() if k.startswith(prefix)}
-        return linear_from_arrays(formats[name], parts)
+        return {k[len(prefix) :]: a for k, a in arrays.items() if k.startswith(prefix)}
+
+    def linear(name):
+        return linear_from_arrays(formats[name], parts(name))
 
     layers = []
-    for i in range(n_layers):
+    for i in range(cfg.text.num_hidden_layers):
         p = f"layers.{i}."
+        if cfg.text.is_moe_layer(i):
+            experts = experts_from_arrays(
+                formats[p + "experts"], parts(p + "experts"), cfg, p + "experts"
+            )
+            layers.append(
+                LayerWeights(
+                    input_norm=arrays[p + "input_norm"],
+                    qkv=linear(p + "qkv"),
+                    o=linear(p + "o"),
+                    q_norm=arrays[p + "q_norm"],
+                    k_norm=arrays[p + "k_norm"],
+                    post_norm=arrays[p + "post_norm"],
+                    gate_up=None,
+                    down=None,
+                    moe=experts,
+                )
+            )
+            continue
         layers.append(
             LayerWeights(
                 input_norm=arrays[p + "input_norm"],
@@ -144,8 +170,9 @@ def _check_weights(w: TextWeights, cfg: ModelConfig) -> None:
         p = f"layers.{i}."
         _check_linear(p + "qkv", lw.qkv, t.q_size + 2 * t.kv_size, d)
         _check_linear(p + "o", lw.o, d, t.q_size)
-        _check_linear(p + "gate_up", lw.gate_up, 2 * t.intermediate_size, d)
-        _check_linear(p + "down", lw.down, d, t.intermediate_size)
+        if lw.moe is None:  # experts_from_arrays checked a routed layer's shapes
+            _check_linear(p + "gate_up", lw.gate_up, 2 * t.intermediate_size, d)
+            _check_linear(p + "down", lw.down, d, t.intermediate_size)
         for n, size in (("input_norm", d), ("q_norm", hd), ("k_norm", hd), ("post_norm", d)):
             a = getattr(lw, n)
             if a.dtype != np.float32 or a.shape != (size,):
@@ -173,7 +200,7 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
             formats = json.loads(meta["formats"])
             if not isinstance(crcs, dict) or not isinstance(formats, dict):
                 raise CheckpointError("the metadata is damaged")
-            kinds = set(WEIGHT_FORMATS) | set(GroupLinear.KINDS)
+            kinds = set(WEIGHT_FORMATS) | set(GroupLinear.KINDS) | set(EXPERT_KINDS)
             if not all(kind in kinds for kind in formats.values()):
                 raise CheckpointError("unknown weight format")
             arrays = {}
@@ -185,7 +212,7 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
                 arrays[name] = a
             if set(crcs) != set(arrays):
                 raise CheckpointError("tensors are missing")
-            weights = _unflatten(arrays, formats, cfg.text.num_hidden_layers)
+            weights = _unflatten(arrays, formats, cfg)
             _check_weights(weights, cfg)
         finally:
             f.close()  # the arrays are copies
