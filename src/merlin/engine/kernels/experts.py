@@ -25,9 +25,11 @@ does not depend on N or on which other rows chose the same expert (the matmul ke
 contract: a row of an M-row call equals a 1-row call), so row n of an N-row forward is bitwise
 equal to a 1-row forward of that row (tests/engine/test_moe.py).
 
-Why one compiled call per layer: decode runs 2 k matrix products per layer (16 for k = 8,
-768 over 48 layers); from Python each costs a dispatch and the gathers around it, in one
-njit function only the kernels' own parallel regions (over the rows of each matrix) remain.
+Why one compiled call per layer, parallel over the chosen experts: decode runs 2 k matrix
+products per layer (16 for k = 8, 768 over 48 layers). From Python each costs a dispatch and
+the gathers around it, and each product's own parallel region (over its rows) costs a
+thread wake-up per launch; one region over the experts (each product then runs on its
+thread, OpenMP's nested regions being inactive) costs one a layer.
 The matmul kernels are called through their public entry points (qgroup's matmul_q4g /
 matmul_q8g, linear's matmul_f32, qlinear's matmul_q8), so CPU-specific variants of them
 apply here unchanged.
@@ -36,12 +38,28 @@ apply here unchanged.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .activation import silu_mul
 from .linear import matmul_f32
 from .qgroup import matmul_q4g, matmul_q8g
 from .qlinear import matmul_q8
+
+
+def _nested_parallelism() -> bool:
+    """Can a parallel region run inside another? OpenMP and TBB can (OpenMP runs the inner
+    one on the calling thread); Numba's fallback workqueue aborts the process instead, so
+    without either the experts run one after another, each product parallel over its rows."""
+    for layer in ("tbbpool", "omppool"):
+        try:
+            __import__(f"numba.np.ufunc.{layer}")
+            return True
+        except ImportError:
+            continue
+    return False
+
+
+EXPERTS_PARALLEL = _nested_parallelism()
 
 
 @njit(nogil=True, cache=True)
@@ -147,22 +165,35 @@ def _plan(x, router, k, normalize):
     return idx, weights, starts, pairs, used
 
 
+@njit(nogil=True, cache=True)
+def _chosen(starts, used):
+    """The experts with at least one row, ascending."""
+    out = np.empty(used, np.int64)
+    j = 0
+    for e in range(starts.shape[0] - 1):
+        if starts[e + 1] > starts[e]:
+            out[j] = e
+            j += 1
+    return out
+
+
 # One entry point per weight form (Numba specialises per argument types; the forms differ in
 # their arrays). Each returns (idx [N, k], weights [N, k], experts used) and writes the MLP
 # output to out [N, D]; inter is the experts' intermediate size. Buffers are allocated per
-# expert at their exact row count, so every kernel gets C-contiguous arrays.
+# expert at their exact row count, so every kernel gets C-contiguous arrays; each expert
+# writes only its own (row, slot) outputs, so the experts run in parallel.
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
 def moe_f32(x, router, k, normalize, gu_w, dn_w, inter, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     n_rows, d = x.shape
     ys = np.empty((n_rows, k, out.shape[1]), np.float32)
-    for e in range(router.shape[0]):
+    chosen = _chosen(starts, used)
+    for j in prange(used):
+        e = chosen[j]
         p0, p1 = starts[e], starts[e + 1]
         m = p1 - p0
-        if m == 0:
-            continue
         xs = np.empty((m, d), np.float32)
         gu = np.empty((m, 2 * inter), np.float32)
         act = np.empty((m, inter), np.float32)
@@ -176,16 +207,16 @@ def moe_f32(x, router, k, normalize, gu_w, dn_w, inter, out):
     return idx, weights, used
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
 def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     n_rows, d = x.shape
     ys = np.empty((n_rows, k, out.shape[1]), np.float32)
-    for e in range(router.shape[0]):
+    chosen = _chosen(starts, used)
+    for j in prange(used):
+        e = chosen[j]
         p0, p1 = starts[e], starts[e + 1]
         m = p1 - p0
-        if m == 0:
-            continue
         xs = np.empty((m, d), np.float32)
         gu = np.empty((m, 2 * inter), np.float32)
         act = np.empty((m, inter), np.float32)
@@ -199,16 +230,16 @@ def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, out):
     return idx, weights, used
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
 def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     n_rows, d = x.shape
     ys = np.empty((n_rows, k, out.shape[1]), np.float32)
-    for e in range(router.shape[0]):
+    chosen = _chosen(starts, used)
+    for j in prange(used):
+        e = chosen[j]
         p0, p1 = starts[e], starts[e + 1]
         m = p1 - p0
-        if m == 0:
-            continue
         xs = np.empty((m, d), np.float32)
         gu = np.empty((m, 2 * inter), np.float32)
         act = np.empty((m, inter), np.float32)
@@ -222,16 +253,16 @@ def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, out):
     return idx, weights, used
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
 def moe_q8r(x, router, k, normalize, gu_q, gu_s, dn_q, dn_s, inter, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     n_rows, d = x.shape
     ys = np.empty((n_rows, k, out.shape[1]), np.float32)
-    for e in range(router.shape[0]):
+    chosen = _chosen(starts, used)
+    for j in prange(used):
+        e = chosen[j]
         p0, p1 = starts[e], starts[e + 1]
         m = p1 - p0
-        if m == 0:
-            continue
         xs = np.empty((m, d), np.float32)
         gu = np.empty((m, 2 * inter), np.float32)
         act = np.empty((m, inter), np.float32)
