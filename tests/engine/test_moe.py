@@ -7,6 +7,7 @@ input."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -333,3 +334,83 @@ def test_index_naming_a_tensor_twice_or_a_shard_not_at_all(tmp_path):
     with pytest.raises(CheckpointError, match=dropped):
         Checkpoint(folder)
     del cfg
+
+
+# ---- memory-mapped experts and the memory guard ----------------------------------------------
+
+
+@pytest.fixture
+def text_folder(tmp_path, monkeypatch):
+    """moe_text_sharded with the demo tokenizer (load_model needs one), its own weight cache."""
+    from merlin.engine.demo_tokenizer import write_demo_tokenizer
+
+    monkeypatch.setenv("MERLIN_WEIGHT_CACHE", str(tmp_path / "cache"))
+    folder = _copy(TEXT, tmp_path)
+    write_demo_tokenizer(folder)
+    return folder
+
+
+def _prompt_logits(model):
+    ids = np.load(TEXT / "reference.npz")["input_ids"]
+    return model.text.forward(ids, text_positions(0, len(ids)), model.new_cache(64), logits="all")
+
+
+def test_experts_mapped_from_the_weight_cache(text_folder, tmp_path):
+    from merlin.engine.model import load_model
+
+    plain = load_model(text_folder, weights="q4", map_experts=False)
+    assert not plain.experts_mapped
+    files = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len([f for f in files if "-L" in f]) == 2  # one file per routed layer
+    for first in (True, False):  # from the files written above, then a first load mapped
+        if not first:
+            for p in (tmp_path / "cache").iterdir():
+                p.unlink()
+        mapped = load_model(text_folder, weights="q4", map_experts=True)
+        assert mapped.experts_mapped and mapped.memory.mapped_experts > 0
+        for ew in mapped.text.w.experts():
+            for a in (*ew.gate_up.arrays.values(), *ew.down.arrays.values()):
+                assert not a.flags.owndata and not a.flags.writeable
+        assert np.array_equal(_prompt_logits(mapped), _prompt_logits(plain))
+
+
+def test_memory_guard_maps_experts_only_when_needed(text_folder, monkeypatch):
+    from merlin.engine import memory
+    from merlin.engine.errors import ResourceError
+    from merlin.engine.model import load_model
+
+    cfg = load_config(text_folder)
+    in_ram = memory.estimate_for(cfg, text_folder, "q4", "f32", None, vision_usable=False)
+    mapped = memory.estimate_for(
+        cfg, text_folder, "q4", "f32", None, vision_usable=False, map_experts=True
+    )
+    assert mapped.total < in_ram.total and mapped.mapped_experts > 0
+    monkeypatch.setenv(memory.ENV_AVAILABLE, str(in_ram.total))
+    assert not load_model(text_folder, weights="q4", kv="f32").experts_mapped
+    monkeypatch.setenv(memory.ENV_AVAILABLE, str(in_ram.total - 1))
+    model = load_model(text_folder, weights="q4", kv="f32")
+    assert model.experts_mapped
+    monkeypatch.setenv(memory.ENV_AVAILABLE, str(mapped.total - 1))
+    with pytest.raises(ResourceError, match="memory-mapped from the weight cache"):
+        load_model(text_folder, weights="q4", kv="f32")
+    with pytest.raises(ResourceError):  # never mapped: refused at the in-memory size
+        load_model(text_folder, weights="q4", kv="f32", map_experts=False)
+
+
+def test_eviction_removes_a_model_with_its_layer_files(tmp_path):
+    from merlin.engine import weight_cache
+
+    folder = tmp_path / "c"
+    folder.mkdir()
+    for key, age in (("old", 100), ("new", 0)):
+        for name in (f"{key}.safetensors", f"{key}-L1.safetensors", f"{key}-L3.safetensors"):
+            p = folder / name
+            p.write_bytes(b"x" * 1000)
+            t = 1_000_000 - age
+            os.utime(p, (t, t))
+    weight_cache.evict(folder, 3500, keep=folder / "new.safetensors")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "new-L1.safetensors",
+        "new-L3.safetensors",
+        "new.safetensors",
+    ]

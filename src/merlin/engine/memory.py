@@ -154,6 +154,7 @@ class MemoryEstimate:
     buffers: int
     margin: int
     kv_bytes_per_token: int
+    mapped_experts: int = 0  # expert bytes left in the mapped weight cache (not in total)
 
     @property
     def total(self) -> int:
@@ -164,6 +165,11 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         parts = [f"weights {gb(self.text_weights)} ({self.weights_fmt})"]
+        if self.mapped_experts:
+            parts.append(
+                f"experts {gb(self.mapped_experts)} memory-mapped from the weight cache "
+                "(read from disk as needed, one layer's worth counted in the buffers)"
+            )
         if self.vision_weights:
             parts.append(f"vision encoder {gb(self.vision_weights)}")
         parts.append(f"KV cache {gb(self.kv_cache)} ({self.kv_fmt}, {self.context} tokens)")
@@ -210,8 +216,11 @@ def estimate_for(
     context: int | None = None,
     image_pixels: int | None = None,
     vision_usable: bool = True,
+    map_experts: bool = False,
 ) -> MemoryEstimate:
-    """The estimate from a parsed config whose tensor shapes have been checked."""
+    """The estimate from a parsed config whose tensor shapes have been checked. map_experts:
+    a mixture-of-experts model's experts stay in the memory-mapped weight cache (only one
+    layer of them counted as resident); quantized formats only (f32 is not cached)."""
     _check_formats(weights, kv)
     limit = cfg.text.max_position_embeddings
     context = min(context or min(DEFAULT_CONTEXT, limit), limit)
@@ -224,17 +233,20 @@ def estimate_for(
     )
     vision_peak, image_rows = vision_buffer_bytes(cfg, patches)
     prefill = context * prefill_bytes_per_row(cfg) + 4 * cfg.text.vocab_size
+    mapped = moe_memory.all_expert_bytes(cfg, weights) if map_experts and weights != "f32" else 0
+    resident = moe_memory.layer_expert_bytes(cfg, weights) if mapped else 0
     return MemoryEstimate(
         weights_fmt=weights,
         kv_fmt=kv,
         context=context,
         image_pixels=pixels,
-        text_weights=text_weight_bytes(cfg, weights),
+        text_weights=text_weight_bytes(cfg, weights) - mapped,
         vision_weights=vision_weight_bytes(cfg) if vision_usable else 0,
         kv_cache=kv_cache,
-        buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES),
+        buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES) + resident,
         margin=MARGIN,
         kv_bytes_per_token=per_token,
+        mapped_experts=mapped,
     )
 
 

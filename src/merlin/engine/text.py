@@ -182,13 +182,21 @@ def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str, int8_activations:
     return quantized_linear(QTensor(fmt, qs, scales), int8_activations)
 
 
+def _experts(ckpt, cfg, i, fmt, sink):
+    experts = load_experts(ckpt, cfg, i, fmt)
+    return sink(i, experts) if sink is not None else experts
+
+
 def load_text_weights(
     ckpt: Checkpoint,
     cfg: ModelConfig,
     fmt: str = "f32",
     progress: Callable[[float, str], None] | None = None,
+    experts_sink: Callable | None = None,
 ) -> TextWeights:
-    """Read and convert tensor by tensor: peak memory stays near the final weights."""
+    """Read and convert tensor by tensor: peak memory stays near the final weights.
+    experts_sink(i, experts) -> experts sees each routed layer as it is converted (the
+    weight cache writes it and may hand back memory-mapped views: engine.moe.cache)."""
     check_text_tensors(ckpt, cfg)
     t = cfg.text
     head_fmt = HEAD_FORMAT[fmt]
@@ -214,7 +222,7 @@ def load_text_weights(
                 post_norm=vec(p + "post_attention_layernorm.weight"),
                 gate_up=None if routed else build_matrix(ckpt, [p + n for n in MLP_IN], fmt),
                 down=None if routed else build_matrix(ckpt, [p + "mlp.down_proj.weight"], fmt),
-                moe=load_experts(ckpt, cfg, i, fmt) if routed else None,
+                moe=_experts(ckpt, cfg, i, fmt, experts_sink) if routed else None,
             )
         )
     if progress:
