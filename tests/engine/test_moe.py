@@ -414,3 +414,64 @@ def test_eviction_removes_a_model_with_its_layer_files(tmp_path):
         "new-L3.safetensors",
         "new.safetensors",
     ]
+
+
+# ---- the CLI -------------------------------------------------------------------------------------
+
+
+def test_cli_info_and_profile(text_folder, capsys):
+    from merlin.engine.cli import main
+
+    assert main(["info", "--model", str(text_folder), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    moe = info["moe"]
+    assert moe["experts"] == 6 and moe["experts_per_token"] == 4 and moe["routed_layers"] == 2
+    assert moe["params_decoder_active"] < moe["params_decoder_total"]
+    assert (
+        info["weight_bytes_per_token"]["q4"]
+        < info["memory"]["estimates"]["q4 weights, f32 KV"]["text_weights"]
+    )
+    assert main(["info", "--model", str(text_folder)]) == 0
+    assert "4 per token" in capsys.readouterr().out
+    args = ["generate", "--model", str(text_folder), "--weights", "q4", "--profile"]
+    args += ["--map-experts", "yes", "--temperature", "0", "--max-new-tokens", "3", "hello"]
+    args += ["--ignore-eos"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    steps = [line for line in err.splitlines() if line.startswith("step")]
+    assert steps and all("experts " in line for line in steps)
+    assert any("experts 8 " in line for line in steps[1:])  # a decode step: 2 layers x 4
+
+
+# ---- generation: speculative decoding and sessions treat MoE like dense ---------------------
+
+
+@pytest.mark.parametrize("weights", ["f32", "q4"])
+def test_speculative_greedy_output_is_byte_identical(text_folder, weights):
+    from merlin.engine.generate import GenerationRequest, generate
+    from merlin.engine.model import load_model
+    from merlin.engine.prompt import chat_prompt_ids
+    from merlin.engine.sampling import SamplingParams
+    from merlin.engine.speculative import Drafter
+
+    model = load_model(text_folder, weights=weights, kv="q8")
+    prompt = chat_prompt_ids(model.tokenizer, "Tell me about experts.")
+
+    def run(spec, drafter=None):
+        request = GenerationRequest(
+            prompt_ids=prompt,
+            sampling=SamplingParams(temperature=0.0),
+            max_new_tokens=20,
+            ignore_eos=True,
+            spec=spec,
+            spec_k=4,
+        )
+        return list(generate(model, request, drafter=drafter))[-1].totals
+
+    plain = run("off")
+    answer = plain["token_ids"]
+    drafter = Drafter(exclude={model.config.image_token_id})
+    drafter.extend(prompt + list(answer) + [0, 0] + prompt)  # a regenerate: drafts that hit
+    spec = run("on", drafter)
+    assert spec["token_ids"] == answer
+    assert spec["spec"]["hits"] > 0

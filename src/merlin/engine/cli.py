@@ -34,7 +34,8 @@ def _load(args):
     from .model import load_model
 
     place(getattr(args, "cpus", None), args.threads)
-    return load_model(_model_dir(args.model), weights=args.weights, kv=args.kv)
+    mapped = {"auto": None, "yes": True, "no": False}[getattr(args, "map_experts", "auto")]
+    return load_model(_model_dir(args.model), weights=args.weights, kv=args.kv, map_experts=mapped)
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -46,6 +47,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kv", default=DEFAULT_KV, help=f"KV cache format: f32 or q8 (default {DEFAULT_KV})"
+    )
+    p.add_argument(
+        "--map-experts",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="mixture-of-experts models: keep the quantized experts memory-mapped from the "
+        "weight cache (auto: only when the model does not fit in memory otherwise)",
     )
     p.add_argument(
         "--threads", type=int, default=None, help="kernel threads (default: one per CPU used)"
