@@ -475,3 +475,12 @@ def test_speculative_greedy_output_is_byte_identical(text_folder, weights):
     spec = run("on", drafter)
     assert spec["token_ids"] == answer
     assert spec["spec"]["hits"] > 0
+
+
+def test_panel_stats_carry_experts_and_bytes():
+    from merlin.app.model.perf_stats import PerfStats
+    from merlin.engine.profile import StepProfile
+
+    stats = PerfStats()
+    stats.tokens_event([1], StepProfile(n_tokens=1, experts_read=384, weight_bytes=7), 0.0)
+    assert (stats.experts_read, stats.weight_bytes) == (384, 7)
