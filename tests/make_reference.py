@@ -25,6 +25,9 @@ What each fixture is (see tests/fixtures/README.md for the table):
   no stop token), description (0-d str: the JSON of reference.json);
 * reference.json: versions, config summary and a few statistics of the reference.
 
+The two mixture-of-experts fixtures (moe_vl_bf16, moe_text_sharded; MOE_FIXTURES below) add
+the router's decisions to reference.npz (tests/fixtures/README.md describes them).
+
 Images (tests/fixtures/vision_images/, shared by the model fixtures):
 
 * deterministic images made by this script (PNG; CMYK as an uncompressed TIFF): tiny (upscaled

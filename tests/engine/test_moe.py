@@ -227,6 +227,23 @@ def test_rows_of_a_forward_equal_one_row_forwards(folder, fmt):
             assert np.array_equal(row[0], batch[i]), f"N={k}: row {i} differs"
 
 
+def test_rows_do_not_depend_on_the_thread_count():
+    import numba
+
+    model = load_model_fmt(VL, "q4")
+    ids = np.load(VL / "reference.npz")["input_ids"]
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            cache = model.new_cache(64)
+            outs.append(model.forward(ids, text_positions(0, len(ids)), cache, logits="all"))
+    finally:
+        numba.set_num_threads(before)
+    assert all(np.array_equal(outs[0], o) for o in outs)
+
+
 def test_decode_reads_only_the_selected_experts():
     model = load_model_fmt(TEXT, "q4")
     ids = np.load(TEXT / "reference.npz")["input_ids"]
