@@ -364,6 +364,7 @@ def generate(
     stats = SpecStats()
     bytes_per_token = model.bytes_per_token
     rope_delta = prompt.rope_delta
+    routed = model.config.is_moe  # bytes read depend on the experts each forward chose
 
     timer = StepTimer()  # the vision encoder's time shows in this step's "other"
     t0 = time.perf_counter()
@@ -425,8 +426,9 @@ def generate(
                 context=cache.length,
                 n_tokens=rows,
                 emitted=len(emit),
-                weight_bytes=bytes_per_token,
+                weight_bytes=model.text.last_weight_bytes if routed else bytes_per_token,
                 kv_bytes=cache.length * cache.bytes_per_token(),
+                experts_read=model.text.experts_read,
                 spec=spec,
             )
         )

@@ -847,6 +847,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
+      <source>Experts / weights read per forward</source>
+      <translation>每次前向读取的专家 / 权重</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/perf_panel.py" />
       <source>Mode</source>
       <translation>模式</translation>
     </message>

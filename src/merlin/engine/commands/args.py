@@ -41,7 +41,8 @@ def load(args):
     from ..model import load_model
 
     place(getattr(args, "cpus", None), args.threads)
-    return load_model(model_dir(args.model), weights=args.weights, kv=args.kv)
+    mapped = {"auto": None, "yes": True, "no": False}[getattr(args, "map_experts", "auto")]
+    return load_model(model_dir(args.model), weights=args.weights, kv=args.kv, map_experts=mapped)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -54,6 +55,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kv", default=DEFAULT_KV, help=f"KV cache format: f32 or q8 (default {DEFAULT_KV})"
+    )
+    p.add_argument(
+        "--map-experts",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="mixture-of-experts models: keep the quantized experts memory-mapped from the "
+        "weight cache (auto: only when the model does not fit in memory otherwise)",
     )
     p.add_argument(
         "--threads", type=int, default=None, help="kernel threads (default: one per CPU used)"
@@ -130,6 +138,8 @@ def format_profile(p) -> str:
         f"gemm {p.gemm_ms:7.2f}  attn {p.attn_ms:6.2f}  other {p.other_ms:6.2f}  "
         f"total {p.total_ms:7.2f} ms  {p.gb_per_s:5.1f} GB/s"
     )
+    if p.experts_read:  # a mixture-of-experts forward: experts read, weight bytes read
+        line += f"  experts {p.experts_read}  weights {p.weight_bytes / 1e6:.1f} MB"
     if p.spec:
         line += "  " + " ".join(f"{k}={v}" for k, v in p.spec.items())
     return line

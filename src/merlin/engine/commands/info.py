@@ -23,6 +23,7 @@ def cmd_info(args) -> int:
     from ..autoweights import kernel_info
     from ..checkpoint import Checkpoint
     from ..config import load_config
+    from ..moe.memory import describe_experts
     from ..text import expected_text_tensors
 
     folder = model_dir(args.model)
@@ -34,7 +35,7 @@ def cmd_info(args) -> int:
         dtypes = sorted({ckpt.info(n).dtype for n in ckpt.tensors})
         n_total = sum(int(np.prod(i.shape)) for i in ckpt.tensors.values())
     text_tensors = expected_text_tensors(cfg)
-    matrices = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 2)
+    matrices = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) >= 2)
     vectors = sum(int(np.prod(s)) for s in text_tensors.values() if len(s) == 1)
     per_token = {w: memory.decode_bytes_per_token(cfg, w) for w in WEIGHT_FORMATS}
     kv_per_token = {kv: memory.kv_bytes_per_token(cfg, kv) for kv in KV_FORMATS}
@@ -64,6 +65,7 @@ def cmd_info(args) -> int:
         "params_text": matrices + vectors,
         "weight_bytes_per_token": per_token,
         "kv_bytes_per_token": kv_per_token,
+        "moe": describe_experts(cfg),
         "cpus": _cpu_info(args),
         "kernels": kernels,
         "memory": _memory_info(folder),
@@ -81,6 +83,13 @@ def cmd_info(args) -> int:
             f"deepstack {list(v.deepstack_visual_indexes)}"
         )
     print(f"parameters:   {n_total:,} total, {matrices + vectors:,} text decoder")
+    if info["moe"]:
+        moe = info["moe"]
+        print(
+            f"experts:      {moe['experts']} per layer in {moe['routed_layers']} layers, "
+            f"{moe['experts_per_token']} per token: {moe['params_decoder_active']:,} active of "
+            f"{moe['params_decoder_total']:,} decoder parameters per token"
+        )
     print(f"stored as:    {', '.join(dtypes)}")
     print(f"cpu:          {info['cpus']['topology']}")
     print(f"threads:      {info['cpus']['placement']}")
