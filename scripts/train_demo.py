@@ -45,7 +45,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-import numpy as np  # noqa: E402
 
 from merlin.engine import demo_model as dm  # noqa: E402
 from merlin.engine import demo_scenes as ds  # noqa: E402
@@ -141,13 +140,46 @@ def batch_tensors(samples, pad_id, pad_token):
 
 
 def train(args, folder: Path) -> dict:
+    """Train with --procs data-parallel processes (one thread each by default: on a shared
+    machine, separate processes lose less to a busy neighbour than threads that meet at a
+    barrier in every op); rank 0 saves the model and returns the log."""
+    if args.procs == 1:
+        return _train_rank(0, args, folder)
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args.port = port
+    mp.spawn(_spawned, args=(args, folder), nprocs=args.procs, join=True)
+    return json.loads((folder / ".train_result.json").read_text())
+
+
+def _spawned(rank, args, folder):
+    result = _train_rank(rank, args, folder)
+    if rank == 0:
+        (folder / ".train_result.json").write_text(json.dumps(result))
+
+
+def _train_rank(rank: int, args, folder: Path) -> dict:
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    torch.manual_seed(args.seed)
+    world = args.procs
+    dist = None
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world
+        )
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
     torch.set_num_threads(args.threads)
     config = Qwen3VLConfig.from_pretrained(folder)
-    model = Qwen3VLForConditionalGeneration(config)
+    # config.json says bfloat16 (the stored dtype); train in float32, store bf16 at the end
+    model = Qwen3VLForConditionalGeneration(config).to(torch.float32)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     enc = Encoder(folder)
@@ -160,49 +192,100 @@ def train(args, folder: Path) -> dict:
         betas=(0.9, 0.98),
     )
 
-    def lr_at(step):
+    budget = args.minutes * 60 if args.minutes else 0.0
+    t0 = time.time()
+
+    def progress(step):
+        """Fraction of training done: by steps, or by the time budget if that comes first
+        (a shared machine: the schedule ends on time whatever the load)."""
+        done = step / args.steps
+        if budget:
+            done = max(done, (time.time() - t0) / budget)
+        return min(1.0, done)
+
+    def lr_at(step, done):
         if step < args.warmup:
             return args.lr * (step + 1) / args.warmup
-        t = (step - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * done)))
 
-    rng = random.Random(args.seed)
+    rng = random.Random(args.seed * 1000 + rank)
+    per_rank = args.batch // world
     curve = []
-    t0 = time.time()
     running = None
+    params = [p for p in model.parameters()]
     for step in range(args.steps):
+        done = progress(step)
+        if dist is not None:  # every rank follows rank 0's clock
+            flag = torch.tensor([done])
+            dist.broadcast(flag, 0)
+            done = float(flag[0])
+        if done >= 1.0:
+            if rank == 0:
+                print(f"time budget reached at step {step}", flush=True)
+            break
         samples = []
-        for b in range(args.batch):
-            image_seed, turns = make_conversation(rng, step * args.batch + b)
+        for b in range(per_rank):
+            index = step * args.batch + rank * per_rank + b
+            image_seed, turns = make_conversation(rng, index)
             system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
             samples.append(enc.encode(image_seed, turns, system))
         kw = batch_tensors(samples, pad_id, enc.pad)
+        lr = lr_at(step, done)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr
         loss = model(**kw).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        value = float(loss.detach())
+        if dist is not None:  # average gradients (one flat buffer) and the logged loss
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([value])])
+            dist.all_reduce(flat)
+            flat /= world
+            offset = 0
+            for p, g in zip(params, grads):
+                n = g.numel()
+                p.grad = flat[offset : offset + n].view_as(p).clone()
+                offset += n
+            value = float(flat[-1])
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        value = float(loss)
         running = value if running is None else 0.95 * running + 0.05 * value
-        if step % args.log_every == 0 or step == args.steps - 1:
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             elapsed = time.time() - t0
-            curve.append({"step": step, "loss": round(value, 4), "smoothed": round(running, 4),
-                          "lr": round(lr_at(step), 6), "seconds": round(elapsed, 1)})
-            print(f"step {step:5d}  loss {value:.4f}  smoothed {running:.4f}  "
-                  f"lr {lr_at(step):.2e}  {elapsed:7.1f}s", flush=True)
-        if args.minutes and time.time() - t0 > args.minutes * 60:
-            print(f"time budget reached at step {step}", flush=True)
-            break
+            curve.append(
+                {
+                    "step": step,
+                    "loss": round(value, 4),
+                    "smoothed": round(running, 4),
+                    "lr": round(lr, 6),
+                    "seconds": round(elapsed, 1),
+                }
+            )
+            print(
+                f"step {step:5d}  loss {value:.4f}  smoothed {running:.4f}  "
+                f"lr {lr:.2e}  {elapsed:7.1f}s",
+                flush=True,
+            )
+    else:
+        step = args.steps
     wall = time.time() - t0
+    if dist is not None:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank != 0:
+        return {}
     model.eval()
     model.to(torch.bfloat16)
     model.save_pretrained(folder)
     for f in folder.glob("*.safetensors"):
         f.chmod(0o644)
-    return {"steps_done": step + 1, "wall_seconds": round(wall, 1), "parameters": n_params,
-            "curve": curve}
+    return {
+        "steps_done": step,
+        "wall_seconds": round(wall, 1),
+        "parameters": n_params,
+        "curve": curve,
+    }
 
 
 def write_config_457(folder: Path, config: dict) -> None:
@@ -234,7 +317,12 @@ def check(folder: Path, n: int, threads: int) -> dict:
             prepared = prepare_pil(image, enc.pre)
             pixels, grid = prepared.pixel_values, prepared.grid_thw
             prompt = enc.tok.encode_chat(
-                [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q.text}]}],
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image"}, {"type": "text", "text": q.text}],
+                    }
+                ],
                 add_generation_prompt=True,
             )
             at = prompt.index(enc.pad)
@@ -272,12 +360,15 @@ def check(folder: Path, n: int, threads: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--minutes", type=float, default=0, help="stop early after this long")
+    ap.add_argument(
+        "--minutes", type=float, default=0, help="time budget: the schedule ends by then"
+    )
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=20260)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--procs", type=int, default=2, help="data-parallel processes")
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--check", type=int, default=10, help="held-out cases per question kind")
     ap.add_argument("--build", type=Path, default=ROOT / "build" / "demo-model")
@@ -287,8 +378,10 @@ def main(argv=None) -> int:
 
     target = dm.shipped_dir()
     if args.install and (target / "model.safetensors").exists() and not args.force:
-        print(f"{target} already holds the shipped demo model; pass --force to replace it.",
-              file=sys.stderr)
+        print(
+            f"{target} already holds the shipped demo model; pass --force to replace it.",
+            file=sys.stderr,
+        )
         return 2
     folder = args.build
     if folder.exists():
@@ -313,6 +406,7 @@ def main(argv=None) -> int:
         "lr": args.lr,
         "warmup": args.warmup,
         "threads": args.threads,
+        "procs": args.procs,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),

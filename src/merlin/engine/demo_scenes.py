@@ -57,7 +57,8 @@ LANGS = ("en", "zh")
 TEXT_ONLY_ANSWER = {
     "en": "I am Merlin's demo model; I only know about shapes and colours. "
     "Drop a picture of shapes, or load a Qwen3-VL checkpoint.",
-    "zh": "我是 Merlin 的演示模型，只认识形状和颜色。请拖入一张形状的图片，或者加载一个 Qwen3-VL 模型。",
+    "zh": "我是 Merlin 的演示模型，只认识形状和颜色。"
+    "请拖入一张形状的图片，或者加载一个 Qwen3-VL 模型。",
 }
 
 _ZH_KIND = {
@@ -120,9 +121,7 @@ def scene(seed: int, n_shapes: int | None = None) -> Scene:
     kinds = rng.sample(KINDS, n)
     colours = rng.sample(sorted(COLOURS), n)
     positions = rng.sample(POSITIONS, n)
-    shapes = tuple(
-        Shape(k, c, rng.choice(SIZES), p) for k, c, p in zip(kinds, colours, positions)
-    )
+    shapes = tuple(Shape(k, c, rng.choice(SIZES), p) for k, c, p in zip(kinds, colours, positions))
     return Scene(shapes, seed)
 
 
@@ -159,6 +158,7 @@ def _polygon(kind: str, cx: float, cy: float, r: float, turn: float) -> list[tup
 
 def _background(rng: random.Random, width: int, height: int) -> np.ndarray:
     """[H, W, 3] float32: a plain or gradient neutral background (tinted very slightly)."""
+
     def tone():
         level = rng.choice([rng.uniform(215, 255), rng.uniform(150, 190), rng.uniform(0, 60)])
         return np.array([level + rng.uniform(-8, 8) for _ in range(3)], np.float32)
@@ -425,3 +425,25 @@ def text_only_prompt(rng: random.Random) -> tuple[str, str]:
 def language_of(text: str) -> str:
     """'zh' when the text has a CJK character, else 'en' (the language the demo answers in)."""
     return "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in text) else "en"
+
+
+# ---- the showcase picture (screenshot, self-test) ---------------------------------------------
+
+SHOWCASE = Scene(
+    (
+        Shape("triangle", "blue", "small", "top"),
+        Shape("circle", "red", "big", "left"),
+        Shape("star", "yellow", "big", "right"),
+        Shape("square", "green", "small", "bottom"),
+    ),
+    seed=31,
+)
+
+
+def save_showcase(path, width: int = 480, height: int = 360):
+    """The showcase scene as a PNG at `path` (returned as a Path)."""
+    from pathlib import Path
+
+    path = Path(path)
+    draw(SHOWCASE, width, height).save(path, "PNG")
+    return path
