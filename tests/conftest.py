@@ -29,10 +29,19 @@ _GUARD = install_guard()
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
-    """The demo checkpoint, built by the real builder into a per-run folder."""
+    """The small random-weight checkpoint, built by the real builder into a per-run folder
+    (flat random logits: generation runs for as many tokens as a test asks)."""
+    from merlin.engine.demo import ensure_random_demo_checkpoint
+
+    return ensure_random_demo_checkpoint(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def shapes_dir() -> Path:
+    """The shipped trained demo model (the default model): real answers about drawn shapes."""
     from merlin.engine.demo import ensure_demo_checkpoint
 
-    return ensure_demo_checkpoint(tmp_path_factory.mktemp("cache"))
+    return ensure_demo_checkpoint()
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,7 @@ class _LoadCancelled(Exception):
 
 def describe_source(source: str) -> str:
     if source == SOURCE_DEMO:
-        return "Merlin demo (random weights)"
+        return "Merlin demo (shapes)"
     if source == SOURCE_RANDOM_2B:
         return "Qwen3-VL-2B shapes (random weights)"
     return source.rstrip("/").split("/")[-1] or source
@@ -159,13 +159,14 @@ class EngineWorker(QObject):
                 description=model.config.describe(),
                 weights=model.weights_fmt,
                 kv=model.kv_fmt,
-                random_weights=request.source in (SOURCE_DEMO, SOURCE_RANDOM_2B)
+                random_weights=request.source == SOURCE_RANDOM_2B
                 or _is_random_checkpoint(model.folder),
                 vision=bool(vision and vision.available),
                 vision_problem=(vision.problem or "") if vision else "",
                 max_context=model.max_context,
                 weight_bytes_per_token=model.bytes_per_token,
                 load_s=model.load_s,
+                demo_model=_is_demo_model(model.folder),
             )
         )
 
@@ -324,6 +325,12 @@ class EngineWorker(QObject):
             )
         finally:
             self.sig_job_done.emit(job.job_id)
+
+
+def _is_demo_model(folder) -> bool:
+    from merlin.engine.demo_model import is_demo_model
+
+    return is_demo_model(folder)
 
 
 def _is_random_checkpoint(folder) -> bool:

@@ -682,8 +682,8 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />
-      <source>Demo model (random weights: its answers are random text)</source>
-      <translation>演示模型（随机权重：回答是随机文本）</translation>
+      <source>Demo model (tiny, trained on pictures of shapes)</source>
+      <translation>演示模型（很小，用形状图片训练）</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />
@@ -1022,6 +1022,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
+      <source>Merlin demo (shapes)</source>
+      <translation>Merlin 演示（形状）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
       <source>Merlin demo (random weights)</source>
       <translation>Merlin 演示模型（随机权重）</translation>
     </message>
@@ -1167,13 +1172,18 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
-      <source>This is a demo model with random weights: its answers are random text. It shows how Merlin works and how fast it runs. Load a Qwen3-VL checkpoint for real answers.</source>
-      <translation>这是一个随机权重的演示模型：它的回答是随机文本。它展示 Merlin 如何工作以及运行速度。加载 Qwen3-VL 检查点以获得真实回答。</translation>
+      <source>This is a tiny demo model trained on pictures of shapes: drop a picture of shapes and ask about them. Load a Qwen3-VL checkpoint for real answers.</source>
+      <translation>这是一个用形状图片训练的小型演示模型：拖入一张形状图片并提问。加载 Qwen3-VL 检查点以获得真实回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
       <source>Load a model…</source>
       <translation>加载模型…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>This is a demo model with random weights: its answers are random text. It shows how Merlin works and how fast it runs. Load a Qwen3-VL checkpoint for real answers.</source>
+      <translation>这是一个随机权重的演示模型：它的回答是随机文本。它展示 Merlin 如何工作以及运行速度。加载 Qwen3-VL 检查点以获得真实回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />

@@ -33,12 +33,13 @@ class ModelInfo:
     description: str
     weights: str
     kv: str
-    random_weights: bool  # demo or the 2B-shaped random checkpoint: answers are random text
+    random_weights: bool  # a random-weight checkpoint (2B-shaped or tiny): random text
     vision: bool
     vision_problem: str
     max_context: int
     weight_bytes_per_token: int
     load_s: float
+    demo_model: bool = False  # the shipped demo model, trained on pictures of shapes
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """`merlin --demo-screenshot PATH`: a scripted exchange with an image on the demo checkpoint,
-offscreen, saved as a 1280x720 PNG of the window with the performance panel shown.
+offscreen, saved as a 1280x720 PNG of the window with the performance panel shown. On the
+built-in demo model the picture is a drawn scene of shapes and the questions are ones it was
+trained to answer (engine.demo_scenes.SHOWCASE); on any other model, a landscape.
 
 Runs in a temporary data folder (never the user's chats or settings).
 """
@@ -13,6 +15,11 @@ from pathlib import Path
 
 QUESTION = "What is in this picture? Describe it in a few sentences."
 FOLLOW_UP = "Write a short Python function that counts the boats, and the formula $a^2+b^2=c^2$."
+# On the built-in demo model (trained on pictures of shapes): a picture it can answer about.
+DEMO_QUESTIONS = {
+    "en": ("Describe the picture.", "Which is bigger, the triangle or the star?"),
+    "zh_CN": ("描述一下这张图片。", "三角形和星形哪个更大？"),
+}
 
 
 def run(
@@ -55,14 +62,21 @@ def run(
     if c.model is None:
         print(f"merlin: the model failed to load: {window.model_banner.text()}", file=sys.stderr)
         return 1
-    image = draw_demo_image(scratch / "lake.png")
+    if c.model.demo_model:
+        from merlin.engine.demo_scenes import save_showcase
+
+        image = save_showcase(scratch / "shapes.png")
+        question, follow_up = DEMO_QUESTIONS.get(language, DEMO_QUESTIONS["en"])
+    else:
+        image = draw_demo_image(scratch / "lake.png")
+        question, follow_up = QUESTION, FOLLOW_UP
     window.composer.add_paths([str(image)])
-    c.send(QUESTION, window.composer.attachments())
+    c.send(question, window.composer.attachments())
     window.composer.clear()
     if not wait(lambda: not c.busy):
         return 1
     settings.max_new_tokens = 60
-    c.send(FOLLOW_UP, [])
+    c.send(follow_up, [])
     if not wait(lambda: not c.busy):
         return 1
     window.panel.refresh(force=True)

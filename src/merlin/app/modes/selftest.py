@@ -1,6 +1,8 @@
 """`merlin --self-test`: does this installation work? Loads the demo checkpoint, answers a
 question about an image, renders the window offscreen, and exits 0; on any failure it prints
-what failed and exits 1.
+what failed and exits 1. On the built-in demo model (trained on pictures of shapes) the answer
+must also be right: the question is about a drawn scene, so wrong numbers anywhere in the
+engine (a kernel, RoPE, image placement) fail the test as a wrong colour.
 
 It runs the real app (window, worker thread, engine, kernels) offscreen in a temporary data
 folder, so it works without a screen (over ssh, in a bundle, under emulation) and never
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 QUESTION = "What is in this picture?"
+DEMO_QUESTION = "What colour is the circle?"  # on the built-in demo model (pictures of shapes)
 DEFAULT_TIMEOUT_S = 3600.0  # a cold compile under emulation is slow; a board takes a minute
 
 
@@ -87,12 +90,21 @@ def run(
             return fail(f"the vision encoder is not usable: {c.model.vision_problem}")
         say(f"loaded in {c.model.load_s:.1f} s: {c.model.description}")
 
-        image = draw_demo_image(scratch / "lake.png")
+        expected = None
+        question = QUESTION
+        if c.model.demo_model:  # a trained model: a wrong number shows up as a wrong colour
+            from merlin.engine import demo_scenes
+
+            image = demo_scenes.save_showcase(scratch / "shapes.png")
+            question = DEMO_QUESTION
+            expected = demo_scenes.answer(demo_scenes.SHOWCASE, "colour", "en", "circle")
+        else:
+            image = draw_demo_image(scratch / "lake.png")
         states: list[str] = []
         c.sig_answer_finished.connect(states.append)
         window.composer.add_paths([str(image)])
-        say(f"asking about an image: {QUESTION!r}")
-        if not c.send(QUESTION, window.composer.attachments()):
+        say(f"asking about an image: {question!r}")
+        if not c.send(question, window.composer.attachments()):
             return fail("the question could not be sent")
         window.composer.clear()
         if not wait(lambda: states):
@@ -108,11 +120,16 @@ def run(
             return fail("the answer is empty")
         if not answer.stats.get("vision_ms"):
             return fail("the image did not go through the vision encoder")
+        if expected is not None and answer.text.strip() != expected:
+            return fail(
+                f"the demo model answered {answer.text.strip()!r} to {question!r}, not "
+                f"{expected!r}: the engine computes wrong numbers on this machine"
+            )
         s = answer.stats
         say(
             f"answered: {s.get('tokens')} tokens, vision {s.get('vision_ms', 0):.0f} ms, "
             f"prefill {s.get('prefill_ms', 0):.0f} ms, {s.get('tokens_per_s', 0):.1f} tokens/s "
-            "(random weights: the text is random)"
+            + (f"(right: {expected!r})" if expected else "(random weights: the text is random)")
         )
 
         window.panel.refresh(force=True)

@@ -90,7 +90,7 @@ class ModelDialog(QDialog):
         layout.addWidget(intro)
         self.list = QListWidget()
         layout.addWidget(self.list, 1)
-        self._add(SOURCE_DEMO, tr("Demo model (random weights: its answers are random text)"))
+        self._add(SOURCE_DEMO, tr("Demo model (tiny, trained on pictures of shapes)"))
         self._add(
             SOURCE_RANDOM_2B,
             tr(

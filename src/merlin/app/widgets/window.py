@@ -62,7 +62,9 @@ _EMBED = re.compile(r"^(reading|quantizing) embeddings$")
 
 def model_name(info: ModelInfo) -> str:
     folder = info.folder.rstrip("/").rsplit("/", 1)[-1]
-    if info.source == SOURCE_DEMO or folder.startswith("qwen3vl-demo-"):
+    if info.demo_model:
+        return tr("Merlin demo (shapes)")
+    if folder.startswith("qwen3vl-demo-"):
         return tr("Merlin demo (random weights)")
     if info.source == SOURCE_RANDOM_2B or folder.startswith("qwen3vl-2b-random-"):
         return tr("Qwen3-VL-2B shapes (random weights)")
@@ -346,7 +348,16 @@ class MainWindow(QMainWindow):
         self._update_model_label()
 
     def _update_model_banner(self, info: ModelInfo) -> None:
-        if info.random_weights:
+        if info.demo_model:
+            self.model_banner.show_message(
+                "info",
+                tr(
+                    "This is a tiny demo model trained on pictures of shapes: drop a picture "
+                    "of shapes and ask about them. Load a Qwen3-VL checkpoint for real answers."
+                ),
+                tr("Load a model…"),
+            )
+        elif info.random_weights:
             self.model_banner.show_message(
                 "warning",
                 tr(

@@ -144,6 +144,11 @@ def print_table(report: dict) -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["demo-quality"]:  # its own section and flags (bench/demo_quality.py)
+        from . import demo_quality
+
+        return demo_quality.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m merlin.engine.bench", description=__doc__)
     p.add_argument(
         "what",
