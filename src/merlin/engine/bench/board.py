@@ -334,6 +334,16 @@ def host_check(model: dict, rows=ROWS, repeats: int = 9) -> dict:
 # --------------------------------------------------------------------------- the section
 
 
+def asm_cache_dir():
+    """Where compiled listings are kept between runs (user cache folder, or MERLIN_ASM_CACHE)."""
+    import os
+    from pathlib import Path
+
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("MERLIN_ASM_CACHE") or Path(user_cache_dir("merlin")) / "asm")
+
+
 def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     """The whole section: the host check, then every board's model and projection. Raises
     mca.McaMissing (with how to install llvm-mca) before compiling anything if it is absent."""
@@ -345,7 +355,8 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     text = QWEN3VL_2B.text
     host_cpu = ll.get_host_cpu_name()
     progress(f"board: compiling the kernels for this host ({host_cpu}) ...")
-    host_asm = compile_asm(None, host_cpu, None)
+    cache = asm_cache_dir()
+    host_asm = compile_asm(None, host_cpu, None, cache=cache)
     host_model = analyse(host_asm, host_mca_cpu(tool), "x86_64-unknown-linux-gnu", tool)
     progress("board: timing the host's kernels in cache (one thread) ...")
     result = {
@@ -356,7 +367,7 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     result["host"]["check"] = host_check(host_model)
     for board in boards:
         progress(f"board: compiling the kernels for {board.cpu} ...")
-        asm = compile_asm(AARCH64, board.cpu, board.features, kernels=HOT_KERNELS)
+        asm = compile_asm(AARCH64, board.cpu, board.features, kernels=HOT_KERNELS, cache=cache)
         model = analyse(asm, board.mca_cpu, "aarch64", tool)
         gbs = board.read_gbs if read_gbs is None or board.read_gbs is None else read_gbs
         result["boards"].append(board_report(board, model, text, gbs))

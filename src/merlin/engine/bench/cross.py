@@ -18,11 +18,13 @@ attention over an int8 (q8) KV cache, the loops a decode step spends its time in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 # name in the report -> (module, function)
 KERNELS = {
@@ -44,10 +46,38 @@ def compile_asm(
     cpu: str,
     features: str | None,
     kernels=HOT_KERNELS + ("clock",),
-    timeout: float = 1800,
+    timeout: float = 3600,
+    cache: Path | None = None,
 ) -> dict:
     """Assembly of `kernels` (names in KERNELS) compiled for (triple, cpu, features); triple
-    None: this host's. Raises CrossCompileError with the child's error output if it fails."""
+    None: this host's. Raises CrossCompileError with the child's error output if it fails.
+    cache: a folder keeping the result, keyed by the target, Numba's version and the source
+    of the kernels (compiling the four hot kernels for one CPU takes minutes)."""
+    path = None
+    if cache is not None:
+        path = Path(cache) / f"{_key(triple, cpu, features, kernels)}.json"
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    result = _compile(triple, cpu, features, kernels, timeout)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result), encoding="utf-8")
+        os.replace(tmp, path)
+    return result
+
+
+def _key(triple, cpu, features, kernels) -> str:
+    import numba
+
+    h = hashlib.sha256(repr((triple, cpu, features, tuple(kernels), numba.__version__)).encode())
+    engine = Path(__file__).resolve().parent.parent
+    for src in sorted((engine / "kernels").glob("*.py")) + [engine / "bench" / "clock.py"]:
+        h.update(src.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _compile(triple, cpu, features, kernels, timeout) -> dict:
     with tempfile.TemporaryDirectory(prefix="merlin-cross-") as tmp:
         env = dict(os.environ, NUMBA_CACHE_DIR=tmp, NUMBA_CPU_NAME=cpu)
         env.pop("NUMBA_CPU_FEATURES", None)
