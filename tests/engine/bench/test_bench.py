@@ -64,3 +64,40 @@ def test_serve_report(demo_dir, tmp_path):
         assert all(r["tokens"] == s["answer_tokens"] for r in s["runs"][side])
         assert s[side]["ttft_ms"] > 0 and s[side]["tokens_per_s"] > 0
     assert "server overhead: TTFT" in done.stdout
+
+
+def _bench(*args, env_extra=None, timeout=900):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "merlin.engine.bench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def test_unknown_section_is_an_error_listing_the_sections():
+    done = _bench("decod")
+    assert done.returncode == 2
+    assert "unknown section decod" in done.stderr and "board peer" in done.stderr
+
+
+def test_kernels_section(tmp_path):
+    """The kernel roofline figures (the former engine.qlinear_bench), in cache, one repeat."""
+    out = tmp_path / "kernels.json"
+    done = _bench("kernels", "--in-cache", "--repeats", "1", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())["kernels"]
+    rows = report["decode"]
+    assert {r["fmt"] for r in rows} == {"f32", "q8", "q8g", "q4"}
+    assert all(r["GBps"] > 0 and r["V_over_T"] > 0 for r in rows)
+    assert report["quantize"]["q4"]["s_per_100M"] > 0
+    assert "decode / verify" in done.stdout
+
+
+def test_board_section_without_llvm_mca_says_how_to_install_it():
+    done = _bench("board", env_extra={"MERLIN_LLVM_MCA": ""})
+    assert done.returncode == 2
+    assert "llvm-mca" in done.stderr and "apt-get install llvm" in done.stderr
+    assert "Traceback" not in done.stderr

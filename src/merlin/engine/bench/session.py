@@ -42,7 +42,7 @@ def _text(rng, n_words: int) -> str:
 
 
 def _image(path: Path, size: int) -> Path:
-    from ..vision.bench import bench_image
+    from .vision import bench_image
 
     return bench_image(size, size, path)
 

@@ -1,5 +1,4 @@
-"""Vision figures for `python -m merlin.engine.bench vision`
-(also `python -m merlin.engine.vision.bench`).
+"""`python -m merlin.engine.bench vision`: the vision encoder's figures.
 
 Qwen3-VL-2B-sized random vision weights (the cached 2B-shaped random checkpoint of
 engine.demo, built on first use), a 448x448 and a 1024x768 image written as PNG and read back
@@ -12,7 +11,6 @@ also given as a ratio to sgemm.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -63,7 +61,7 @@ def load_2b_vision(cache_root: Path | None = None, progress=print):
     from ..checkpoint import Checkpoint
     from ..config import load_config
     from ..demo import QWEN3VL_2B, ensure_random_checkpoint, random_checkpoint_dir
-    from .model import load_vision
+    from ..vision.model import load_vision
 
     folder = random_checkpoint_dir(QWEN3VL_2B, cache_root)
     if not (folder / "model.safetensors").is_file():
@@ -79,7 +77,7 @@ def load_2b_vision(cache_root: Path | None = None, progress=print):
 
 def run(sizes=SIZES, repeats: int = 3, cache_root: Path | None = None, progress=print) -> dict:
     """All figures as one dict (see the module docstring)."""
-    from .encoder import VisionEncoder
+    from ..vision.encoder import VisionEncoder
 
     vision, folder, load_s = load_2b_vision(cache_root, progress)
     enc: VisionEncoder = vision.encoder
@@ -174,27 +172,20 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--size", action="append", default=None, help="WxH (repeatable; default 448x448 1024x768)"
-    )
-    args = p.parse_args(argv)
+        "--size", action="append", default=None,
+        help="vision: image WxH (repeatable; default 448x448 and 1024x768)",
+    )  # fmt: skip
+
+
+def section(args) -> dict:
+    """Run with the parsed arguments (--repeats is shared with the kernels section; the
+    vision default is 3), print the report, return the figures."""
     sizes = SIZES
     if args.size:
         sizes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in args.size)
-
-    def progress(msg):
-        print(msg, file=sys.stderr)
-
-    result = run(sizes, args.repeats, progress=progress)
+    repeats = args.repeats if args.repeats is not None else 3
+    result = run(sizes, repeats, progress=lambda m: print(m, file=sys.stderr))
     print(report(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return result

@@ -1,8 +1,7 @@
-"""Roofline benchmark of the weight kernels (temporary; to be folded into
-`python -m merlin.engine.bench`).
+"""`python -m merlin.engine.bench kernels`: roofline figures of the weight kernels alone.
 
-    python -m merlin.engine.qlinear_bench [--threads 2] [--repeats 7] [--quick] [--in-cache]
-                                   [--json PATH]
+    python -m merlin.engine.bench kernels [--threads 2] [--repeats 7] [--quick] [--in-cache]
+                                          [--no-prefill] [--scale-dtypes] [--json PATH]
 
 In one run, because the shared host's bandwidth moves by 2x from minute to minute:
   1. the machine's read bandwidth: best of a NumPy float32 matrix-vector dot over 1 GB and a
@@ -23,26 +22,25 @@ core's L2) called IN_CACHE_CALLS times per repeat: the kernels' compute speed (r
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numba
 import numpy as np
 from numba import njit, prange
 
-from .kernels.linear import matmul_f32
-from .kernels.qgroup import (
+from ..kernels.linear import matmul_f32
+from ..kernels.qgroup import (
     matmul_q4g,
     matmul_q8g,
     pack_q4_groups,
     pack_q8_groups,
 )
-from .kernels.qlinear import (
+from ..kernels.qlinear import (
     matmul_q8,
     matmul_q8_prefill,
     prefill_tile_rows,
 )
-from .quant import bf16_round_up, quantize_q4, quantize_q8
+from ..quant import bf16_round_up, quantize_q4, quantize_q8
 
 # (name, O, K): the decoder's fused linears and the tied lm_head of Qwen3-VL-2B
 SHAPES = [
@@ -313,22 +311,22 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--quick", action="store_true", help="gate_up and down shapes only")
-    p.add_argument("--scale-dtypes", action="store_true", help="also time f32 block scales")
-    p.add_argument("--no-prefill", action="store_true")
-    p.add_argument("--in-cache", action="store_true", help="one 256 x 2048 weight, in cache")
-    p.add_argument("--json", help="write the figures to this file")
-    a = p.parse_args(argv)
-    r = run(a.threads, a.repeats, a.quick, a.scale_dtypes, not a.no_prefill, a.in_cache)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This section's options (the bench entry point adds them to its own parser)."""
+    p.add_argument("--quick", action="store_true", help="kernels: gate_up and down shapes only")
+    p.add_argument(
+        "--scale-dtypes", action="store_true", help="kernels: also time f32 block scales"
+    )
+    p.add_argument("--no-prefill", action="store_true", help="kernels: no prefill products")
+    p.add_argument(
+        "--in-cache", action="store_true", help="kernels: one 256 x 2048 weight, in cache"
+    )
+
+
+def section(args) -> dict:
+    """Run with the parsed arguments, print the report, return the figures."""
+    repeats = args.repeats if args.repeats is not None else 7
+    r = run(args.threads, repeats, args.quick, args.scale_dtypes, not args.no_prefill,
+            args.in_cache)  # fmt: skip
     print(format_report(r))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(r, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    return r
