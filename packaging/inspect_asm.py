@@ -18,12 +18,15 @@ from collections import Counter
 
 import numpy as np
 
-VECTOR = re.compile(r"^\s*([a-z][a-z0-9.]*)\s+.*\b(v\d+\.\d*[bhsd]|[xyz]mm\d+)", re.M)
+# a vector instruction (AVX-VNNI's VEX forms print as "{vex} vpdpbusd")
+VECTOR = re.compile(
+    r"^\s*(?:\{vex\}\s+)?([a-z][a-z0-9.]*)\s+.*\b(v\d+\.\d*[bhsd]|[xyz]mm\d+)", re.M
+)
 WATCH = {
     "aarch64": ("fmla", "fmul", "fadd", "scvtf", "ucvtf", "sshll", "ushll", "sxtl", "uxtl",
                 "sdot", "udot", "usdot", "smmla", "bfdot"),
     "x86": ("vfmadd231ps", "vcvtdq2ps", "vpmovsxbd", "vpmovsxbw", "vpdpbusd", "vpdpwssd",
-            "vmulps"),
+            "vmulps", "vpmaddubsw", "vpmaddwd", "vpsignb", "vpabsb"),
 }  # fmt: skip
 
 
@@ -36,8 +39,11 @@ def main(out_dir: str) -> int:
     from merlin.engine.quant import quantize_q4, quantize_q8
 
     os.makedirs(out_dir, exist_ok=True)
+    from merlin.engine.kernels.target import TARGET
+
     cpu = os.environ.get("NUMBA_CPU_NAME") or f"host ({llvm.get_host_cpu_name()})"
     print(f"target cpu: {cpu}; cache {os.environ.get('NUMBA_CACHE_DIR')}")
+    print(f"kernel class: {TARGET.describe()}")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 256)).astype(np.float32)
     x = rng.standard_normal((2, 256)).astype(np.float32)

@@ -39,7 +39,7 @@ from .text import LayerWeights, TextWeights
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 4  # bump when the quantized layout or the file's naming changes
+CACHE_VERSION = 5  # bump when the quantized layout or the file's naming changes
 DEFAULT_CAP_BYTES = 8 * 1024**3
 # A .part file not written to for this long is a write that was killed (kill -9, power loss):
 # evict() removes it. A write in progress touches its file every few milliseconds.
