@@ -1,68 +1,93 @@
-"""The guard of tests/conftest.py: the user's real data, config and cache folders are
-snapshotted before the run and redirected to temporary folders for it; changes() lists what
-was written to the real ones since (tests/robustness/test_user_folders.py checks the guard)."""
+"""The guard of tests/conftest.py: nothing a test runs may write into the user's real data,
+config or cache folders.
+
+1. Before any Merlin module is imported, every variable that locates those folders (HOME,
+   XDG_*, MERLIN_DATA_DIR, MERLIN_SESSION_CACHE) points at a per-run temporary folder, so
+   code that follows the variables (and every child process: the app started by a test) writes
+   there.
+2. An audit hook (sys.addaudithook) sees every file this process opens for writing, creates,
+   renames, deletes, and every SQLite database it connects to; one inside a real folder is
+   recorded, and the autouse fixture in conftest.py fails the test that did it. The hook is
+   per process on purpose: other programs (another test run on the same machine) writing to
+   the same folders are not this run's fault and are not reported.
+
+The one shared folder is the compiled-kernel cache (numba/ under the user's cache): kernels
+take minutes to compile and hold no user data, so it keeps its real location.
+tests/robustness/test_user_folders.py checks the guard itself.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 SHARED = ("numba",)  # subfolders of the real cache that tests may write (compiled kernels)
-MAX_FILES = 20_000  # a huge real folder is sampled, not walked whole, per test
-
-
-def _snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
-    if not root.is_dir():
-        return out
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        dirs[:] = [d for d in dirs if here / d not in skip]
-        for name in files:
-            p = here / name
-            try:
-                st = p.lstat()
-            except OSError:
-                continue
-            out[str(p)] = (st.st_size, st.st_mtime_ns)
-            if len(out) >= MAX_FILES:
-                return out
-    return out
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 class Guard:
-    def __init__(self, roots: list[Path], skip: tuple[Path, ...]):
-        self.roots, self.skip = roots, skip
-        self.rebase()
+    def __init__(self, roots: list[Path], shared: list[Path]):
+        self.roots = [str(r.resolve()) + os.sep for r in roots]
+        self.shared = [str(s.resolve()) + os.sep for s in shared]
+        self.writes: list[str] = []
 
-    def _all(self) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for r in self.roots:
-            out.update(_snapshot(r, self.skip))
-        return out
+    def inside(self, path) -> bool:
+        if isinstance(path, int) or path is None:
+            return False
+        try:
+            p = os.path.abspath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        p_dir = p + os.sep
+        if any(p_dir.startswith(s) for s in self.shared):
+            return False
+        return any(p_dir.startswith(r) for r in self.roots)
 
-    def rebase(self) -> None:
-        self.before = self._all()
+    def hook(self, event: str, args) -> None:
+        try:
+            if event == "open":
+                path, mode, flags = args
+                writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                    isinstance(flags, int) and flags & _WRITE_FLAGS
+                )
+                if writing and self.inside(path):
+                    self.writes.append(f"{event} {path}")
+            elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.truncate", "shutil.rmtree"):
+                if self.inside(args[0]):
+                    self.writes.append(f"{event} {args[0]}")
+            elif event in ("os.rename", "os.replace", "os.link", "os.symlink"):
+                if self.inside(args[0]) or self.inside(args[1]):
+                    self.writes.append(f"{event} {args[1]}")
+            elif event == "sqlite3.connect":
+                if self.inside(args[0]):
+                    self.writes.append(f"{event} {args[0]}")
+        except Exception:  # an audit hook must never break the code it watches
+            pass
 
     def changes(self) -> list[str]:
-        now = self._all()
-        changed = [p for p, v in now.items() if self.before.get(p) != v]
-        changed += [p for p in self.before if p not in now]
-        return sorted(changed)
+        return list(self.writes)
+
+    def rebase(self) -> None:
+        self.writes.clear()
+
+
+def real_folders() -> tuple[list[Path], Path]:
+    from platformdirs import user_cache_path, user_config_path, user_data_path
+
+    cache = user_cache_path("merlin")
+    return [user_data_path("merlin", appauthor=False), user_config_path("merlin"), cache], cache
 
 
 def install_guard() -> Guard:
-    """Snapshot the real folders, then redirect every variable that locates them."""
-    from platformdirs import user_cache_path, user_config_path, user_data_path
-
-    real_cache = user_cache_path("merlin")
-    roots = [user_data_path("merlin", appauthor=False), user_config_path("merlin"), real_cache]
+    """Redirect every variable that locates the user's folders; watch this process's writes."""
+    roots, real_cache = real_folders()
     if "NUMBA_CACHE_DIR" not in os.environ:  # the kernel cache keeps its real place
         from merlin.engine.version import __version__
 
         os.environ["NUMBA_CACHE_DIR"] = str(real_cache / "numba" / __version__)
-    guard = Guard(roots, tuple(real_cache / s for s in SHARED))
+    guard = Guard(roots, [real_cache / s for s in SHARED])
     base = Path(tempfile.mkdtemp(prefix="merlin-test-home-"))
     for var, sub in (
         ("XDG_DATA_HOME", "data"),
@@ -75,4 +100,5 @@ def install_guard() -> Guard:
     os.environ["MERLIN_DATA_DIR"] = str(base / "merlin-data")
     os.environ["HOME"] = str(base / "home")
     (base / "home").mkdir()
+    sys.addaudithook(guard.hook)
     return guard

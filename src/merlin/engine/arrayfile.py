@@ -107,6 +107,8 @@ def write(path: Path | str, kind: str, meta: dict, arrays: list[ArraySpec]) -> i
                 crc, written = 0, 0
                 for chunk in spec.chunks():
                     chunk = np.ascontiguousarray(chunk, dtype=spec.dtype)
+                    if chunk.nbytes == 0:  # e.g. an empty cache (a 0 in the shape)
+                        continue
                     view = memoryview(chunk).cast("B")
                     crc = zlib.crc32(view, crc)
                     f.write(view)
