@@ -362,6 +362,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/model_dialog.py" />
+      <source>OpenAI-compatible server (vLLM, llama-server, merlin-cli serve…)</source>
+      <translation>OpenAI 兼容服务器（vLLM、llama-server、merlin-cli serve…）</translation>
+    </message>
+    <message>
+      <location filename="../../app/model_dialog.py" />
       <source>Choose a folder…</source>
       <translation>选择文件夹…</translation>
     </message>
@@ -529,6 +534,51 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/perf_panel.py" />
       <source>Speculative decoding</source>
       <translation>推测解码</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>OpenAI-compatible server</source>
+      <translation>OpenAI 兼容服务器</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>(none)</source>
+      <translation>（无）</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>Fetch models</source>
+      <translation>获取模型</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>Address</source>
+      <translation>地址</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>API key</source>
+      <translation>API 密钥</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>Model</source>
+      <translation>模型</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>Answers come from that server: the panel shows time to first token, tokens/s and tokens in/out; the GEMM/attention split and speculative statistics are not available remotely. The key is kept in a file of its own, not with the chats.</source>
+      <translation>回答来自该服务器：面板显示首个词元时间、每秒词元数以及输入/输出词元数；远程无法获得 GEMM/注意力占比和推测解码统计。密钥单独保存在一个文件中，不与聊天记录放在一起。</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_dialog.py" />
+      <source>{n} model(s) on the server.</source>
+      <translation>服务器上有 {n} 个模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/remote_settings.py" />
+      <source>Remote server: time to first token, tokens/s and tokens in/out are measured from its stream and usage. The GEMM/attention split and speculative statistics are not available remotely.</source>
+      <translation>远程服务器：首个词元时间、每秒词元数以及输入/输出词元数由其数据流和用量统计得出。远程无法获得 GEMM/注意力占比和推测解码统计。</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />

@@ -121,8 +121,8 @@ def run(
     model_dir: Path | None = None,
     weights: str = "q4",
     kv: str = "q8",
-    answer_tokens: int = 48,
-    rounds: int = 6,
+    answer_tokens: int = 32,
+    rounds: int = 10,
     progress=print,
 ) -> dict:
     import httpx
