@@ -20,6 +20,7 @@ import asyncio
 import hmac
 import json
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -160,6 +161,8 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         body = await _read_json(request, config.limits.max_body_bytes)
         req = parse_request(body, config.limits, adapter.context_budget)
         job = gen_queue.submit(lambda cancel: adapter.start(req, resolver, cancel))
+        if req.stream:
+            job.first_sent = threading.Event()
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         try:
             first = await job.next()
@@ -215,9 +218,10 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                 if kind == "end":
                     break
                 if isinstance(value, Tokens) and value.text:
-                    if ttft is None:
-                        ttft = (time.perf_counter() - t0) * 1e3
                     yield R.sse(R.chunk(cid, name, created_at, {"content": value.text}))
+                    if ttft is None:  # sent: the engine may compute on (engine.server.queue)
+                        ttft = (time.perf_counter() - t0) * 1e3
+                        job.first_sent.set()
                 elif isinstance(value, Finished):
                     finish = R.FINISH.get(value.reason, "stop")
                     yield R.sse(R.chunk(cid, name, created_at, {}, finish))
