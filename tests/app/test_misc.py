@@ -62,7 +62,7 @@ def test_settings_dialog_edits_a_copy(qtbot):
 
 
 def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
-    from merlin.app.hf_scan import find_checkpoints
+    from merlin.app.model.hf_scan import find_checkpoints
 
     def snapshot(repo, config, weights=True):
         snap = tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc123"
@@ -91,7 +91,7 @@ def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
 
 
 def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
-    from merlin.app.prompting import (
+    from merlin.app.model.prompting import (
         GenerationOptions,
         Turn,
         respond_options,
@@ -140,8 +140,8 @@ def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
 
 def test_qt_free_modules_import_without_qt():
     code = (
-        "import sys, merlin.app.store, merlin.app.markdown, merlin.app.mathtext, "
-        "merlin.app.perf_stats, merlin.app.prompting, merlin.app.hf_scan; "
+        "import sys, merlin.app.model.store, merlin.app.model.markdown, merlin.app.model.mathtext, "
+        "merlin.app.model.perf_stats, merlin.app.model.prompting, merlin.app.model.hf_scan; "
         "print(any(m.startswith(('PySide6', 'shiboken6')) for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -1,7 +1,7 @@
 """Performance statistics from engine events (Qt-free) and the chart's scale."""
 
-from merlin.app.perf_panel import chart_scale
-from merlin.app.perf_stats import PerfStats, format_bytes, process_memory_bytes
+from merlin.app.model.perf_stats import PerfStats, format_bytes, process_memory_bytes
+from merlin.app.widgets.perf_panel import chart_scale
 from merlin.engine.profile import StepProfile
 
 

@@ -25,8 +25,8 @@ from gui_helpers import (  # noqa: F401  # noqa: F401
 )
 from PIL import Image
 
-from merlin.app.prompting import GenerationOptions, Turn
-from merlin.app.remote import (
+from merlin.app.model.prompting import GenerationOptions, Turn
+from merlin.app.model.remote import (
     REMOTE_SOURCE,
     RemoteBackend,
     RemoteConfig,
@@ -263,7 +263,7 @@ def test_gui_answers_with_the_remote_server(qtbot, make_window, server, data_dir
 
 
 def test_model_dialog_offers_the_server(qtbot, server, data_dir):  # noqa: F811
-    from merlin.app.model_dialog import ModelChoice, ModelDialog
+    from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
 
     d = ModelDialog(ModelChoice("demo", "q4", "q8"), [], found=[])
     qtbot.addWidget(d)

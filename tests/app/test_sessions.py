@@ -136,7 +136,7 @@ def test_a_stopped_answer_is_saved_and_continued_from(qtbot, make_window, data_d
 
 
 def test_an_image_is_encoded_once_also_after_a_restart(qtbot, make_window, tmp_path):
-    from merlin.app.demo_image import draw_demo_image
+    from merlin.app.modes.demo_image import draw_demo_image
 
     w1 = make_window(**GREEDY)
     w1.composer.add_paths([str(draw_demo_image(tmp_path / "lake.png"))])
@@ -299,7 +299,7 @@ def test_model_too_big_for_memory_is_a_clear_message(qtbot, make_window, monkeyp
 
 def tinted_text(message) -> str:
     """The text of the answer drawn on the drafted-token background."""
-    from merlin.app import theme
+    from merlin.app.widgets import theme
 
     tint = theme.drafted_background()
     doc, out = message.body.document(), []

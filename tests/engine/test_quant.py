@@ -1,14 +1,15 @@
 """Block-quantized weights (engine/quant.py) and the q8 kernels (engine/kernels/qlinear.py):
 round-trip error bounds, every kernel against its naive twin, and the property speculative
 decoding rests on: row i of an N-row product is bitwise equal to a 1-row product on x[i], for
-any N and thread count. The q4 kernels (engine/kernels/qgroup.py): tests/test_qgroup.py."""
+any N and thread count. The grouped kernels: tests/engine/kernels/test_qgroup.py; every CPU class's
+build of both: tests/engine/kernels/test_classes.py."""
 
 import numba
 import numpy as np
 import pytest
 
 from merlin.engine import quant
-from merlin.engine.kernels import qgroup
+from merlin.engine.kernels import actquant, reference
 from merlin.engine.kernels import qlinear as ql
 
 rng = np.random.default_rng(0)
@@ -93,7 +94,7 @@ def test_q4_packing_order():
     u = (q_true + 8).astype(np.uint8)
     np.testing.assert_array_equal(qt.qs[0, :16], u[:16] | (u[16:] << 4))
     np.testing.assert_array_equal(
-        quant.dequantize(qt), qgroup.dequantize_q4_reference(qt.qs, qt.scales)
+        quant.dequantize(qt), reference.dequantize_q4_reference(qt.qs, qt.scales)
     )
 
 
@@ -134,7 +135,7 @@ def test_dequantize_kernel_matches_reference(mats):
         o, k = qt.shape
         out = np.empty((o - 1, k), np.float32)
         ql.dequantize_q8_rows(qt.qs, qt.scales, 1, out)
-        ref = ql.dequantize_q8_reference(qt.qs, qt.scales)
+        ref = reference.dequantize_q8_reference(qt.qs, qt.scales)
         np.testing.assert_array_equal(out, ref[1:])
         np.testing.assert_array_equal(quant.dequantize(qt), ref)
 
@@ -146,11 +147,13 @@ def test_small_n_kernel_matches_reference(n, mats):
         x = rng.standard_normal((n, k), dtype=np.float32)
         out = np.full((n, o), np.nan, np.float32)
         ql.matmul_q8(x, qt.qs, qt.scales, out)
-        close(out, ql.matmul_q8_small_reference(x, qt.qs, qt.scales).astype(np.float64))
+        close(out, reference.matmul_q8_small_reference(x, qt.qs, qt.scales).astype(np.float64))
         # activation quantization (q8_0): each x is off by at most half its block's step
-        exact = ql.matmul_q8_reference(x, qt.qs, qt.scales).astype(np.float64)
-        _, dx = ql.quantize_activations_reference(x, ql.XQ8_DTYPE)
-        w = np.abs(ql.dequantize_q8_reference(qt.qs, qt.scales)).reshape(o, -1, ql.BLOCK)
+        exact = reference.matmul_q8_reference(x, qt.qs, qt.scales).astype(np.float64)
+        _, dx = reference.quantize_activations_reference(x, ql.XQ8_DTYPE)
+        w = np.abs(reference.dequantize_q8_reference(qt.qs, qt.scales)).reshape(
+            o, -1, reference.BLOCK
+        )
         bound = (dx.astype(np.float64) / 2) @ w.sum(axis=2).T
         assert (np.abs(out - exact) <= bound * 1.001 + 1e-6 * np.abs(exact).max()).all()
 
@@ -162,8 +165,8 @@ def test_activation_quantization_matches_twin(dtype, level):
     x[2, 40] = np.float32(1e30)
     xq = np.empty(x.shape, dtype)
     dx = np.empty((3, 3), np.float32)
-    ql.quantize_activations(x, xq, dx)
-    ref_q, ref_d = ql.quantize_activations_reference(x, dtype)
+    actquant.quantize_activations(x, xq, dx)
+    ref_q, ref_d = reference.quantize_activations_reference(x, dtype)
     np.testing.assert_array_equal(xq, ref_q)
     np.testing.assert_array_equal(dx, ref_d)
     assert dx[1, 0] == 0.0
@@ -189,7 +192,7 @@ def test_prefill_matches_reference(mats, monkeypatch):
         x = rng.standard_normal((40, k), dtype=np.float32)
         out = np.full((40, o), np.nan, np.float32)
         ql.matmul_q8_prefill(x, qt.qs, qt.scales, out)
-        close(out, ql.matmul_q8_reference(x, qt.qs, qt.scales).astype(np.float64))
+        close(out, reference.matmul_q8_reference(x, qt.qs, qt.scales).astype(np.float64))
         scratch = np.empty(ql.prefill_tile_rows(o, k) * k, np.float32)
         again = np.empty_like(out)
         ql.matmul_q8_prefill(x, qt.qs, qt.scales, again, scratch)
@@ -230,88 +233,3 @@ def test_rows_do_not_depend_on_batch_or_threads(mats):
                 assert np.array_equal(out, singles[:n]), (threads, n)
     finally:
         numba.set_num_threads(before)
-
-
-QLINEAR_CHECK = """
-import numpy as np
-from merlin.engine import quant
-from merlin.engine.kernels import qlinear as ql
-assert {expect}, (ql._X86, ql._VNNI, ql.TILE_ROWS, ql.TILE_OUT)
-rng = np.random.default_rng(3)
-qt = quant.quantize_q8(rng.standard_normal((37, 96), dtype=np.float32))
-x = rng.standard_normal((9, 96), dtype=np.float32)
-singles = []
-for i in range(9):
-    row = np.empty((1, 37), np.float32)
-    ql.matmul_q8(x[i : i + 1], qt.qs, qt.scales, row)
-    singles.append(row[0])
-for n in range(1, 10):
-    out = np.empty((n, 37), np.float32)
-    ql.matmul_q8(np.ascontiguousarray(x[:n]), qt.qs, qt.scales, out)
-    assert np.array_equal(out, np.array(singles[:n])), n
-ref = ql.matmul_q8_small_reference(x, qt.qs, qt.scales)
-err = np.abs(out - ref).max() / np.abs(ref).max()
-assert err < 1e-5, err
-print("qlinear ok")
-"""
-
-GENERIC_CHECK = (
-    QLINEAR_CHECK.format(expect="not ql._X86 and ql.TILE_OUT == 1")
-    + """
-import numpy as np
-from merlin.engine.kernels import attention as at
-rng = np.random.default_rng(4)
-assert (at.SCORE_QUERIES, at.SCORE_KEYS, at.VALUE_QUERIES, at.DIM_BLOCK) == (2, 32, 2, 32)
-k = rng.standard_normal((2, 2, 128, 64), dtype=np.float32)  # 80 keys in tiles of 64
-v = rng.standard_normal((2, 80, 128), dtype=np.float32)
-ones = np.ones((2, 80), np.float32)
-q = rng.standard_normal((5, 4, 128), dtype=np.float32)
-single = np.empty((5, 512), np.float32)
-for i in range(5):
-    at.attention(q[i : i + 1], k, ones, v, ones, 70 + i, np.float32(0.1), single[i : i + 1])
-batch = np.empty((5, 512), np.float32)
-at.attention(q, k, ones, v, ones, 70, np.float32(0.1), batch)
-assert np.array_equal(batch, single)
-ref = at.attention_reference(q, k, ones, v, ones, 70, 0.1)
-assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
-print("generic ok")
-"""
-)
-
-
-def test_generic_code_path(tmp_path):
-    """The non-x86 kernels (LLVM partial reductions: smull/smlal on the aarch64 board;
-    one-query value tiles in attention) built here with
-    MERLIN_QKERNEL=generic: twin agreement and bitwise N-independence. A separate process
-    and Numba cache: the switch is read at import."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, MERLIN_QKERNEL="generic", NUMBA_CACHE_DIR=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", GENERIC_CHECK], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0 and "generic ok" in done.stdout, done.stderr[-3000:]
-
-
-@pytest.mark.skipif(not ql._X86, reason="x86 code paths")
-def test_x86_code_path_without_vnni(tmp_path):
-    """The x86 q8 kernel for a CPU without VNNI (AVX2 x86-64-v3: vpmaddwd and vpaddd instead
-    of vpdpwssd), built here by naming that CPU to Numba: twin agreement and bitwise
-    N-independence. The host's own path is the one the tests above run."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(
-        os.environ,
-        NUMBA_CPU_NAME="x86-64-v3",
-        NUMBA_CPU_FEATURES="",
-        NUMBA_CACHE_DIR=str(tmp_path),
-    )
-    check = QLINEAR_CHECK.format(expect="ql._X86 and not ql._VNNI")
-    done = subprocess.run(
-        [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0 and "qlinear ok" in done.stdout, done.stderr[-3000:]

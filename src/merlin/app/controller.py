@@ -23,21 +23,16 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from merlin.engine.errors import InputError
-from merlin.engine.generate import Finished, PrefillDone, Tokens
-from merlin.engine.prompt import check_user_text
-from merlin.engine.session import ContextTrimmed
-
-from .attachments import Attachment, AttachmentError, load_attachment
-from .chat_view import ChatView, MessageWidget
-from .composer import Composer
-from .i18n import tr
-from .paths import sessions_dir
-from .perf_stats import PerfStats
-from .prompting import Turn
-from .settings import AppSettings
-from .store import MessageRow, Store, StoreError
-from .worker import (
+from merlin.app.model.history import missing_images_notice, prompt_turns
+from merlin.app.model.paths import sessions_dir
+from merlin.app.model.perf_stats import PerfStats
+from merlin.app.model.prompting import Turn
+from merlin.app.model.store import MessageRow, Store, StoreError
+from merlin.app.settings import AppSettings
+from merlin.app.widgets.attachments import Attachment, AttachmentError, load_attachment
+from merlin.app.widgets.chat_view import ChatView, MessageWidget
+from merlin.app.widgets.composer import Composer
+from merlin.app.worker import (
     EngineWorker,
     GenerationJob,
     LoadRequest,
@@ -45,6 +40,12 @@ from .worker import (
     SessionJob,
     SessionReport,
 )
+from merlin.engine.errors import InputError
+from merlin.engine.generate import Finished, PrefillDone, Tokens
+from merlin.engine.prompt import check_user_text
+from merlin.engine.session import ContextTrimmed
+
+from .i18n import tr
 
 log = logging.getLogger(__name__)
 
@@ -309,12 +310,9 @@ class ChatController(QObject):
         return True
 
     def _turns(self, rows: list[MessageRow]) -> list[Turn]:
-        turns = []
-        for r in rows:
-            if r.role == "assistant" and (r.state == "error" or not r.text.strip()):
-                continue  # a failed answer is shown, never sent back to the model
-            paths = [str(self.store.image_path(ref)) for ref in r.images]
-            turns.append(Turn(r.role, r.text, paths))
+        turns, dropped = prompt_turns(rows, self.store.image_path)  # robust: hook
+        if dropped:  # robust: hook (older images that are gone are left out, with a notice)
+            self.sig_notice.emit("info", missing_images_notice(dropped, tr))
         return turns
 
     def _start_answer(self) -> None:

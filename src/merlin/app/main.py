@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 
 
 def parse_args(argv):
@@ -20,7 +20,8 @@ def parse_args(argv):
     p.add_argument(
         "--weights",
         default=None,
-        help="weights format: f32, q8 or q4 (default: the last one used; with --warmup also "
+        help="weights format: auto (q4 or q8, the faster here), f32, q8 or q4 (default: the "
+        "last one used, else auto; with --warmup also "
         "several, comma-separated, or all)",
     )
     p.add_argument(
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup:
         return _warmup(args)
     for flag, value, choices in (
-        ("--weights", args.weights, WEIGHT_FORMATS),
+        ("--weights", args.weights, WEIGHT_CHOICES),
         ("--kv", args.kv, KV_FORMATS),
     ):
         if value is not None and value not in choices:
@@ -94,15 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     if placement is None:
         return 2
     if args.self_test:
-        from .selftest import run as self_test
+        from merlin.app.modes.selftest import run as self_test
 
         return self_test(weights=args.weights or "f32", kv=args.kv or "f32")
     if args.demo_screenshot:
-        from .screenshot import run
+        from merlin.app.modes.screenshot import run
 
         return run(args.demo_screenshot, model=args.model or "", language=args.lang or "en")
     if args.script:
-        from .scripted import run as run_script
+        from merlin.app.modes.scripted import run as run_script
 
         return run_script(args.script, model=args.model, weights=args.weights, kv=args.kv)
 
@@ -113,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationDisplayName("Merlin")
     app.setDesktopFileName("merlin")
 
-    from .settings import load_settings
-    from .window import MainWindow
+    from merlin.app.settings import load_settings
+    from merlin.app.widgets.window import MainWindow
 
     settings = load_settings()
     if args.lang:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 def _saved_settings():
     """The user's settings (None when Qt is unusable: then only flags count)."""
     try:
-        from .settings import load_settings
+        from merlin.app.settings import load_settings
 
         return load_settings()
     except ImportError:

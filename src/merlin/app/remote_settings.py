@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 
+from merlin.app.model.paths import data_dir
+from merlin.app.model.remote import RemoteConfig, load_api_key, save_api_key
+
 from .i18n import tr
-from .paths import data_dir
-from .remote import RemoteConfig, load_api_key, save_api_key
 
 log = logging.getLogger(__name__)
 

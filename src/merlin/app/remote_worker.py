@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .remote import RemoteBackend, RemoteError, list_models
+from merlin.app.model.remote import RemoteBackend, RemoteError, list_models
 
 
 def connect(worker, request) -> None:
-    from .worker import ModelInfo
+    from merlin.app.worker import ModelInfo
 
     config = request.remote
     t0 = time.perf_counter()

@@ -21,13 +21,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+from merlin.app.model.paths import data_dir, sessions_dir
+from merlin.app.model.perf_stats import format_bytes
+from merlin.app.model.prompting import SPEC_MODES, GenerationOptions
+from merlin.app.widgets.preset_picker import PresetPicker
+from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 from merlin.engine.speculative import MAX_K
 
 from .i18n import LANGUAGES, tr
-from .paths import data_dir, sessions_dir
-from .perf_stats import format_bytes
-from .prompting import SPEC_MODES, GenerationOptions
 
 
 @dataclass
@@ -85,8 +86,16 @@ def settings_file() -> QSettings:
     return QSettings(str(data_dir() / "settings.ini"), QSettings.IniFormat)
 
 
+# what the last load_settings() found out of range (shown once by the window)
+PROBLEMS: list[str] = []
+
+
 def load_settings(qs: QSettings | None = None) -> AppSettings:
+    from merlin.app.model.settings_check import bounded
+
     qs = qs or settings_file()
+    source = qs.fileName() or "the settings"
+    PROBLEMS.clear()
     s = AppSettings()
     for f in dataclasses.fields(AppSettings):
         if not qs.contains(f.name):
@@ -102,16 +111,21 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
                 value = float(raw)
             else:
                 value = str(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             continue  # a hand-edited or damaged value: keep the default
+        value, problem = bounded(f.name, value, default, source)
+        if problem:
+            PROBLEMS.append(problem)
         setattr(s, f.name, value)
     if s.spec_mode not in SPEC_MODES:
         s.spec_mode = "auto"
-    if s.weights not in WEIGHT_FORMATS:
+    if s.weights not in WEIGHT_CHOICES:
         s.weights = DEFAULT_WEIGHTS
     if s.kv not in KV_FORMATS:
         s.kv = DEFAULT_KV
     if not valid_cpus(s.cpus):
+        if s.cpus.strip():
+            PROBLEMS.append(f"cpus in {source} is not a CPU list; 'big' is used instead.")
         s.cpus = "big"
     return s
 
@@ -172,7 +186,9 @@ class SettingsDialog(QDialog):
         idx = self.language.findData(settings.language)
         self.language.setCurrentIndex(max(0, idx))
         self.labels: dict[str, QLabel] = {}
+        self.preset = PresetPicker(self.system_prompt)
         rows = (
+            ("preset", self.preset),
             ("system_prompt", self.system_prompt),
             ("use_model", self.use_model),
             ("temperature", self.temperature),
@@ -275,6 +291,7 @@ class SettingsDialog(QDialog):
         self.gen_box.setTitle(tr("Answers"))
         self.app_box.setTitle(tr("Application"))
         text = {
+            "preset": tr("Preset"),
             "system_prompt": tr("System prompt"),
             "use_model": tr("Sampling"),
             "temperature": tr("Temperature (0 = greedy)"),

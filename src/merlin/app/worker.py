@@ -20,18 +20,17 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from merlin.engine import warmup
-from merlin.engine.errors import MerlinError, ResourceError
-from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
-
-from . import pyside_fixes
-from .prompting import (
+from merlin.app import pyside_fixes
+from merlin.app.model.prompting import (
     GenerationOptions,
     Turn,
     respond_options,
     session_messages,
     session_settings,
 )
+from merlin.engine import warmup
+from merlin.engine.errors import MerlinError, ResourceError
+from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
 
 pyside_fixes.install()
 log = logging.getLogger(__name__)
@@ -160,7 +159,7 @@ class EngineWorker(QObject):
 
         self._drop_session()  # it was saved when its turn ended; free its KV cache now
         if request.remote is not None:  # an OpenAI-compatible server (app/remote_worker.py)
-            from .remote_worker import connect
+            from merlin.app.remote_worker import connect
 
             connect(self, request)
             return

@@ -35,6 +35,10 @@ def cmd_chat(args) -> int:
 
     # restore and save problems are reported below, once, in the CLI's own words
     logging.getLogger("merlin.engine.session").setLevel(logging.ERROR)
+    if args.session:  # never replace a file that is not one of our sessions (before any work)
+        from .session_check import check_target
+
+        check_target(Path(args.session).expanduser())
     model = _load(args)
     sampling = _sampling(args, model)
     _, notice = SpecPolicy.or_off(args.spec, args.spec_k)

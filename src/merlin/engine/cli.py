@@ -42,7 +42,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--weights",
         default=DEFAULT_WEIGHTS,
-        help=f"weight format: f32, q8 or q4 (default {DEFAULT_WEIGHTS})",
+        help=f"weight format: auto (q4 or q8, the faster here), f32, q8 or q4 "
+        f"(default {DEFAULT_WEIGHTS})",
     )
     p.add_argument(
         "--kv", default=DEFAULT_KV, help=f"KV cache format: f32 or q8 (default {DEFAULT_KV})"
@@ -92,6 +93,10 @@ def cmd_info(args) -> int:
     folder = _model_dir(args.model)
     cfg = load_config(folder)
     t = cfg.text
+    from .autoweights import kernel_info
+
+    kernels = kernel_info(args.weights)
+    args.weights = kernels["weights"]
     with Checkpoint(folder) as ckpt:
         dtypes = sorted({ckpt.info(n).dtype for n in ckpt.tensors})
         n_total = sum(int(np.prod(i.shape)) for i in ckpt.tensors.values())
@@ -127,6 +132,7 @@ def cmd_info(args) -> int:
         "weight_bytes_per_token": per_token,
         "kv_bytes_per_token": kv_per_token,
         "cpus": _cpu_info(args),
+        "kernels": kernels,
         "memory": _memory_info(folder),
     }
     if args.json:
@@ -145,6 +151,8 @@ def cmd_info(args) -> int:
     print(f"stored as:    {', '.join(dtypes)}")
     print(f"cpu:          {info['cpus']['topology']}")
     print(f"threads:      {info['cpus']['placement']}")
+    print(f"kernels:      {kernels['cpu_class_description']}")
+    print(f"weights:      {kernels['weights']} ({kernels['weights_reason']})")
     chosen = f"{args.weights} weights, {args.kv} KV"
     print(
         f"read/token:   {per_token[args.weights] / 1e6:,.1f} MB of {args.weights} weights "
@@ -385,8 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if getattr(args, "max_new_tokens", 1) < 1:
-            raise MerlinError("--max-new-tokens must be at least 1.")
+        from .cli_checks import check_args
+
+        check_args(args)  # every numeric option bounded before any work (engine.limits)
         return args.func(args)
     except MerlinError as e:
         print(f"merlin-cli: error: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,9 @@ SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
 # Layer and block counts drive loops over tensor names before any tensor is read; Qwen3-VL has
 # at most a few dozen, so anything above this is a damaged config, refused at once.
 MAX_LAYERS = 1024
+# config.json, generation_config.json, the shard index: real ones are at most a few MB
+MAX_JSON_BYTES = 64 << 20
+MAX_HEAD_DIM = 1024
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,20 @@ def _opt_int(d: dict, key: str, default: int, where: str, path: Path) -> int:
     return _need({key: d.get(key, default)}, key, int, where, path)
 
 
+def _max_positions(text: dict, path: Path) -> int:
+    """max_position_embeddings, refused above engine.limits.MAX_CONTEXT_TOKENS: it is the
+    default context budget, and a KV cache is sized from it."""
+    from .limits import MAX_CONTEXT_TOKENS
+
+    n = _opt_int(text, "max_position_embeddings", 262144, "text_config.", path)
+    if n > MAX_CONTEXT_TOKENS:
+        raise CheckpointError(
+            f"{path}: 'text_config.max_position_embeddings' is {n:,}; Merlin supports at most "
+            f"{MAX_CONTEXT_TOKENS:,} positions (Qwen3-VL has 262,144). The config is damaged."
+        )
+    return n
+
+
 def _rope(text: dict, path: Path) -> tuple[float, tuple[int, int, int], bool]:
     """rope_theta/mrope_section from either spelling (4.57 rope_scaling or 5.x rope_parameters)."""
     params = text.get("rope_parameters")
@@ -168,14 +186,24 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
     w = "text_config."
     hidden = _need(text, "hidden_size", int, w, path)
     n_heads = _need(text, "num_attention_heads", int, w, path)
-    n_kv = text.get("num_key_value_heads") or n_heads
+    # absent (or null) means the default; a 0 is a damaged value, not "use the default"
+    n_kv = text.get("num_key_value_heads")
+    n_kv = n_heads if n_kv is None else n_kv
     if isinstance(n_kv, bool) or not isinstance(n_kv, int) or n_kv <= 0:
         raise CheckpointError(
-            f"{path}: 'text_config.num_key_value_heads' must be a positive integer."
+            f"{path}: 'text_config.num_key_value_heads' must be a positive integer, got {n_kv!r}."
         )
-    head_dim = text.get("head_dim") or hidden // n_heads
+    head_dim = text.get("head_dim")
+    head_dim = hidden // n_heads if head_dim is None else head_dim
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise CheckpointError(f"{path}: 'text_config.head_dim' must be a positive integer.")
+        raise CheckpointError(
+            f"{path}: 'text_config.head_dim' must be a positive integer, got {head_dim!r}."
+        )
+    if head_dim > MAX_HEAD_DIM or n_kv > n_heads:
+        raise CheckpointError(
+            f"{path}: head_dim {head_dim} / num_key_value_heads {n_kv} are not those of a "
+            f"Qwen3-VL model (head_dim at most {MAX_HEAD_DIM}, no more KV heads than heads)."
+        )
     if n_heads % n_kv:
         raise CheckpointError(
             f"{path}: num_attention_heads ({n_heads}) is not a multiple of "
@@ -210,7 +238,7 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
         num_key_value_heads=n_kv,
         head_dim=head_dim,
         vocab_size=_need(text, "vocab_size", int, w, path),
-        max_position_embeddings=_opt_int(text, "max_position_embeddings", 262144, w, path),
+        max_position_embeddings=_max_positions(text, path),
         rope_theta=theta,
         mrope_section=section,
         mrope_interleaved=interleaved,
@@ -304,13 +332,16 @@ def _vision_theta(vision: dict, path: Path) -> float:
 
 def read_json(path: Path, what: str) -> dict:
     """Read a JSON object from a checkpoint file with a clear error for each way it can fail."""
-    if not path.is_file():
+    from .safe_open import read_bytes
+
+    if not os.path.lexists(path):
         raise CheckpointError(
             f"{path}: {what} is missing. Choose a Hugging Face checkpoint folder."
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        # a FIFO or device is refused with what it is (never opened blocking); real config
+        # and index files are well under MAX_JSON_BYTES
+        data = json.loads(read_bytes(path, what, CheckpointError, MAX_JSON_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, or a 5000-digit number
         raise CheckpointError(f"{path}: {what} is not valid JSON ({e}).") from None
     except RecursionError:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import InputError
+from .finite import check_logits
 from .kv_cache import KVCache
 from .model import Model
 from .profile import StepProfile, StepTimer
@@ -150,9 +151,11 @@ def generate(
             encoder_ms = inputs.vision_ms
         vision_ms = inputs.vision_ms
         image_kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
+    prompt_start = cache.length
     logits = model.text.forward(
         np.asarray(request.prompt_ids), positions, cache, timer=timer, **image_kw
     )
+    check_logits(logits, cache, prompt_start, "the prompt")  # NaN/inf: stop with a message
     prefill_ms = (time.perf_counter() - t0) * 1e3 - encoder_ms
     yield PrefillDone(n_tokens=n, vision_ms=vision_ms, prefill_ms=prefill_ms)
     t_decode0 = time.perf_counter()
@@ -220,6 +223,7 @@ def generate(
             timer=timer,
             logits="all" if drafts else "last",
         )
+        check_logits(logits, cache, round_start, f"token {len(generated) + 1} of the answer")
         forward_s = time.perf_counter() - timer._t0
         stats.forwards += 1
         rows, drafted = len(feed), len(drafts)

@@ -114,7 +114,9 @@ def vision_widen_bytes(cfg: ModelConfig) -> int:
     matrices and one merger's two."""
     v = cfg.vision
     vd, vi, m = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
-    return 4 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
+    # f32 scratch plus the stored-dtype scratch pread() fills (vision/stored.py): at most 4
+    # more bytes per element (F32 is read straight into the f32 buffer; BF16/F16 take 2)
+    return 8 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
 
 
 def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
@@ -171,13 +173,19 @@ def gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
 
 
-def _check_formats(weights: str, kv: str) -> None:
+def _check_formats(weights: str, kv: str) -> str:
+    """The concrete weights format ("auto" resolved: engine/autoweights.py), after checking."""
+    if weights == "auto":
+        from .autoweights import resolve
+
+        weights = resolve(weights)
     if weights not in WEIGHT_FORMATS:
         raise InputError(
             f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
         )
     if kv not in KV_FORMATS:
         raise InputError(f"unknown KV cache format {kv!r}; choose one of {', '.join(KV_FORMATS)}.")
+    return weights
 
 
 def _image_patches(cfg: ModelConfig, folder: Path, context: int, image_pixels: int | None):
@@ -208,7 +216,7 @@ def estimate_for(
     vision_usable: bool = True,
 ) -> MemoryEstimate:
     """The estimate from a parsed config whose tensor shapes have been checked."""
-    _check_formats(weights, kv)
+    weights = _check_formats(weights, kv)
     limit = cfg.text.max_position_embeddings
     context = min(context or min(DEFAULT_CONTEXT, limit), limit)
     if context < 1:
@@ -251,7 +259,7 @@ def estimate_memory(
     `context` tokens (default: DEFAULT_CONTEXT, at most the model's maximum) and images of up
     to `image_pixels` pixels (default: the checkpoint's preprocessor max_pixels). Reads only
     config.json and the safetensors headers; raises CheckpointError for a broken checkpoint."""
-    _check_formats(weights, kv)
+    weights = _check_formats(weights, kv)
     folder = Path(folder).expanduser()
     cfg = load_config(folder)
     with Checkpoint(folder) as ckpt:
@@ -347,4 +355,21 @@ def check_memory(
         f"{name} needs {est.describe()}, but only {gb(available)} of memory is available."
         f"{hint} Close other programs or choose smaller settings (weights format, KV cache "
         "format, context budget, image detail)."
+    )
+
+
+def check_kv_cache(cfg: ModelConfig, kv: str, tokens: int, available: int | None = None) -> None:
+    """Raise ResourceError before allocating a KV cache of `tokens` tokens that does not fit
+    in the memory available now (the load-time guard checked the default context only; a
+    budget of the model's maximum can be far larger)."""
+    need = key_tiles(max(int(tokens), 1)) * KEY_BLOCK * kv_bytes_per_token(cfg, kv)
+    if available is None:
+        available = available_memory()
+    if available is None or need <= available:
+        return
+    per_gb = max(1, int(1e9 // max(1, kv_bytes_per_token(cfg, kv))))
+    raise ResourceError(
+        f"a context of {tokens:,} tokens needs a {gb(need)} KV cache ({kv}), but only "
+        f"{gb(available)} of memory is available. Lower the context budget (--max-context, or "
+        f"the setting; about {per_gb:,} tokens per GB) or use a q8 KV cache."
     )

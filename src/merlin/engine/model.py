@@ -39,10 +39,11 @@ class Model:
     memory: memory.MemoryEstimate | None = None  # what the guard estimated at load time
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
-        """An empty KV cache in this model's KV format (max_tokens: the context budget)."""
-        return self.text.new_cache(
-            min(max_tokens or self.max_context, self.max_context), self.kv_fmt
-        )
+        """An empty KV cache in this model's KV format (max_tokens: the context budget).
+        ResourceError when the cache would not fit in the memory available now."""
+        n = min(max_tokens or self.max_context, self.max_context)
+        memory.check_kv_cache(self.config, self.kv_fmt, n)
+        return self.text.new_cache(n, self.kv_fmt)
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -60,7 +61,7 @@ class Model:
 def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDefaults:
     """generation_config.json when present; otherwise stop on <|im_end|> / <|endoftext|>."""
     path = Path(folder) / "generation_config.json"
-    raw = read_json(path, "generation_config.json") if path.is_file() else {}
+    raw = read_json(path, "generation_config.json") if path.exists() else {}
     eos = raw.get("eos_token_id")
     if isinstance(eos, int) and not isinstance(eos, bool):
         eos_ids = {eos}
@@ -116,7 +117,11 @@ def load_model(
     """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message,
     and ResourceError before converting anything when the model would not fit in the memory
     available (engine.memory: weights in this format + KV for `context` tokens, default
-    memory.DEFAULT_CONTEXT, + working buffers)."""
+    memory.DEFAULT_CONTEXT, + working buffers). weights "auto": engine/autoweights.py."""
+    if weights == "auto":
+        from .autoweights import resolve
+
+        weights = resolve(weights)
     if weights not in WEIGHT_FORMATS:
         raise InputError(
             f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."

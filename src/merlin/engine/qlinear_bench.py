@@ -1,4 +1,5 @@
-"""Roofline benchmark of the weight kernels (temporary; to be folded into `python -m merlin.engine.bench`).
+"""Roofline benchmark of the weight kernels (temporary; to be folded into
+`python -m merlin.engine.bench`).
 
     python -m merlin.engine.qlinear_bench [--threads 2] [--repeats 7] [--quick] [--in-cache]
                                    [--json PATH]

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import arrayfile
+from . import arrayfile, session_check
 from .errors import InputError, MerlinError, TokenizerError
 from .generate import Finished, GenerationRequest, PrefillDone, Tokens, generate
 from .kv_cache import KVCache
@@ -1053,7 +1053,7 @@ class Session:
             meta = reader.meta
             result = RestoreResult(False, file_bytes=reader.size)
             try:
-                file_messages = [Message.from_json(m) for m in meta["messages"]]
+                file_messages = session_check.messages(meta, self.model)  # robust: hook
                 file_system = str(meta.get("system") or "")
                 file_dropped = {int(i) for i in meta.get("dropped", [])}
             except (KeyError, TypeError, ValueError):
@@ -1106,6 +1106,7 @@ class Session:
     def _read_state(self, reader: arrayfile.Reader, meta: dict):
         """Everything the file holds besides messages, checked; FileFormatError if not."""
         FFE = arrayfile.FileFormatError
+        session_check.check_state(self.model, meta, self.budget)  # robust: hook
         desc = meta.get("cache")
         if not isinstance(desc, dict) or desc.get("fmt") != self.model.kv_fmt:
             raise FFE("it is damaged (KV cache description)")
@@ -1122,6 +1123,7 @@ class Session:
         positions = reader.read("positions")
         if tokens.shape != (n,) or positions.shape != (3, n):
             raise FFE("it is damaged (token history and KV cache disagree)")
+        session_check.check_history(tokens, positions)  # robust: hook
         vocab = self.model.config.text.vocab_size
         if n and (tokens.min() < 0 or tokens.max() >= vocab):
             raise FFE("it is damaged (token ids outside the vocabulary)")
@@ -1144,7 +1146,10 @@ class Session:
             ):
                 raise FFE(f"it is damaged (image embedding {h} has the wrong shape)")
             embeddings[h] = ImageEmbedding(embeds, deep)
-        cache = KVCache.read_from(reader, desc, self.budget, "kv.")
+        session_check.check_embeddings(self.model, meta, spans, embeddings)  # robust: hook
+        t = self.model.config.text
+        dims = (t.num_hidden_layers, t.num_key_value_heads, t.head_dim)  # robust: hook
+        cache = KVCache.read_from(reader, desc, self.budget, "kv.", expect=dims)
         return cache, [int(t) for t in tokens], positions.astype(np.int64), spans, embeddings
 
 

@@ -29,6 +29,7 @@ from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError, safe_range
 
+from . import template_limits
 from .errors import TokenizerError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -57,6 +58,7 @@ RENDER_SECONDS = 10.0
 RENDER_MAX_OPS = 2_000_000
 RENDER_MAX_VALUE = 16 * 1024 * 1024  # chars (or items) of one value made by * or +
 RENDER_MIN_OUTPUT = 1024 * 1024  # chars of output allowed beyond twice the messages' text
+MAX_FILE_BYTES = 256 << 20  # tokenizer.json of Qwen3-VL: 11 MB
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -84,7 +86,8 @@ class _GenerationTag(Extension):
 
 
 def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
+    # the message is the template's: bounded, so a 16 MB one does not flood the terminal
+    raise jinja2.exceptions.TemplateError(template_limits.short_message(message))
 
 
 def _tojson(
@@ -109,6 +112,8 @@ class _RenderBudget:
         self.deadline = time.perf_counter() + RENDER_SECONDS
         self.ops = 0
         self.max_output = max_output
+        # no value built during the render may be larger than the output may be
+        self.bounds = template_limits.Bounds(min(max_output, RENDER_MAX_VALUE), self.charge)
 
     def charge(self, n: int = 1) -> None:
         before = self.ops
@@ -126,17 +131,27 @@ def _length(x: Any) -> int:
 class _BudgetedSandbox(ImmutableSandboxedEnvironment):
     """The sandbox transformers uses, plus a per-render budget (see RENDER_SECONDS)."""
 
-    intercepted_binops = frozenset(["*", "**", "+"])
+    intercepted_binops = frozenset(["*", "**", "+", "%"])
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._local = threading.local()
         self.globals["range"] = self._range
 
+    def current_bounds(self) -> template_limits.Bounds | None:
+        budget = getattr(self._local, "budget", None)
+        return budget.bounds if budget is not None else None
+
     def _charge(self, n: int = 1) -> None:
         budget = getattr(self._local, "budget", None)
         if budget is not None:
             budget.charge(n)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        return template_limits.checked_format(self, value.__self__, wrapped)
 
     def _range(self, *args: int) -> range:
         r = safe_range(*args)
@@ -153,7 +168,12 @@ class _BudgetedSandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         __self._charge()
-        return super().call(__context, __obj, *args, **kwargs)
+        bounds = __self.current_bounds()
+        if bounds is None:
+            return super().call(__context, __obj, *args, **kwargs)
+        template_limits.check_call(bounds, __obj, args, kwargs)
+        result = super().call(__context, __obj, *args, **kwargs)
+        return bounds.built("a call", result)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         self._charge()
@@ -168,7 +188,15 @@ class _BudgetedSandbox(ImmutableSandboxedEnvironment):
             size = right  # ** : the result has about `right` bits
         if size > RENDER_MAX_VALUE:
             raise SecurityError(f"it builds a value of {size} elements with {operator!r}")
-        return super().call_binop(context, operator, left, right)
+        bounds = self.current_bounds()
+        if bounds is None:
+            return super().call_binop(context, operator, left, right)
+        if operator == "%":
+            template_limits.check_mod(bounds, left, right)
+        elif size > bounds.limit:
+            raise SecurityError(f"it builds a value of {size} elements with {operator!r}")
+        result = super().call_binop(context, operator, left, right)
+        return bounds.built(f"the operator {operator!r}", result)
 
     def render_budgeted(self, template: jinja2.Template, max_output: int, variables: dict) -> str:
         self._local.budget = budget = _RenderBudget(max_output)
@@ -194,6 +222,7 @@ def _make_jinja_env() -> _BudgetedSandbox:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    template_limits.install(env)  # bounded filters, methods, `%`, `~`, lipsum; no folding
     return env
 
 
@@ -219,8 +248,11 @@ def clean_text(text: str) -> str:
 
 
 def _read_text(path: Path) -> str:
+    from .safe_open import read_text
+
     try:
-        return path.read_text(encoding="utf-8")
+        # a FIFO or device is refused with what it is; never opened blocking
+        return read_text(path, path.name, TokenizerError, MAX_FILE_BYTES)
     except UnicodeDecodeError as e:
         raise TokenizerError(
             f"{path} is not valid UTF-8 text ({e.reason} at byte {e.start}). "
@@ -333,8 +365,9 @@ class Tokenizer:
         self.chat_template = chat_template
         self.chat_template_source = chat_template_source
         # Leftmost-longest match of added tokens, as the `tokenizers` AddedVocabulary does.
-        if self._special:
-            alts = sorted(self._special, key=lambda s: (-len(s), s))
+        # an added token with empty content would match between every two characters
+        alts = sorted((t for t in self._special if t), key=lambda s: (-len(s), s))
+        if alts:
             self._control_re: re.Pattern[str] | None = re.compile(
                 "|".join(re.escape(s) for s in alts)
             )
@@ -385,7 +418,7 @@ class Tokenizer:
                 f"{TOKENIZER_FILE}."
             )
         tok_path = folder / TOKENIZER_FILE
-        if not tok_path.is_file():
+        if not tok_path.exists():
             raise TokenizerError(
                 f"{tok_path} is missing. Merlin needs the Hugging Face fast-tokenizer file; "
                 "download the complete model folder (including tokenizer.json)."
@@ -434,7 +467,7 @@ class Tokenizer:
 
         config: dict[str, Any] = {}
         cfg_path = folder / TOKENIZER_CONFIG_FILE
-        if cfg_path.is_file():
+        if cfg_path.exists():
             loaded = _read_json(cfg_path)
             if not isinstance(loaded, dict):
                 raise TokenizerError(
@@ -485,10 +518,10 @@ class Tokenizer:
     ) -> tuple[str | None, Path | None]:
         """chat_template.jinja, then chat_template.json, then tokenizer_config.json."""
         jinja_path = folder / CHAT_TEMPLATE_JINJA_FILE
-        if jinja_path.is_file():
+        if jinja_path.exists():
             return _read_text(jinja_path), jinja_path
         json_path = folder / CHAT_TEMPLATE_JSON_FILE
-        if json_path.is_file():
+        if json_path.exists():
             data = _read_json(json_path)
             if not isinstance(data, dict) or not isinstance(data.get("chat_template"), str):
                 raise TokenizerError(
@@ -634,6 +667,12 @@ class Tokenizer:
         _check_messages(messages)
         messages = self._map_texts(messages, clean_text)
         rendered = self._render(messages, add_generation_prompt, template_kwargs)
+        if messages and not rendered:
+            raise TokenizerError(
+                f"The chat template ({self.chat_template_source}) renders nothing for the "
+                "conversation, so there is no prompt to answer. Replace it with the original "
+                "template from the model download."
+            )
 
         texts: list[str] = []
         sentinel = _unused_private_chars(1, self._all_texts(messages, self.chat_template))[0]
@@ -659,7 +698,7 @@ class Tokenizer:
             return self._encode_segments(segments, None)
 
         # Fallback: the template changed the texts. Escape instead of replacing them.
-        starts = sorted({s[0] for s in self._special})
+        starts = sorted({s[0] for s in self._special if s})
         markers = _unused_private_chars(len(starts), self._all_texts(messages, self.chat_template))
         escape = str.maketrans(dict(zip(starts, markers)))
         unescape = str.maketrans(dict(zip(markers, starts)))

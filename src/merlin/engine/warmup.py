@@ -36,9 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_FORMATS
+from .formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 
-WEIGHT_CHOICES = WEIGHT_FORMATS
 KV_CHOICES = KV_FORMATS
 ENV_STAMPS = "MERLIN_KERNEL_STAMPS"
 
@@ -63,7 +62,7 @@ def parse_formats(text: str | None, choices: tuple[str, ...], default: str) -> t
     if not text:
         return (default,)
     if text.strip().lower() == "all":
-        return choices
+        return tuple(c for c in choices if c != "auto")  # the formats themselves
     wanted = {t.strip().lower() for t in text.split(",") if t.strip()}
     bad = sorted(wanted - set(choices))
     if bad or not wanted:
@@ -383,7 +382,7 @@ def add_arguments(p: argparse.ArgumentParser, defaults_from: str = "") -> None:
     p.add_argument(
         "--weights",
         default=None,
-        help="weights formats to compile for: f32, q8, q4, comma-separated, or all "
+        help="weights formats to compile for: auto, f32, q8, q4, comma-separated, or all "
         f"(default: {defaults_from or DEFAULT_WEIGHTS})",
     )
     p.add_argument(

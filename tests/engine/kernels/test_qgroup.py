@@ -1,19 +1,13 @@
 """Grouped q4, q8 and q8a8 kernels (engine/kernels/qgroup.py) against their twins, and the
 properties speculative decoding relies on: rows independent of the batch and of the thread
-count, on the host's dot instructions, on the plain-IR ones (other CPUs) and in both group
-sizes (16 rows with AVX512-VNNI, 8 elsewhere)."""
-
-import os
-import subprocess
-import sys
+count, on this host's CPU class. The other classes (and the 8-row layout): test_classes.py."""
 
 import numba
 import numpy as np
 import pytest
 
-from merlin.engine.kernels import qgroup, qlinear
-from merlin.engine.kernels.qgroup import dequantize_q4_reference
-from merlin.engine.kernels.qlinear import dequantize_q8_reference
+from merlin.engine.kernels import qgroup, reference
+from merlin.engine.kernels.reference import dequantize_q4_reference, dequantize_q8_reference
 from merlin.engine.quant import quantize_q4, quantize_q8
 
 rng = np.random.default_rng(11)
@@ -26,7 +20,7 @@ KERNELS = {
         qgroup.pack_q4_groups,
         qgroup.matmul_q4g,
         qgroup.dequantize_q4g_rows,
-        qgroup.matmul_q4g_reference,
+        reference.matmul_q4g_reference,
         dequantize_q4_reference,
         np.int8,
         16,
@@ -36,7 +30,7 @@ KERNELS = {
         qgroup.pack_q8_groups,
         qgroup.matmul_q8g,
         qgroup.dequantize_q8g_rows,
-        qgroup.matmul_q8g_reference,
+        reference.matmul_q8g_reference,
         dequantize_q8_reference,
         np.int16,
         32,
@@ -46,7 +40,7 @@ KERNELS = {
         qgroup.pack_q8a8_groups,
         qgroup.matmul_q8a8g,
         qgroup.dequantize_q8a8g_rows,
-        qgroup.matmul_q8a8g_reference,
+        reference.matmul_q8a8g_reference,
         dequantize_q8_reference,
         np.int8,
         32,
@@ -121,8 +115,8 @@ def test_error_is_within_the_activation_quantization(n, packed):
     ref = twin(x, qt.qs, qt.scales)
     assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
     exact = exact_product(x, qt, dequantize_ref)
-    _, dx = qlinear.quantize_activations_reference(x, x_dtype)
-    w = np.abs(dequantize_ref(qt.qs, qt.scales)).reshape(o, -1, qlinear.BLOCK)
+    _, dx = reference.quantize_activations_reference(x, x_dtype)
+    w = np.abs(dequantize_ref(qt.qs, qt.scales)).reshape(o, -1, qgroup.BLOCK)
     bound = (dx.astype(np.float64) / 2) @ w.sum(axis=2).T
     assert (np.abs(out - exact) <= bound * 1.001 + 1e-6 * np.abs(exact).max()).all()
 
@@ -168,7 +162,7 @@ def test_q8a8_stores_biased_weights_at_the_extremes():
     x = rng.standard_normal((1, 32), dtype=np.float32)
     got = np.empty((1, qgroup.GROUP), np.float32)
     qgroup.matmul_q8a8g(x, p, s, got)
-    ref = qgroup.matmul_q8a8g_reference(x, qt.qs, qt.scales)
+    ref = reference.matmul_q8a8g_reference(x, qt.qs, qt.scales)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
@@ -184,60 +178,3 @@ def test_shapes_are_checked(packed):
     out = np.empty((1, o), np.float32)
     with pytest.raises(numba.TypingError):  # the kernel reads the scales as bf16 bits
         matmul(np.ones((1, k), np.float32), p, s.astype(np.float32), out)
-
-
-PLAIN_IR_CHECK = """
-import numpy as np
-from merlin.engine.kernels import qgroup
-from merlin.engine.quant import quantize_q4, quantize_q8
-assert (qgroup.DOT, qgroup.GROUP) == ({dot!r}, {group}), (qgroup.DOT, qgroup.GROUP)
-rng = np.random.default_rng(5)
-for quantize, pack, matmul, twin in (
-    (quantize_q4, qgroup.pack_q4_groups, qgroup.matmul_q4g, qgroup.matmul_q4g_reference),
-    (quantize_q8, qgroup.pack_q8_groups, qgroup.matmul_q8g, qgroup.matmul_q8g_reference),
-    (quantize_q8, qgroup.pack_q8a8_groups, qgroup.matmul_q8a8g, qgroup.matmul_q8a8g_reference),
-):
-    qt = quantize(rng.standard_normal((21, 64), dtype=np.float32))
-    p, s = pack(qt.qs, qt.scales)
-    x = rng.standard_normal((9, 64), dtype=np.float32)
-    singles = np.empty((9, 21), np.float32)
-    for i in range(9):
-        matmul(x[i : i + 1], p, s, singles[i : i + 1])
-    for n in range(1, 10):
-        out = np.empty((n, 21), np.float32)
-        matmul(np.ascontiguousarray(x[:n]), p, s, out)
-        assert np.array_equal(out, singles[:n]), n
-    ref = twin(x, qt.qs, qt.scales)
-    assert np.abs(singles - ref).max() <= 1e-5 * np.abs(ref).max()
-print("plain IR ok")
-"""
-
-
-def run_plain_ir_check(tmp_path, dot, group, **env):
-    """PLAIN_IR_CHECK in its own process and Numba cache (the switches are read at import)."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env)
-    code = PLAIN_IR_CHECK.format(dot=dot, group=group)
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0 and "plain IR ok" in done.stdout, done.stderr[-3000:]
-
-
-def test_generic_dot_code(tmp_path):
-    """The plain-IR dots (no vpdpbusd/vpdpwssd/sdot) built here with MERLIN_QKERNEL=generic:
-    twin agreement and rows bitwise equal to 1-row calls for N = 1..9."""
-    run_plain_ir_check(tmp_path, "generic", 8, MERLIN_QKERNEL="generic")
-
-
-@pytest.mark.skipif(not qlinear._X86, reason="x86 code path")
-def test_x86_without_vnni(tmp_path):
-    """What an x86 CPU without VNNI (AVX2 x86-64-v3) runs: the plain-IR dot compiled for it,
-    built here by naming that CPU to Numba."""
-    run_plain_ir_check(tmp_path, "generic", 8, NUMBA_CPU_NAME="x86-64-v3", NUMBA_CPU_FEATURES="")
-
-
-@pytest.mark.skipif(qgroup.GROUP != 16, reason="needs an AVX512-VNNI host")
-def test_vnni_in_the_other_group_size(tmp_path):
-    """AVX512-VNNI hosts build the 8-row layout too (vpdpbusd/vpdpwssd on ymm: what AVX-VNNI
-    CPUs without AVX-512 run), forced by MERLIN_QGROUP."""
-    run_plain_ir_check(tmp_path, "vnni", 8, MERLIN_QGROUP="8")

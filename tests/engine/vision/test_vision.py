@@ -315,15 +315,15 @@ def test_vision_embeddings_match(vcase):
 
 
 def test_vision_matrices_stay_in_the_file(vcase):
-    """The block and merger matrices are views of the mapped checkpoint (no memory of their
-    own while idle); an encode widens them, drops their pages after, and a second encode of
-    the same image reads them again to the same bits."""
+    """The block and merger matrices stay in the checkpoint file (read with pread at each
+    encode, never mapped: engine/vision/stored.py); a second encode of the same image reads
+    them again to the same bits."""
     _, _, vision, prompts = vcase
     stored = vision.encoder.w.stored
     assert len(stored) == 4 * len(vision.encoder.w.blocks) + 2 * (
         1 + len(vision.encoder.w.deepstack)
     )
-    assert all(not w.raw.flags.owndata and not w.raw.flags.writeable for w in stored)
+    assert all(not hasattr(w, "raw") and w.nbytes > 0 for w in stored)
     images = prompts[0][1]
     first = vision.encode(images)
     again = vision.encode(images)

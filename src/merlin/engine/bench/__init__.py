@@ -1,1 +1,2 @@
-"""`python -m merlin.engine.bench`: figures as ratios against what this machine does in the same run."""
+"""`python -m merlin.engine.bench`: figures as ratios against what this machine does in the same
+run."""

@@ -1,4 +1,4 @@
-"""Session figures for `python -m merlin.engine.bench session`: how fast a follow-up question starts.
+"""Session figures for `python -m merlin.engine.bench session`: how fast a follow-up starts.
 
 On the 2B-shaped random checkpoint: a conversation whose first turn holds an image, then
 text turns up to a history of about `history_tokens` text tokens (plus the image's). Time to

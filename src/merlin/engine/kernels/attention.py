@@ -12,11 +12,7 @@ them, so a speculative verify of N tokens reads the cache once, like a decode st
           to half as many queries (a decode step's pair of query heads) take twice the
           dimensions, so each V row is read in one pass.
 
-Both passes prefetch KV_PREFETCH bytes ahead in software. From DRAM they had run at 7-8 GB/s a
-thread against 13-21 GB/s in cache; with a 1 KB prefetch and the one-pass value tiles, q8
-attention over 28 layers took 11.2 instead of 12.9 ms at 2048 keys and 34 instead of 43 ms at
-8192, f32 30-33 instead of 33-38 and 98-112 instead of 137-157 ms (medians of alternating
-runs, 2 threads, same outputs bit for bit).
+Both passes prefetch KV_PREFETCH bytes ahead in software (figures: docs/kernels.md).
 
 f32 cache: each score is fma(q[d], k[d, t], acc) for d = 0, 1, ... and each output
 fma(p[t], v[t, d], acc) for t = 0, 1, ...: the same float operations whatever the tile, N or
@@ -28,33 +24,18 @@ int16 (one scale per query, max|q| / 32767) and each score is an exact int32 sum
 vpdpwssd-style pair products (2 dimensions a lane) times the two scales; the softmax weights
 times V's row scales are quantized to int16 per query the same way and the outputs are exact
 int32 sums over pairs of keys, moved to float every FLUSH_PAIRS pairs. Integer sums do not
-depend on their order, so verify rows again equal decode rows bit for bit. Why: converting
-every int8 value to float cost one conversion and one sign extension per 16 values on top of
-the fmas, and the attention of a q8 cache ran at a third of the read bandwidth (12.6 GB/s per
-thread in cache on this Ice Lake). The int16 rounding of q and of the weights is 1/65534 of
-their largest entry, a tenth or less of the int8 rounding of K and V (top-1 agreement with the
-f32 cache is measured in tests/test_quality.py).
+depend on their order, so verify rows again equal decode rows bit for bit. (Converting every
+int8 value to float instead cost a conversion and a sign extension per 16 values on top of
+the fmas: docs/kernels.md.) The pair dots come from dots.dot2, per CPU class.
 
 Key layout. A score tile reads, for each of the head_dim dimensions, 64 consecutive keys. With
-K transposed as one [head_dim, capacity] matrix those were 128 rows at a stride of the
-capacity: 128 concurrent streams, more than the hardware prefetchers follow, and from DRAM the
-K pass took twice as long as the V pass over the same bytes (q8 KV at 26-44% of the read
-bandwidth at 2K-8K context). Tiled, a score tile reads one contiguous 8 KB (int8) block and a
-head's keys are one sequential stream: f32 [kv_head, capacity / 64, head_dim, 64]; int8
-[kv_head, capacity / 64, head_dim / 2, 128], the two dimensions of a pair side by side for
-each key. V stays [kv_head, capacity, head_dim]; the value tiles interleave two keys' rows in
-registers. Saved caches keep the logical [head_dim, tokens] layout (untile_keys /
-tile_keys_into).
-
-Assembly of the hot loops (inspect_asm, x86-64 icelake-server), int8 cache: scores per 64 keys
-and query pair row 2 prefetcht0, 4 vpmovsxbw, then 4 vpdpwssd (or vpmaddwd + vpaddd, LLVM's
-choice for shorter chains) per query with the pair broadcast; values of a query pair per two
-keys and 128 dimensions 4 prefetcht0, 4 vpermt2b (interleave), 8 vpmovsxbw, then 8 dot
-instructions per query, all 16 accumulators in registers. f32 cache: one
-vfmadd231ps per 16 values and query. aarch64 (qemu, cortex-a76 with its features, c2b28bc):
-f32 fmla with the accumulators in registers and prfm for the prefetch; int8 the generic
-pair-dot IR (smull, uzp1/uzp2, add; the one-pass value loop has no stack traffic), not yet an
-sdot form.
+K transposed as one [head_dim, capacity] matrix those were 128 streams at a stride of the
+capacity, more than the prefetchers follow. Tiled, a score tile reads one contiguous 8 KB
+(int8) block and a head's keys are one sequential stream: f32 [kv_head, capacity / 64,
+head_dim, 64]; int8 [kv_head, capacity / 64, head_dim / 2, 128], the two dimensions of a pair
+side by side for each key. V stays [kv_head, capacity, head_dim]; the value tiles interleave
+two keys' rows in registers. Saved caches keep the logical [head_dim, tokens] layout
+(untile_keys / tile_keys_into).
 
 An f32 cache passes all-ones scales; multiplying by 1.0 is exact.
 """
@@ -66,16 +47,19 @@ from numba.core import types
 from numba.extending import intrinsic, overload
 
 from . import FASTMATH
+from .actquant import INV_LEVEL16
+from .dots import dot2
+from .irtools import prefetch, stack_f32, stack_i32
 from .mathfn import fast_exp
-from .qgroup import GROUP, _dot2
-from .qlinear import _X86, INV_LEVEL16, prefetch, stack_f32, stack_i32
+from .target import TARGET
+
+GROUP = TARGET.group  # int32 lanes of one integer dot vector (as in qgroup)
+_X86 = TARGET.x86_ir
 
 AFASTMATH = FASTMATH - {"reassoc"}
 KEY_BLOCK = 64  # keys per stored K tile
 # Register tiles of 16 accumulator registers: queries x keys for scores, queries x dimensions
-# for values. AVX-512 (32 registers of 16 floats): 4 x 64. NEON (32 registers of 4 floats):
-# 2 x 32; a 4 x 64 tile there kept its accumulators on the stack (ldr/fmla/str per product in
-# the cortex-a76 assembly).
+# for values: 4 x 64 on x86, 2 x 32 on NEON (a 4 x 64 tile spilled there: docs/kernels.md).
 SCORE_QUERIES, SCORE_KEYS = (4, 64) if _X86 else (2, 32)
 VALUE_QUERIES, DIM_BLOCK = (4, 64) if _X86 else (2, 32)
 SCORE_FLOATS = SCORE_QUERIES * SCORE_KEYS
@@ -85,10 +69,8 @@ KEY_PAIRS = 2  # int8 K tiles hold each key's dimensions in pairs (below)
 VALUE_FLOATS = VALUE_QUERIES * DIM_BLOCK
 WIDE_BLOCK = 2 * DIM_BLOCK  # dimensions a tile of up to VALUE_QUERIES // 2 queries takes
 CACHE_LINE = 64
-# Software prefetch distance in the K and V streams (bytes), a hint on top of the hardware
-# prefetchers: the passes alternate loads with integer dots and from DRAM fell behind them.
-# 4096 against 1024 (same process alternating, 28 layers from DRAM, 2 threads): int8 cache
-# 0.84-1.00x the time at 2K-8K, N = 1 and 5, f32 0.87-0.92x; 8192 about the same as 4096.
+# software prefetch distance in the K and V streams, bytes (a hint on top of the hardware
+# prefetchers; measured in docs/kernels.md)
 KV_PREFETCH = 4096
 
 
@@ -151,7 +133,7 @@ def _key_pair_dots(typingctx, acc, lane0, tiles, k_off, qi, q_off):
             w = builder.load(builder.bitcast(k_ptr, keys_vec.as_pointer()), align=1)
             lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
             a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
-            builder.store(_dot2(builder, builder.load(a_ptr, align=4), w, qword), a_ptr, align=4)
+            builder.store(dot2(builder, builder.load(a_ptr, align=4), w, qword), a_ptr, align=4)
         return context.get_dummy_value()
 
     return types.void(acc, lane0, tiles, k_off, qi, q_off), codegen
@@ -297,7 +279,7 @@ def _value_pair_dots(typingctx, acc, lane0, v, a_off, b_off, wq, w_off, lanes):
             part = builder.shuffle_vector(pairs, pairs, pick)
             lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
             a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
-            builder.store(_dot2(builder, builder.load(a_ptr, align=4), part, wword), a_ptr, align=4)
+            builder.store(dot2(builder, builder.load(a_ptr, align=4), part, wword), a_ptr, align=4)
         return context.get_dummy_value()
 
     return types.void(acc, lane0, v, a_off, b_off, wq, w_off, lanes), codegen

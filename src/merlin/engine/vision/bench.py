@@ -1,4 +1,5 @@
-"""Vision figures for `python -m merlin.engine.bench vision` (also `python -m merlin.engine.vision.bench`).
+"""Vision figures for `python -m merlin.engine.bench vision`
+(also `python -m merlin.engine.vision.bench`).
 
 Qwen3-VL-2B-sized random vision weights (the cached 2B-shaped random checkpoint of
 engine.demo, built on first use), a 448x448 and a 1024x768 image written as PNG and read back

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checkpoint import FLOAT_DTYPES, Checkpoint, to_f32
+from ..checkpoint import FLOAT_DTYPES, Checkpoint
 from ..config import VisionConfig
 from ..errors import CheckpointError
 from .kernels import (
@@ -32,6 +31,7 @@ from .kernels import (
     layernorm,
     split_heads_rope,
 )
+from .stored import StoredWeight, WeightFile
 
 PREFIX = "model.visual."
 LN_EPS = 1e-6
@@ -132,30 +132,6 @@ def vision_tensor_problem(ckpt: Checkpoint, v: VisionConfig) -> str | None:
     return None
 
 
-class StoredWeight:
-    """A weight matrix left in the mapped checkpoint file, in its stored dtype (BF16, F16 or
-    F32). It becomes float32 (exactly: the widening is lossless) only while an image is
-    encoded, one block at a time into reused scratch, and its file pages are dropped after:
-    an idle model holds none of it. For Qwen3-VL-2B that is 1.6 GB of f32 (0.8 GB of bf16)
-    that a chat without images never needs; the widening costs one pass over 0.8 GB per
-    encode (memory-bound, small next to the encoder's compute)."""
-
-    def __init__(self, raw: np.ndarray, dtype: str, release: Callable[[], None]):
-        self.raw = raw
-        self.dtype = dtype
-        self.release = release
-
-    def f32(self, scratch: dict[str, np.ndarray], role: str) -> np.ndarray:
-        """The matrix as float32: the file's own array for F32, else widened into
-        scratch[role] (allocated on first use)."""
-        if self.dtype == "F32":
-            return self.raw
-        buf = scratch.get(role)
-        if buf is None or buf.shape != self.raw.shape:
-            buf = scratch[role] = np.empty(self.raw.shape, np.float32)
-        return to_f32(self.raw, self.dtype, out=buf)
-
-
 @dataclass
 class BlockWeights:
     norm1_w: np.ndarray
@@ -222,6 +198,8 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
         ckpt.release(PREFIX + name)  # the file pages are not needed once converted
         return arr
 
+    files: dict = {}
+
     def stored(name):
         name = PREFIX + name
         info = ckpt.info(name)
@@ -229,7 +207,11 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
             )
-        return StoredWeight(ckpt.raw(name), info.dtype, ckpt.releaser(name))
+        ckpt.check_finite(name)  # NaN/inf refused once, here, with the tensor's name
+        path, offset, _ = ckpt.location(name)
+        if path not in files:
+            files[path] = WeightFile(path)  # read with pread, never mapped (stored.py: SIGBUS)
+        return StoredWeight(files[path], offset, info.shape, info.dtype)
 
     def merger(p):
         return MergerWeights(

@@ -1,0 +1,109 @@
+"""Every CPU class (engine/kernels/target.py) that can be built on this host, each in its own
+process and Numba cache (the class is decided at import): the grouped q4/q8/q8a8 kernels, the
+row-major q8 kernel and attention, rows bitwise equal to 1-row calls for N = 1..9 and on their
+NumPy twins, the int16 dot bounds at their extremes (class_check.py); outputs bitwise equal
+across the classes of one group size; and the intended dot instructions in the assembly.
+
+x86 classes are built by naming a CPU to Numba (NUMBA_CPU_NAME, its default features); the
+aarch64 ones cannot run here: arm64-neon's plain IR is built for this CPU instead (its
+instructions are checked under qemu, packaging/test-arm64.sh), arm64-dotprod only there."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from merlin.engine.kernels.target import TARGET, machine_arch
+
+CHECK = Path(__file__).with_name("class_check.py")
+X86 = machine_arch() == "x86"
+HOST_FEATURES = TARGET.features
+
+# class -> (environment, instructions that must appear, instructions that must not)
+CASES = {
+    "x86-avx2": (
+        {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": ""},
+        {"vpmaddubsw", "vpmaddwd", "vpsignb"},
+        {"vpdpbusd", "{vex} vpdpbusd", "<zmm>"},
+    ),
+    "x86-avxvnni": (
+        {"NUMBA_CPU_NAME": "alderlake", "NUMBA_CPU_FEATURES": ""},
+        {"{vex} vpdpbusd", "{vex} vpdpwssd"},
+        {"<zmm>", "vpmaddubsw"},
+    ),
+    "x86-avx512vnni": ({}, {"vpdpbusd", "vpdpwssd", "<zmm>"}, {"vpmaddubsw"}),
+    "arm64-neon": ({"MERLIN_CPU_CLASS": "arm64-neon"}, set(), {"vpdpbusd", "vpmaddubsw"}),
+    "generic": ({"MERLIN_CPU_CLASS": "generic"}, set(), {"vpdpbusd", "vpmaddubsw"}),
+}
+NEEDS = {"x86-avx2": {"avx2"}, "x86-avxvnni": {"avx2", "avxvnni"}, "x86-avx512vnni": set()}
+
+
+def buildable(name: str) -> bool:
+    if name in ("arm64-neon", "generic"):
+        return True
+    if not X86:
+        return False
+    if name == "x86-avx512vnni":
+        return TARGET.name == "x86-avx512vnni"
+    return NEEDS[name] <= HOST_FEATURES  # the host must run what is built for that CPU
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """class -> (saved outputs, assembly counts, shapes), each class built once."""
+    done = {}
+
+    def run(name):
+        if name not in done:
+            folder = tmp_path_factory.mktemp(name)
+            env_extra, _, _ = CASES[name]
+            env = {
+                k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU", "MERLIN_CPU"))
+            }
+            env.update(env_extra, NUMBA_CACHE_DIR=str(folder / "numba"))
+            out = folder / "out.npz"
+            proc = subprocess.run(
+                [sys.executable, str(CHECK), name, str(out)],
+                env=env, capture_output=True, text=True, timeout=1500,
+            )  # fmt: skip
+            assert proc.returncode == 0 and "class ok" in proc.stdout, proc.stderr[-3000:]
+            lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in proc.stdout.splitlines()}
+            with np.load(out) as f:
+                arrays = dict(f)
+            done[name] = (arrays, json.loads(lines["asm"]), json.loads(lines["shapes"]))
+        return done[name]
+
+    return run
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_class_builds_and_keeps_rows_bitwise(name, runs):
+    if not buildable(name):
+        pytest.skip(f"{name} cannot be built and run on this host ({TARGET.cpu_name})")
+    arrays, asm, shapes = runs(name)
+    _, present, absent = CASES[name]
+    assert {m for m in present if asm.get(m)} == present, asm
+    assert not {m for m in absent if asm.get(m)}, asm
+    assert shapes["group"] == (16 if name == "x86-avx512vnni" else 8)
+    assert shapes["q8a8_bias"] == (
+        128 if name in ("x86-avx512vnni", "x86-avxvnni", "generic") else 0
+    )
+    if name in ("arm64-neon", "generic"):  # the NEON-sized tiles
+        assert shapes["qlinear_tile"] == [3, 1] and shapes["attention_tiles"] == [2, 32, 2, 32]
+
+
+def test_classes_compute_the_same_bits(runs):
+    """Exact integer dots: every 8-row class gives the same outputs, bit for bit (the float
+    operations per output are the same sequence)."""
+    names = [n for n in CASES if n != "x86-avx512vnni" and buildable(n)]
+    assert len(names) >= 2
+    first, *others = names
+    base = runs(first)[0]
+    for name in others:
+        arrays = runs(name)[0]
+        for key in ("q4", "q8", "q8a8", "q4-ext", "q8a8-ext", "q8-ext"):
+            assert np.array_equal(arrays[key], base[key]), (name, first, key)

@@ -1,0 +1,55 @@
+"""The CPU class (engine/kernels/target.py) from features, CPU names and overrides."""
+
+import pytest
+
+from merlin.engine.errors import InputError
+from merlin.engine.kernels import target
+
+
+@pytest.mark.parametrize(
+    "env, machine, expected",
+    [
+        ({"NUMBA_CPU_NAME": "haswell"}, "x86_64", "x86-avx2"),
+        ({"NUMBA_CPU_NAME": "znver3"}, "x86_64", "x86-avx2"),
+        ({"NUMBA_CPU_NAME": "skylake-avx512"}, "x86_64", "x86-avx2"),  # AVX-512 without VNNI
+        ({"NUMBA_CPU_NAME": "alderlake"}, "x86_64", "x86-avxvnni"),
+        ({"NUMBA_CPU_NAME": "znver4"}, "x86_64", "x86-avx512vnni"),
+        ({"NUMBA_CPU_NAME": "icelake-server"}, "x86_64", "x86-avx512vnni"),
+        ({"NUMBA_CPU_FEATURES": "+avx,+avx2,+fma,-avx512f"}, "x86_64", "x86-avx2"),
+        ({"NUMBA_CPU_FEATURES": "+avx2,+fma,+avxvnni"}, "x86_64", "x86-avxvnni"),
+        ({"NUMBA_CPU_FEATURES": "+sse4.2,+avx"}, "x86_64", "generic"),
+        ({"NUMBA_CPU_NAME": "cortex-a76"}, "aarch64", "arm64-dotprod"),
+        ({"NUMBA_CPU_NAME": "cortex-a72"}, "aarch64", "arm64-neon"),
+        ({"NUMBA_CPU_FEATURES": "+neon,+dotprod"}, "aarch64", "arm64-dotprod"),
+        ({"NUMBA_CPU_FEATURES": "+neon"}, "aarch64", "arm64-neon"),
+        ({"NUMBA_CPU_FEATURES": "+avx2,+fma"}, "riscv64", "generic"),
+    ],
+)
+def test_class_from_features_and_names(env, machine, expected):
+    t = target.detect(env, machine)
+    assert t.name == expected
+    assert t.group == (16 if expected == "x86-avx512vnni" else 8)
+
+
+def test_an_unknown_cpu_runs_generic_and_says_so():
+    t = target.detect({"NUMBA_CPU_NAME": "mystery-9000"}, "x86_64")
+    assert t.name == "generic" and not t.recognised
+    assert "not recognised" in t.describe() and "generic" in t.describe()
+
+
+def test_override_picks_a_class_the_cpu_can_run():
+    env = {"NUMBA_CPU_NAME": "icelake-server", target.ENV_CLASS: "x86-avx2"}
+    t = target.detect(env, "x86_64")
+    assert t.name == "x86-avx2" and t.forced and "forced" in t.describe()
+    env[target.ENV_CLASS] = "arm64-neon"  # plain IR: buildable anywhere (tests)
+    assert target.detect(env, "x86_64").name == "arm64-neon"
+
+
+def test_override_errors_list_the_classes():
+    with pytest.raises(InputError) as e:
+        target.detect({target.ENV_CLASS: "avx9000"}, "x86_64")
+    assert all(c.name in str(e.value) for c in target.CLASSES)
+    with pytest.raises(InputError, match="lacks .*avx512vnni.*can run: x86-avx2"):
+        target.detect({"NUMBA_CPU_NAME": "haswell", target.ENV_CLASS: "x86-avx512vnni"}, "x86_64")
+    with pytest.raises(InputError, match="arm64-dotprod"):
+        target.detect({"NUMBA_CPU_NAME": "haswell", target.ENV_CLASS: "arm64-dotprod"}, "x86_64")
