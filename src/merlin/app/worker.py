@@ -13,18 +13,23 @@ when it matters.
 from __future__ import annotations
 
 import logging
-import threading
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from merlin.app import pyside_fixes
+from merlin.app.model.jobs import (  # noqa: F401 (the worker's requests and results)
+    GenerationJob,
+    LoadRequest,
+    ModelInfo,
+    SessionJob,
+    SessionReport,
+)
 from merlin.app.model.prompting import (
     GenerationOptions,
     Turn,
-    respond_options,
+    answer_options,
     session_messages,
     session_settings,
 )
@@ -37,68 +42,6 @@ log = logging.getLogger(__name__)
 
 SOURCE_DEMO = "demo"
 SOURCE_RANDOM_2B = "random-2b"
-
-
-@dataclass
-class LoadRequest:
-    source: str  # SOURCE_DEMO, SOURCE_RANDOM_2B or a checkpoint folder
-    weights: str = "f32"
-    kv: str = "f32"
-    warm_up: bool = True  # compile (or load cached) kernels now, not at the first question
-    cancel: threading.Event = field(default_factory=threading.Event)
-    remote: object | None = None  # app.remote.RemoteConfig: answer with that server instead
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the GUI may know about the loaded model (plain values only)."""
-
-    source: str
-    folder: str
-    name: str
-    description: str
-    weights: str
-    kv: str
-    random_weights: bool  # demo or the 2B-shaped random checkpoint: answers are random text
-    vision: bool
-    vision_problem: str
-    max_context: int
-    weight_bytes_per_token: int
-    load_s: float
-
-
-@dataclass
-class GenerationJob:
-    job_id: int
-    turns: list[Turn]  # the whole conversation, ending with the question
-    options: GenerationOptions
-    conversation_id: int | None = None  # the key of its saved session (None: not saved)
-    cancel: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class SessionJob:
-    """Make the worker's session the one of this conversation (None: drop it), restoring
-    its saved cache now, while the user reads and types."""
-
-    conversation_id: int | None
-    turns: list[Turn]
-    options: GenerationOptions
-
-
-@dataclass(frozen=True)
-class SessionReport:
-    """What happened to a conversation's saved session (plain values for the GUI)."""
-
-    conversation_id: int
-    action: str  # "restored", "not_restored", "saved" or "not_saved"
-    reason: str = ""  # why not (empty when it worked)
-    tokens: int = 0  # tokens restored or saved
-    file_bytes: int = 0
-
-    @property
-    def restored(self) -> bool:
-        return self.action == "restored"
 
 
 class _LoadCancelled(Exception):
@@ -141,7 +84,7 @@ class EngineWorker(QObject):
         """sessions_folder: where conversations' sessions are saved (None: never saved)."""
         super().__init__()
         self._model = None
-        self._remote = None  # app.remote.RemoteBackend while a remote server is in use
+        self._remote = None  # model.remote.RemoteBackend while a remote server is in use
         self._session: Session | None = None
         self._session_key: int | None = None
         self._store = SessionStore(sessions_folder, cap_bytes) if sessions_folder else None
@@ -242,33 +185,28 @@ class EngineWorker(QObject):
     @staticmethod
     def _warm_up(model, progress) -> None:
         """Run every kernel once so Numba compiles them (or loads its disk cache) now."""
-        from merlin.engine.generate import GenerationRequest, generate
+        from merlin.engine.generate import AnswerOptions, generate
+        from merlin.engine.prompt import build_prompt, text_prompt
         from merlin.engine.sampling import SamplingParams
 
         progress(0.94, "compiling kernels (first start only)")
         ids = model.tokenizer.encode_text("Hello")
-        greedy = SamplingParams(temperature=0.0)
-        request = GenerationRequest(
-            prompt_ids=ids, sampling=greedy, max_new_tokens=2, ignore_eos=True
+        greedy = AnswerOptions(
+            SamplingParams(temperature=0.0), max_new_tokens=2, ignore_eos=True, spec="off"
         )
-        for _ in generate(model, request, max_context=64):
+        for _ in generate(model, text_prompt(ids), greedy, max_context=64):
             pass
         if model.vision is not None and model.vision.available:
             # an image prompt and two decode steps after it (3D positions, rope delta)
             progress(0.96, "compiling the vision kernels (first start only)")
             from PIL import Image
 
-            from merlin.engine.prompt import build_prompt
             from merlin.engine.vision import prepare_pil
 
             cfg = model.vision.preprocess.with_max_pixels(model.vision.preprocess.factor**2 * 4)
             image = prepare_pil(Image.new("RGB", (64, 64), (128, 128, 128)), cfg, "warm-up")
             prompt = build_prompt(model.tokenizer, model.config, "Hi", [image])
-            request = GenerationRequest(
-                prompt_ids=prompt.ids, sampling=greedy, max_new_tokens=2, ignore_eos=True,
-                images=prompt.images, positions=prompt.positions, rope_delta=prompt.rope_delta,
-            )  # fmt: skip
-            for _ in generate(model, request, max_context=len(prompt.ids) + 8):
+            for _ in generate(model, prompt, greedy, max_context=len(prompt.ids) + 8):
                 pass
 
     # ---- sessions ------------------------------------------------------------------------
@@ -350,7 +288,7 @@ class EngineWorker(QObject):
         from merlin.engine.threads import set_threads
 
         try:
-            if self._remote is not None:  # a remote server answers (app/remote.py)
+            if self._remote is not None:  # a remote server answers (model/remote.py)
                 for event in self._remote.respond(job.turns, job.options, job.cancel):
                     self.sig_event.emit(job.job_id, event)
                 return
@@ -358,14 +296,14 @@ class EngineWorker(QObject):
                 self.sig_failed.emit(job.job_id, "no model is loaded yet.")
                 return
             if job.cancel.is_set():
-                self.sig_event.emit(job.job_id, Finished("cancelled", {"generated_tokens": 0}))
+                self.sig_event.emit(job.job_id, Finished("cancelled"))
                 return
             set_threads(job.options.threads or None)
             session = self._session_for(job.conversation_id, job.turns, job.options)
             events = session.respond(
                 session_messages(job.turns),
+                answer_options(self._model, job.options),
                 cancel=job.cancel,
-                **respond_options(self._model, job.options),
             )
             ended = False
             for event in events:

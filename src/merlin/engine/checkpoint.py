@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +227,32 @@ def to_f32(raw: np.ndarray, dtype: str, out: np.ndarray | None = None) -> np.nda
     return out
 
 
+_SHARD = re.compile(r"^(.*)-(\d+)-of-(\d+)\.safetensors$")
+
+
+def _reject_repeated_names(index: Path) -> None:
+    """A weight_map that lists a tensor twice (JSON keeps only the last one, silently)."""
+    try:
+        json.loads(index.read_text(encoding="utf-8"), object_pairs_hook=_reject_duplicates)
+    except ValueError as e:
+        raise CheckpointError(
+            f"{index}: {e} in the index: a tensor is listed twice. Download {INDEX_NAME} again."
+        ) from None
+
+
+def _reject_unnamed_shards(index: Path, named: set[str]) -> None:
+    """A shard of the same series (prefix-0000k-of-0000n.safetensors) that the index never
+    names: its tensors would be ignored, so the index does not belong to these files."""
+    series = {(m.group(1), m.group(3)) for f in named if (m := _SHARD.match(f))}
+    for path in sorted(index.parent.glob("*.safetensors")):
+        m = _SHARD.match(path.name)
+        if m and (m.group(1), m.group(3)) in series and path.name not in named:
+            raise CheckpointError(
+                f"{index}: the shard {path.name} is in the folder but the index names none of "
+                f"its tensors. The index does not match the shards; download {INDEX_NAME} again."
+            )
+
+
 class Checkpoint:
     """All safetensors files of one checkpoint folder, single-file or sharded."""
 
@@ -268,6 +295,7 @@ class Checkpoint:
         weight_map = data.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: 'weight_map' is missing or empty.")
+        _reject_repeated_names(index)
         for name, file in weight_map.items():
             if (
                 not isinstance(file, str)
@@ -276,8 +304,10 @@ class Checkpoint:
                 or file.startswith(".")
             ):
                 raise CheckpointError(f"{index}: shard name {file!r} for {name!r} is not valid.")
-        for file in sorted(set(weight_map.values())):
+        named = set(weight_map.values())
+        for file in sorted(named):
             self._open_file(self.folder / file)
+        _reject_unnamed_shards(index, named)
         for name, file in weight_map.items():
             info = self.tensors.get(name)
             if info is None or info.file.name != file:

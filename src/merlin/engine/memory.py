@@ -37,6 +37,7 @@ from .errors import InputError, MerlinError, ResourceError
 from .kernels.attention import KEY_BLOCK, key_tiles
 from .kv_cache import KV_FORMATS
 from .linear import WEIGHT_FORMATS, quantizable
+from .moe import memory as moe_memory
 from .quant import BLOCK
 from .text import HEAD_FORMAT, check_text_tensors
 
@@ -58,18 +59,20 @@ def matrix_bytes(out_features: int, in_features: int, fmt: str) -> int:
 
 
 def text_weight_bytes(cfg: ModelConfig, fmt: str) -> int:
+    """All text weights, a mixture-of-experts model's routers and experts included."""
     t = cfg.text
     d, head = t.hidden_size, HEAD_FORMAT[fmt]
     layer = (
         matrix_bytes(t.q_size + 2 * t.kv_size, d, fmt)
         + matrix_bytes(d, t.q_size, fmt)
-        + matrix_bytes(2 * t.intermediate_size, d, fmt)
-        + matrix_bytes(d, t.intermediate_size, fmt)
         + 4 * (2 * d + 2 * t.head_dim)
     )
+    mlp = matrix_bytes(2 * t.intermediate_size, d, fmt) + matrix_bytes(d, t.intermediate_size, fmt)
+    dense_layers = t.num_hidden_layers - moe_memory.routed_layers(cfg)
     embed = matrix_bytes(t.vocab_size, d, head)
     lm_head = 0 if cfg.tie_word_embeddings else embed
-    return t.num_hidden_layers * layer + embed + lm_head + 4 * d
+    routed = moe_memory.routed_weight_bytes(cfg, fmt)
+    return t.num_hidden_layers * layer + dense_layers * mlp + routed + embed + lm_head + 4 * d
 
 
 def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
@@ -77,6 +80,7 @@ def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
     lm_head; of an untied embedding only one row."""
     t = cfg.text
     held = text_weight_bytes(cfg, fmt)
+    held += moe_memory.routed_bytes_per_token(cfg, fmt) - moe_memory.routed_weight_bytes(cfg, fmt)
     if cfg.tie_word_embeddings:
         return held
     embed = matrix_bytes(t.vocab_size, t.hidden_size, HEAD_FORMAT[fmt])
@@ -95,7 +99,7 @@ def prefill_bytes_per_row(cfg: ModelConfig) -> int:
     buffers, gate_up, act), in float32."""
     t = cfg.text
     d, q, kv, i = t.hidden_size, t.q_size, t.kv_size, t.intermediate_size
-    return 4 * (3 * d + 3 * q + 3 * kv + 3 * i)
+    return 4 * (3 * d + 3 * q + 3 * kv + 3 * i) + moe_memory.routed_bytes_per_row(cfg)
 
 
 def vision_weight_bytes(cfg: ModelConfig) -> int:
@@ -152,6 +156,7 @@ class MemoryEstimate:
     buffers: int
     margin: int
     kv_bytes_per_token: int
+    mapped_experts: int = 0  # expert bytes left in the mapped weight cache (not in total)
 
     @property
     def total(self) -> int:
@@ -162,6 +167,11 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         parts = [f"weights {gb(self.text_weights)} ({self.weights_fmt})"]
+        if self.mapped_experts:
+            parts.append(
+                f"experts {gb(self.mapped_experts)} memory-mapped from the weight cache "
+                "(read from disk as needed, one layer's worth counted in the buffers)"
+            )
         if self.vision_weights:
             parts.append(f"vision encoder {gb(self.vision_weights)}")
         parts.append(f"KV cache {gb(self.kv_cache)} ({self.kv_fmt}, {self.context} tokens)")
@@ -214,8 +224,11 @@ def estimate_for(
     context: int | None = None,
     image_pixels: int | None = None,
     vision_usable: bool = True,
+    map_experts: bool = False,
 ) -> MemoryEstimate:
-    """The estimate from a parsed config whose tensor shapes have been checked."""
+    """The estimate from a parsed config whose tensor shapes have been checked. map_experts:
+    a mixture-of-experts model's experts stay in the memory-mapped weight cache (only one
+    layer of them counted as resident); quantized formats only (f32 is not cached)."""
     weights = _check_formats(weights, kv)
     limit = cfg.text.max_position_embeddings
     context = min(context or min(DEFAULT_CONTEXT, limit), limit)
@@ -228,17 +241,20 @@ def estimate_for(
     )
     vision_peak, image_rows = vision_buffer_bytes(cfg, patches)
     prefill = context * prefill_bytes_per_row(cfg) + 4 * cfg.text.vocab_size
+    mapped = moe_memory.all_expert_bytes(cfg, weights) if map_experts and weights != "f32" else 0
+    resident = moe_memory.layer_expert_bytes(cfg, weights) if mapped else 0
     return MemoryEstimate(
         weights_fmt=weights,
         kv_fmt=kv,
         context=context,
         image_pixels=pixels,
-        text_weights=text_weight_bytes(cfg, weights),
+        text_weights=text_weight_bytes(cfg, weights) - mapped,
         vision_weights=vision_weight_bytes(cfg) if vision_usable else 0,
         kv_cache=kv_cache,
-        buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES),
+        buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES) + resident,
         margin=MARGIN,
         kv_bytes_per_token=per_token,
+        mapped_experts=mapped,
     )
 
 

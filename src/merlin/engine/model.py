@@ -13,6 +13,7 @@ from .config import ModelConfig, load_config, read_json
 from .errors import CheckpointError, InputError
 from .kv_cache import KV_FORMATS, KVCache
 from .linear import WEIGHT_FORMATS
+from .moe.cache import ExpertSink
 from .sampling import SamplingParams
 from .text import TextModel, check_text_tensors, load_text_weights
 from .tokenizer import Tokenizer
@@ -37,6 +38,7 @@ class Model:
     kv_fmt: str = "f32"
     vision: VisionModel | None = None  # images; vision.require() raises why not if unusable
     memory: memory.MemoryEstimate | None = None  # what the guard estimated at load time
+    experts_mapped: bool = False  # experts are views of the mapped weight cache (engine.moe)
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
         """An empty KV cache in this model's KV format (max_tokens: the context budget).
@@ -113,11 +115,17 @@ def load_model(
     *,
     context: int | None = None,
     check_memory: bool = True,
+    map_experts: bool | None = None,
 ) -> Model:
     """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message,
     and ResourceError before converting anything when the model would not fit in the memory
     available (engine.memory: weights in this format + KV for `context` tokens, default
-    memory.DEFAULT_CONTEXT, + working buffers). weights "auto": engine/autoweights.py."""
+    memory.DEFAULT_CONTEXT, + working buffers).
+
+    map_experts (mixture-of-experts models, quantized weights): keep the experts in the
+    memory-mapped weight cache instead of anonymous memory; None (default) maps them only
+    when the model does not fit in memory otherwise but does with them mapped. weights "auto":
+    engine/autoweights.py."""
     if weights == "auto":
         from .autoweights import resolve
 
@@ -142,17 +150,32 @@ def load_model(
         check_text_tensors(ckpt, config)
         usable = memory.vision_usable(ckpt, config)
 
-        def estimate(w, k, c):
-            return memory.estimate_for(config, folder, w, k, c, vision_usable=usable)
+        def estimate(w, k, c, mapped=False):
+            return memory.estimate_for(
+                config, folder, w, k, c, vision_usable=usable, map_experts=mapped
+            )
 
-        needs = estimate(weights, kv, context)
+        mappable = config.is_moe and weights != "f32" and map_experts is not False
+        available = memory.available_memory() if check_memory else None
+
+        def best(w, k, c):  # in memory when it fits, else with the experts mapped
+            est = estimate(w, k, c, mapped=bool(map_experts) and mappable)
+            if map_experts is None and mappable and available and est.total > available:
+                est = estimate(w, k, c, mapped=True)
+            return est
+
+        needs = best(weights, kv, context)
+        mapped = needs.mapped_experts > 0
         if check_memory:
-            memory.check_memory(needs, folder.name, alternative=estimate)
+            memory.check_memory(needs, folder.name, available=available, alternative=best)
         # quantized weights are cached on disk (f32 would be 4x the checkpoint: not cached)
         key = weight_cache.cache_key(ckpt, config, weights) if weights != "f32" else None
-        weights_ = weight_cache.load(key, config) if key else None
+        weights_ = weight_cache.load(key, config, map_experts=mapped) if key else None
         if weights_ is None:
-            weights_ = load_text_weights(ckpt, config, weights, progress)
+            sink = None
+            if key and config.is_moe:  # experts written (and mapped) layer by layer
+                sink = ExpertSink(weight_cache.cache_dir(), key, config, mapped)
+            weights_ = load_text_weights(ckpt, config, weights, progress, experts_sink=sink)
             if key:
                 if progress:
                     progress(0.95, "saving the converted weights for the next start")
@@ -173,4 +196,5 @@ def load_model(
         kv_fmt=kv,
         vision=vision,
         memory=needs,
+        experts_mapped=mapped,
     )

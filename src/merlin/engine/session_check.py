@@ -176,7 +176,8 @@ def check_embeddings(model, meta: dict, spans, embeddings: dict) -> None:
                 raise FFE(f"it is damaged (image embedding {im['hash'][:12]} has the wrong size)")
     vision = model.config.vision
     levels = len(vision.deepstack_visual_indexes) if vision is not None else 0
-    for start, end, h in spans:
+    for span in spans:
+        start, end, h = span[0], span[1], span[2]
         emb = embeddings.get(h)
         if emb is None:
             continue  # recomputed from the image on the next turn

@@ -4,72 +4,72 @@
   <context>
     <name>Merlin</name>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>Loading was cancelled; the previous model stays.</source>
       <translation>已取消加载；继续使用之前的模型。</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>This message cannot be sent: {why}</source>
       <translation>无法发送此消息：{why}</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>Replace messages?</source>
       <translation>替换消息？</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>Sending the edited message replaces it and the {n} message(s) after it. Continue?</source>
       <translation>发送编辑后的消息将替换它及其后的 {n} 条消息。继续吗？</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>Your message could not be saved ({why}); it is still in the box below.</source>
       <translation>无法保存你的消息（{why}）；它仍在下方的输入框中。</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>Your message is saved and will be answered when the model is ready.</source>
       <translation>你的消息已保存，模型就绪后将会回答。</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>The chat store failed: {why}</source>
       <translation>聊天存储出错：{why}</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>The answer failed: {why}</source>
       <translation>回答失败：{why}</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>The engine stopped without finishing the answer.</source>
       <translation>引擎在回答完成前停止了。</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>The answer could not be saved: {why}</source>
       <translation>无法保存回答：{why}</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>This chat's session was not saved for quick continuation: {why}</source>
       <translation>此对话的会话未保存，下次继续时需要重新计算：{why}</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>The conversation no longer fits in the context budget: the {n} oldest message(s) are left out of what the model sees (they stay in the chat).</source>
       <translation>对话已超出上下文预算：最早的 {n} 条消息不再提供给模型（它们仍保留在对话中）。</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>Image chat</source>
       <translation>图片对话</translation>
     </message>
     <message>
-      <location filename="../../app/controller.py" />
+      <location filename="../../app/model/conversation.py" />
       <source>New chat</source>
       <translation>新对话</translation>
     </message>
@@ -844,6 +844,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/perf_panel.py" />
       <source>Weights + KV read</source>
       <translation>权重 + KV 读取</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/perf_panel.py" />
+      <source>Experts / weights read per forward</source>
+      <translation>每次前向读取的专家 / 权重</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />

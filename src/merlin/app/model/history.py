@@ -39,7 +39,9 @@ def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
                 paths.append(str(p))
             else:
                 dropped.append(ref.name or p.name)
-        turns.append(Turn(r.role, r.text, paths))
+        ids = r.stats.get("token_ids") if r.role == "assistant" else None
+        ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
+        turns.append(Turn(r.role, r.text, paths, ids))
     return turns, dropped
 
 

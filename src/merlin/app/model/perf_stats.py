@@ -46,6 +46,8 @@ class PerfStats:
     context: int = 0
     kv_bytes: int = 0
     gb_per_s: float = 0.0
+    experts_read: int = 0  # mixture of experts: experts the last forward read (all layers)
+    weight_bytes: int = 0  # weight bytes the last forward read
     spec: dict = field(default_factory=dict)
     finish_reason: str = ""
     running: bool = False
@@ -90,6 +92,8 @@ class PerfStats:
         self.context = profile.context
         self.kv_bytes = profile.kv_bytes
         self.gb_per_s = profile.gb_per_s
+        self.experts_read = getattr(profile, "experts_read", 0)
+        self.weight_bytes = profile.weight_bytes
         if profile.spec:
             self.spec = dict(profile.spec)
         if profile.n_tokens <= 1 or profile.spec:  # decode or verify; the prefill step is not
@@ -109,10 +113,10 @@ class PerfStats:
             self.decode_tokens_per_s = (self.tokens - 1) / (now - self.first_token_at)
         self._touch()
 
-    def finished(self, reason: str, totals: dict) -> None:
+    def finished(self, reason: str, tps: float | None = None) -> None:
+        """The answer ended; tps: the engine's decode rate (engine.generate.Finished)."""
         self.running = False
         self.finish_reason = reason
-        tps = totals.get("tokens_per_s")
         if isinstance(tps, (int, float)) and tps > 0:
             self.decode_tokens_per_s = float(tps)
         self._touch()

@@ -1,8 +1,9 @@
 """A conversation from the chat store -> what the engine's Session needs. Qt-free.
 
-This is the one place where the app's settings meet the engine's session API: sampling, max
-new tokens, context budget, speculative decoding mode and K, image pixel budget. When the
-engine's API gains a parameter, it is passed on here.
+This is the one place where the app's settings meet the engine's API. GenerationOptions (the
+app's settings of a turn) map onto two engine types: SessionSettings (context budget, image
+pixel budget: the session's) and AnswerOptions (sampling, max new tokens, speculative decoding:
+one answer's). When the engine's API gains a parameter, it is passed on here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from merlin.engine.generate import AnswerOptions
 from merlin.engine.sampling import SamplingParams
 from merlin.engine.session import Message, SessionSettings
 from merlin.engine.speculative import SPEC_MODES  # noqa: F401 (the settings dialog lists them)
@@ -22,6 +24,7 @@ class Turn:
     role: str  # "user" | "assistant"
     text: str
     images: list[str] = field(default_factory=list)  # image file paths, in order
+    ids: list[int] | None = None  # an answer's token ids as generated (stored with its stats)
 
 
 @dataclass
@@ -37,8 +40,14 @@ class GenerationOptions:
 
 
 def session_messages(turns: list[Turn]) -> list[Message]:
-    """The stored conversation as engine session messages (images as file paths)."""
-    return [Message(t.role, t.text, list(t.images) if t.role == "user" else []) for t in turns]
+    """The stored conversation as engine session messages (images as file paths; answers
+    with the ids they were generated as, so a recompute equals the cached conversation)."""
+    return [
+        Message(t.role, t.text, [], t.ids)
+        if t.role == "assistant"
+        else Message(t.role, t.text, list(t.images))
+        for t in turns
+    ]
 
 
 def session_settings(options: GenerationOptions) -> SessionSettings:
@@ -55,11 +64,11 @@ def sampling_params(model, options: GenerationOptions) -> SamplingParams:
     return SamplingParams(**{k: v for k, v in options.sampling.items() if k in fields}).validate()
 
 
-def respond_options(model, options: GenerationOptions) -> dict:
-    """Keyword arguments for engine.session.Session.respond (besides cancel)."""
-    return {
-        "sampling": sampling_params(model, options),
-        "max_new_tokens": max(1, int(options.max_new_tokens)),
-        "spec": options.spec_mode,
-        "spec_k": options.spec_k,
-    }
+def answer_options(model, options: GenerationOptions) -> AnswerOptions:
+    """The options of one answer (engine.session.Session.respond's `options`)."""
+    return AnswerOptions(
+        sampling=sampling_params(model, options),
+        max_new_tokens=max(1, int(options.max_new_tokens)),
+        spec=options.spec_mode,
+        spec_k=options.spec_k,
+    )

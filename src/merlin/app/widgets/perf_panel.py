@@ -179,6 +179,7 @@ class PerfPanel(QFrame):
         "memory",
         "split",
         "bandwidth",
+        "experts",
     )
     SPEC_METRICS = ("spec_mode", "spec_tries", "spec_hits", "spec_rolls", "spec_rate", "spec_tpf")
 
@@ -284,6 +285,9 @@ class PerfPanel(QFrame):
             f"{split[0]:.0f}% / {split[1]:.0f}% / {split[2]:.0f}%" if split else "–"
         )
         self.values["bandwidth"].setText(f"{s.gb_per_s:.1f} GB/s" if s.gb_per_s else "–")
+        self.values["experts"].setText(
+            f"{s.experts_read} · {format_bytes(s.weight_bytes)}" if s.experts_read else "–"
+        )
         spec = s.spec
         mode = s.spec_mode or "–"
         if s.spec_k and s.spec_mode and s.spec_mode != "off":
@@ -330,6 +334,7 @@ class PerfPanel(QFrame):
             "memory": tr("Process memory"),
             "split": tr("GEMM / attention / other"),
             "bandwidth": tr("Weights + KV read"),
+            "experts": tr("Experts / weights read per forward"),
             "spec_mode": tr("Mode"),
             "spec_tries": tr("Tries (drafted)"),
             "spec_hits": tr("Accepted drafts"),

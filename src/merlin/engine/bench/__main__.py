@@ -149,13 +149,14 @@ def main(argv=None) -> int:
         "what",
         nargs="*",
         default=[],
-        help="decode prefill vision spec session serve (default: decode prefill)",
+        help="decode prefill vision spec session serve moe (default: decode prefill)",
     )
     p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
     p.add_argument("--kv", default=",".join(KV_FORMATS))
     p.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
     p.add_argument("--model", default=None, help="checkpoint (default: random 2B-shaped)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--moe-layers", type=int, default=4, help="layers of the moe checkpoint")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument(
         "--no-compile", action="store_true", help="skip the cold-compile and first-load runs"
@@ -194,6 +195,11 @@ def main(argv=None) -> int:
             report["spec"].append(spec_bench.run(folder, weights))
         print(spec_bench.report(report["spec"]))
         what = [w for w in what if w != "spec"]
+    if "moe" in what:
+        from . import moe as moe_bench
+
+        report["moe"] = moe_bench.main_section(args)
+        what = [w for w in what if w != "moe"]
     if "session" in what:
         from . import session as session_bench
 

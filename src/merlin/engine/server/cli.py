@@ -26,9 +26,9 @@ LOOPBACK_NAMES = ("localhost",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli import _add_model_args
+    from ..commands.args import add_model_args
 
-    _add_model_args(p)
+    add_model_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port)")
     p.add_argument(
@@ -123,7 +123,7 @@ def run(args) -> int:
             f"merlin-cli serve needs the server extra ({e.name} is missing): "
             "pip install 'merlin[server]'."
         ) from None
-    from ..cli import _load
+    from ..commands.args import load as _load
     from .engine_adapter import EngineAdapter
     from .schema import Limits
 

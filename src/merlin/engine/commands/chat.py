@@ -11,36 +11,52 @@ if any turn failed.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
 
-from .errors import MerlinError
+from ..errors import MerlinError
+from .args import (
+    EXIT_USER_ERROR,
+    add_generation_args,
+    add_model_args,
+    answer_options,
+    format_profile,
+    load,
+)
+from .args import emit as _emit
+from .args import note as _note
 
 
-def _emit(out, obj: dict) -> None:
-    out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    out.flush()
-
-
-def _note(msg: str) -> None:
-    print(f"merlin-cli: {msg}", file=sys.stderr)
+def register(sub) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="a conversation: user turns from stdin, one per line ('/image PATH' on its own "
+        "line attaches an image to the next turn); --session FILE continues it across runs",
+    )
+    add_model_args(p)
+    add_generation_args(p)
+    p.add_argument(
+        "--session",
+        default=None,
+        metavar="FILE",
+        help="restore the conversation from FILE if it matches the model; save after each turn",
+    )
+    p.set_defaults(func=cmd_chat)
 
 
 def cmd_chat(args) -> int:
-    from .cli import EXIT_USER_ERROR, _load, _sampling
-    from .session import Session, SessionSettings
-    from .speculative import SpecPolicy
+    from ..session import Session, SessionSettings
+    from ..speculative import SpecPolicy
 
     # restore and save problems are reported below, once, in the CLI's own words
     logging.getLogger("merlin.engine.session").setLevel(logging.ERROR)
     if args.session:  # never replace a file that is not one of our sessions (before any work)
-        from .session_check import check_target
+        from ..session_check import check_target
 
         check_target(Path(args.session).expanduser())
-    model = _load(args)
-    sampling = _sampling(args, model)
+    model = load(args)
+    options = answer_options(args, model)
     _, notice = SpecPolicy.or_off(args.spec, args.spec_k)
     if notice:
         _note(f"warning: {notice}")
@@ -70,13 +86,6 @@ def cmd_chat(args) -> int:
             )
     else:
         session = Session(model, system=args.system or "", settings=settings)
-    gen = dict(
-        sampling=sampling,
-        max_new_tokens=args.max_new_tokens,
-        ignore_eos=args.ignore_eos,
-        spec=args.spec,
-        spec_k=args.spec_k,
-    )
     pending = list(args.image)
     failed = False
     for raw in sys.stdin:
@@ -93,9 +102,9 @@ def cmd_chat(args) -> int:
             continue
         try:
             if line.strip() == "/regenerate":
-                events = session.regenerate(**gen)
+                events = session.regenerate(options)
             else:
-                events = session.ask(line, pending, **gen)
+                events = session.ask(line, pending, options)
             pending = []
             interrupted = _stream(events, args, out)
         except MerlinError as e:
@@ -114,9 +123,8 @@ def cmd_chat(args) -> int:
 def _stream(events, args, out) -> bool:
     """Print one answer's events; returns True if Ctrl-C stopped it (the partial answer is
     kept in the session)."""
-    from .cli import format_profile
-    from .generate import Finished, Tokens, event_json
-    from .session import ContextTrimmed
+    from ..generate import Finished, Tokens, event_json
+    from ..session import ContextTrimmed
 
     try:
         for event in events:
@@ -144,12 +152,12 @@ def _stream(events, args, out) -> bool:
             elif isinstance(event, Finished):
                 out.write("\n")
                 out.flush()
-                t = event.totals
-                vision = f"vision {t['vision_ms']:.0f} ms, " if t.get("vision_ms") else ""
+                e = event
+                vision = f"vision {e.vision_ms:.0f} ms, " if e.vision_ms else ""
                 print(
-                    f"[{event.reason}: {t['generated_tokens']} tokens, {vision}"
-                    f"prefill {t['prompt_tokens']} new + {t['reused_tokens']} reused tokens "
-                    f"in {t['prefill_ms']:.0f} ms, {t['tokens_per_s']:.1f} tok/s]",
+                    f"[{e.reason}: {e.generated_tokens} tokens, {vision}"
+                    f"prefill {e.prompt_tokens} new + {e.reused_tokens} reused tokens "
+                    f"in {e.prefill_ms:.0f} ms, {e.tokens_per_s:.1f} tok/s]",
                     file=sys.stderr,
                 )
     except KeyboardInterrupt:
@@ -161,7 +169,7 @@ def _stream(events, args, out) -> bool:
 
 
 def _save(session, path: Path, args, out) -> None:
-    from .arrayfile import FileSaveError
+    from ..arrayfile import FileSaveError
 
     try:
         size = session.save(path)
