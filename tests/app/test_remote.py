@@ -148,6 +148,7 @@ SCRIPTS = {
         "200 OK", CHUNK + b'data: {"error":{"message":"out of memory"}}\n\n', chunked_sse=True
     ),
     "silent": None,
+    "slow": _reply("200 OK", CHUNK, chunked_sse=True),  # one chunk, then silence
 }
 
 
@@ -172,12 +173,12 @@ def scripted():
                 if SCRIPTS[name] is None:
                     time.sleep(5)
                     return
-                if name in ("drop", "error_event"):
+                if name in ("drop", "error_event", "slow"):
                     head, _, body = SCRIPTS[name].partition(b"\r\n\r\n")
                     conn.sendall(head + b"\r\n\r\n")
                     time.sleep(0.05)
                     conn.sendall(body)
-                    time.sleep(0.05)
+                    time.sleep(5 if name == "slow" else 0.05)
                     return  # closed without [DONE]
                 conn.sendall(SCRIPTS[name])
 
@@ -278,3 +279,16 @@ def test_model_dialog_offers_the_server(qtbot, server, data_dir):  # noqa: F811
     assert choice.source == REMOTE_SOURCE and choice.remote.base_url == server.url
     d.remote.url.setText("127.0.0.1:1")
     assert not d.remote.fetch() and "cannot connect" in d.remote.status.text()
+
+
+def test_stop_works_while_the_server_is_silent(scripted):
+    cancel = threading.Event()
+    b = backend(scripted("slow"), read_timeout=60)
+    events = []
+    t0 = time.monotonic()
+    for e in b.respond([Turn("user", "hi")], GREEDY, cancel):
+        events.append(e)
+        if isinstance(e, Tokens):
+            threading.Timer(0.3, cancel.set).start()  # the Stop button, while nothing comes
+    assert time.monotonic() - t0 < 4
+    assert events[-1].reason == "cancelled" and events[-1].totals["text"] == "Hel"

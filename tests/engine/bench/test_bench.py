@@ -63,7 +63,9 @@ def test_serve_report(demo_dir, tmp_path):
         assert len(s["runs"][side]) == s["rounds"]
         assert all(r["tokens"] == s["answer_tokens"] for r in s["runs"][side])
         assert s[side]["ttft_ms"] > 0 and s[side]["tokens_per_s"] > 0
-    assert "server overhead: TTFT" in done.stdout
+    assert s["paired"]["ttft_overhead_ms"] > 0  # the client sees the first token later
+    assert all(r["engine_tokens_per_s"] > 0 for r in s["runs"]["http"])
+    assert "server overhead: TTFT" in done.stdout and "paired" in done.stdout
 
 
 def _bench(*args, env_extra=None, timeout=900):

@@ -47,9 +47,9 @@ def server(demo_dir, images_dir):
 
 @pytest.fixture(scope="module")
 def strict(demo_dir):
-    """An API key, no waiting line, a small context and small images."""
+    """An API key, no waiting line, a smaller context and small images."""
     s = ServerProcess(
-        "--model", str(demo_dir), "--api-key", KEY, "--queue", "0", "--context", "256",
+        "--model", str(demo_dir), "--api-key", KEY, "--queue", "0", "--context", "2048",
         "--max-image-mb", "0.05", "--max-body-mb", "1",
     )  # fmt: skip
     yield s
@@ -180,7 +180,7 @@ def test_auth_required_when_a_key_is_set(strict, server):
 
 def test_full_queue_answers_429(strict):
     c = client(strict, KEY)
-    stream = ask(c, "Talk.", stream=True, max_tokens=200)
+    stream = ask(c, "Talk.", stream=True, max_tokens=2000)
     it = iter(stream)
     next(it)  # the running generation holds the engine
     r = httpx.post(
@@ -289,8 +289,8 @@ def test_limits_of_the_strict_server(strict):
     # a body over --max-body-mb, refused before it is parsed
     r = post(strict, user("x" * 2_000_000), KEY)
     assert r.status_code == 413 and "bytes" in r.json()["error"]["message"]
-    # longer than the context (256 tokens)
-    r = post(strict, user(" ".join(["river"] * 2000)), KEY)
+    # longer than the context (2048 tokens)
+    r = post(strict, user(" ".join(["river"] * 6000)), KEY)
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "messages", err
     assert err["code"] == "context_length_exceeded"
@@ -370,3 +370,40 @@ def test_a_client_that_leaves_a_whole_answer_cancels_it(server):
         time.sleep(0.1)
     assert server.health()["cancelled"] == before + 1
     assert post(server, user("hi")).status_code == 200
+
+
+def test_queue_bounds_waiting_jobs_and_skips_cancelled_ones():
+    import asyncio
+    import threading
+
+    from merlin.engine.server.errors import ApiError
+    from merlin.engine.server.queue import GenerationQueue
+
+    release = threading.Event()
+    ran = []
+
+    def start(tag):
+        def run(cancel):
+            ran.append(tag)
+            release.wait(10)
+            yield tag
+
+        return run
+
+    async def main():
+        q = GenerationQueue(max_waiting=1)
+        a = q.submit(start("a"))
+        while not q.busy:
+            await asyncio.sleep(0.01)
+        b = q.submit(start("b"))  # waits
+        with pytest.raises(ApiError) as full:
+            q.submit(start("c"))
+        assert full.value.status == 429 and int(full.value.headers["Retry-After"]) >= 1
+        b.cancel.set()  # its client left while it waited
+        release.set()
+        assert await a.next() == ("event", "a") and await a.next() == ("end", None)
+        assert await b.next() == ("end", None)
+        q.close()
+
+    asyncio.run(main())
+    assert ran == ["a"]

@@ -225,6 +225,20 @@ def chat_messages(turns, system: str = "", max_pixels: int | None = None) -> lis
 # ---- answering ------------------------------------------------------------------------------
 
 
+def _interrupt(response) -> None:
+    """Wake a thread blocked reading `response`: closing a socket does not interrupt a recv()
+    in another thread on Linux, shutting it down does."""
+    import socket
+
+    stream = response.extensions.get("network_stream")
+    try:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class RemoteBackend:
     def __init__(self, config: RemoteConfig):
         self.config = config
@@ -286,7 +300,7 @@ class RemoteBackend:
                 if cancel.wait(0.1):
                     closed_by_cancel.set()
                     if response is not None:
-                        response.close()
+                        _interrupt(response)
                     return
 
         watcher = threading.Thread(target=watch, daemon=True, name="merlin-remote-cancel")
@@ -340,7 +354,7 @@ class RemoteBackend:
                             yield Tokens(delta, [-1], StepProfile(step=state["chunks"]))
                         if choice.get("finish_reason"):
                             reason = choice["finish_reason"]
-            except httpx.HTTPError as e:
+            except (httpx.HTTPError, httpx.StreamError, OSError) as e:
                 if cancel.is_set() or closed_by_cancel.is_set():
                     yield finished("cancelled")
                 else:

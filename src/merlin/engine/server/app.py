@@ -20,6 +20,7 @@ import asyncio
 import hmac
 import json
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -41,7 +42,6 @@ from .queue import GenerationQueue
 from .schema import Limits, parse_request
 
 log = logging.getLogger(__name__)
-POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
 @dataclass
@@ -87,15 +87,14 @@ async def _read_json(request: Request, limit: int):
         raise ApiError("the request body is nested too deeply.", None) from None
 
 
-async def _next(job, request: Request):
-    """The job's next item, or None when the client went away (the job is then cancelled)."""
+async def _watch_disconnect(request: Request, job) -> None:
+    """Cancel the job when the client goes away (the body is read: the next ASGI message is
+    http.disconnect, also sent once the response is complete, when cancelling is a no-op)."""
     while True:
-        try:
-            return await asyncio.wait_for(job.next(), POLL_S)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                job.cancel.set()
-                return None
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel.set()
+            return
 
 
 def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None) -> Starlette:
@@ -162,25 +161,31 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         body = await _read_json(request, config.limits.max_body_bytes)
         req = parse_request(body, config.limits, adapter.context_budget)
         job = gen_queue.submit(lambda cancel: adapter.start(req, resolver, cancel))
-        first = await _next(job, request)
-        if first is None:
-            return JSONResponse({}, status_code=499)  # nobody is listening any more
-        kind, value = first
-        if kind == "error":
-            raise value
-        cid, created_at = R.completion_id(), R.now()
         if req.stream:
-            return StreamingResponse(
-                _stream(job, first, req, cid, created_at, t0),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        return await _whole(job, first, request, cid, created_at)
+            job.first_sent = threading.Event()
+        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        try:
+            first = await job.next()
+            kind, value = first
+            if kind == "error":
+                raise value
+            if kind == "end":  # the client left while the request waited
+                return JSONResponse({}, status_code=499)
+            cid, created_at = R.completion_id(), R.now()
+            if not req.stream:
+                return await _whole(job, first, cid, created_at)
+        finally:
+            watcher.cancel()  # a stream: StreamingResponse watches for the disconnect itself
+        return StreamingResponse(
+            _stream(job, first, req, cid, created_at, t0),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
-    async def _whole(job, item, request, cid, created_at):
+    async def _whole(job, item, cid, created_at):
         parts: list[str] = []
         try:
-            while item is not None:
+            while True:
                 kind, value = item
                 if kind == "error":
                     raise value
@@ -195,7 +200,7 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                             value.totals,
                         )
                     )  # fmt: skip
-                item = await _next(job, request)
+                item = await job.next()
         finally:
             job.cancel.set()  # a no-op when it finished; else the client is gone
         raise ApiError("the generation ended without an answer.", None, status=500)
@@ -213,9 +218,10 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                 if kind == "end":
                     break
                 if isinstance(value, Tokens) and value.text:
-                    if ttft is None:
-                        ttft = (time.perf_counter() - t0) * 1e3
                     yield R.sse(R.chunk(cid, name, created_at, {"content": value.text}))
+                    if ttft is None:  # sent: the engine may compute on (engine.server.queue)
+                        ttft = (time.perf_counter() - t0) * 1e3
+                        job.first_sent.set()
                 elif isinstance(value, Finished):
                     finish = R.FINISH.get(value.reason, "stop")
                     yield R.sse(R.chunk(cid, name, created_at, {}, finish))

@@ -131,6 +131,7 @@ class EngineAdapter:
     def start(self, req: ChatRequest, resolver: ImageResolver, cancel: threading.Event) -> Iterator:
         """The events of the answer to `req` (checks happen now: ApiError naming the field).
         Call from the generation thread only."""
+        t0 = time.perf_counter()
         paths = [[resolver.resolve(r.url, r.param) for r in m.images] for m in req.messages]
         keys = [("system", req.system)] + [
             (m.role, m.text, tuple(str(p) for p in ps)) for m, ps in zip(req.messages, paths)
@@ -165,12 +166,13 @@ class EngineAdapter:
             msg = str(e)
             code = "context_length_exceeded" if "context budget" in msg else None
             raise ApiError(msg, "messages", code=code) from None
-        return self._events(events, req, slot, keys, cancel)
+        return self._events(events, req, slot, keys, cancel, t0)
 
-    def _events(self, events, req, slot: _Slot, keys, cancel) -> Iterator:
+    def _events(self, events, req, slot: _Slot, keys, cancel, t0: float) -> Iterator:
         stops = StopFilter(req.stop)
         profile = dict.fromkeys(PROFILE_KEYS, 0.0)
         steps = 0
+        first = last = None  # when the first and the last text left the engine
         try:
             for ev in events:
                 if isinstance(ev, PrefillDone):
@@ -184,12 +186,21 @@ class EngineAdapter:
                     if stops.stopped:
                         cancel.set()
                     if text:
+                        last = time.perf_counter()
+                        first = first or last
                         yield Tokens(text, ev.ids, ev.profile)
                 elif isinstance(ev, Finished):
                     tail = stops.flush()
                     if tail:
                         yield Tokens(tail, [], StepProfile())
                     totals = dict(ev.totals)
+                    # the engine side of what a client measures (engine.bench.serve pairs
+                    # them): start() to the first text, text tokens/s after the first
+                    n = totals.get("generated_tokens", 0)
+                    if first is not None:
+                        totals["engine_ttft_ms"] = round((first - t0) * 1e3, 3)
+                        span = last - first
+                        totals["engine_tokens_per_s"] = round((n - 1) / span, 3) if span else 0.0
                     totals["profile"] = {
                         "steps": steps,
                         **{k: round(v, 3) for k, v in profile.items() if k.endswith("_ms")},

@@ -23,12 +23,18 @@ from collections.abc import Callable, Iterator
 from .errors import ApiError
 
 log = logging.getLogger(__name__)
+FIRST_TOKEN_WAIT_S = 0.05
 
 
 class Job:
     def __init__(self, start: Callable[[threading.Event], Iterator], loop):
         self.start = start
         self.cancel = threading.Event()
+        # streams: the generation thread waits (at most FIRST_TOKEN_WAIT_S) until the first
+        # text is on its way to the client before computing on: otherwise the event loop that
+        # writes it must find a CPU while the next step's kernel threads hold every core,
+        # which on a busy host delayed the first token by tens of ms
+        self.first_sent: threading.Event | None = None
         self.loop = loop
         self.items: asyncio.Queue = asyncio.Queue()
 
@@ -93,8 +99,12 @@ class GenerationQueue:
                 if job.cancel.is_set():
                     job.put("end")
                     continue
+                first = True
                 for event in job.start(job.cancel):
                     job.put("event", event)
+                    if first and job.first_sent is not None and getattr(event, "text", ""):
+                        first = False
+                        job.first_sent.wait(FIRST_TOKEN_WAIT_S)
                 job.put("end")
             except ApiError as e:
                 job.put("error", e)

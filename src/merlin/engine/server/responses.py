@@ -48,6 +48,8 @@ def merlin_stats(reason: str, totals: dict, ttft_ms: float | None = None) -> dic
         "vision_ms": totals.get("vision_ms", 0.0),
         "decode_ms": totals.get("decode_ms", 0.0),
         "tokens_per_s": totals.get("tokens_per_s", 0.0),
+        "engine_ttft_ms": totals.get("engine_ttft_ms"),
+        "engine_tokens_per_s": totals.get("engine_tokens_per_s"),
         "context_tokens": totals.get("context_tokens", 0),
         "profile": totals.get("profile", {}),
         "spec": totals.get("spec", {}),
