@@ -104,6 +104,7 @@ class Finished:
     reused_tokens: int | None = None  # prompt rows taken from the cache
     context_tokens: int | None = None  # tokens of the conversation the model saw
     dropped_messages: list[int] | None = None  # messages left out of the context
+    extra: dict | None = None  # what a caller measured around the engine (Finished.of)
 
     def to_dict(self) -> dict:
         """The JSON form (`merlin-cli --json`, the app's stored stats): fields that are None
@@ -120,7 +121,19 @@ class Finished:
         """Everything but the reason, as a dict (the JSON form; read fields instead)."""
         d = self.to_dict()
         d.pop("reason")
+        d.update(d.pop("extra", None) or {})
         return d
+
+    @classmethod
+    def of(cls, reason: str, totals: dict) -> Finished:
+        """From a totals dict (a remote server's answer, a served one): known keys become
+        fields, the rest is kept in `extra` (shown by .totals, never read by the engine)."""
+        known = {f.name for f in fields(cls)} - {"reason", "extra"}
+        return cls(
+            reason,
+            **{k: v for k, v in totals.items() if k in known},
+            extra={k: v for k, v in totals.items() if k not in known},
+        )
 
 
 def event_json(event) -> dict:

@@ -287,7 +287,7 @@ class RemoteBackend:
                 totals["reused_tokens"] = cached
             if first:
                 totals["prefill_ms"] = round((first - t0) * 1e3, 3)
-            return Finished(reason, totals)
+            return Finished.of(reason, totals)
 
         client = httpx.Client(timeout=_timeout(cfg))
         response = None

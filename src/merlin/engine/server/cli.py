@@ -102,14 +102,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 def warm_up(model) -> None:
     """One tiny answer through every decode kernel, so the first request does not compile."""
-    from ..generate import GenerationRequest, generate
+    from ..generate import AnswerOptions, generate
+    from ..prompt import text_prompt
     from ..sampling import SamplingParams
 
-    ids = model.tokenizer.encode_text("Hello")
-    request = GenerationRequest(
-        prompt_ids=ids, sampling=SamplingParams(temperature=0.0), max_new_tokens=2, ignore_eos=True
-    )
-    for _ in generate(model, request, max_context=64):
+    prompt = text_prompt(model.tokenizer.encode_text("Hello"))
+    options = AnswerOptions(sampling=SamplingParams(temperature=0.0), max_new_tokens=2,
+                            ignore_eos=True)  # fmt: skip
+    for _ in generate(model, prompt, options, max_context=64):
         pass
 
 

@@ -209,7 +209,7 @@ class EngineAdapter:
                     reason = "stop_string" if stops.stopped else ev.reason
                     self.counts["cancelled" if reason == "cancelled" else "answered"] += 1
                     slot.keys = keys + [("assistant", totals.get("text", ""), ())]
-                    yield Finished(reason, totals)
+                    yield Finished.of(reason, totals)
         except InputError as e:
             self.counts["failed"] += 1
             raise ApiError(str(e), "messages") from None
