@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # converted weights go to a per-run folder, never to the user's cache
 os.environ["MERLIN_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="merlin-weights-")
+os.environ["MERLIN_VISION_SPEED"] = tempfile.mkdtemp(prefix="merlin-vspeed-") + "/speed.json"
 
 
 @pytest.fixture(scope="session")
