@@ -74,7 +74,10 @@ class SessionSettings:
     context_budget: int = 0  # tokens the conversation may use (0: the model's maximum)
     answer_reserve: int = 512  # tokens kept free for the answer when deciding what fits
     trim_fraction: float = 0.75  # when older turns must go, drop until this full (fewer redos)
-    max_pixels: int | None = None  # image pixel budget (None: preprocessor_config.json)
+    max_pixels: int | None = None  # legacy pixel budget, used when image_tokens is None
+    # image-token budget per image (None: max_pixels, else the machine class's default;
+    # engine/vision/budget.py); an image may carry its own (vision.budget.BudgetedImage)
+    image_tokens: int | None = None
     warm_chunk: int = 512  # rows per forward in warm() (cancellable between chunks)
     # row-major q8 weights (engine.linear.prefill_dequantizes): a suffix of up to this many
     # rows is prefilled as forwards of engine.linear.SMALL_N rows, beyond it as one forward
@@ -92,6 +95,7 @@ class SessionImage:
     merge_size: int
     source: str = ""
     prepared: object | None = field(default=None, repr=False, compare=False)
+    budget: str = ""  # the budget it was prepared with (vision.budget.resolve's tag)
 
     @property
     def n_tokens(self) -> int:
@@ -104,6 +108,7 @@ class SessionImage:
             "grid_thw": list(self.grid_thw),
             "merge_size": self.merge_size,
             "source": self.source,
+            "budget": self.budget,
         }
 
     @classmethod
@@ -113,6 +118,7 @@ class SessionImage:
             tuple(int(v) for v in d["grid_thw"]),
             int(d["merge_size"]),
             str(d.get("source", "")),
+            budget=str(d.get("budget", "")),
         )
 
 
@@ -210,9 +216,13 @@ class _Rendered:
 # ---- helpers -----------------------------------------------------------------------------------
 
 
-def image_hash(prepared) -> str:
+def image_hash(prepared, budget: str = "") -> str:
+    """Content hash of the prepared pixels and grid, and of the budget tag (which holds the
+    image-token budget and the vision weights format: another embedding for the same pixels)."""
     h = hashlib.sha256()
     h.update(repr((tuple(prepared.grid_thw), prepared.merge_size)).encode())
+    if budget:
+        h.update(budget.encode())
     h.update(memoryview(np.ascontiguousarray(prepared.pixel_values, np.float32)).cast("B"))
     return h.hexdigest()[:32]
 
@@ -304,6 +314,7 @@ class Session:
         self._dropped: set[int] = set()
         self._embeddings: dict[str, ImageEmbedding] = {}
         self._image_memo: dict[tuple, SessionImage] = {}
+        self.vision_progress = None  # called (blocks done, depth) while an image is encoded
         self._reset_cache()
 
     # ---- state ---------------------------------------------------------------------------------
@@ -402,17 +413,18 @@ class Session:
         if vision is None:
             raise InputError("this model has no vision encoder; remove the image.")
         vision.require()
+        max_px, tag = self._image_budget(image)
         if isinstance(image, (str, os.PathLike)):
             path = Path(image).expanduser()
             try:
                 st = path.stat()
-                key = (str(path.resolve()), st.st_mtime_ns, st.st_size, self.settings.max_pixels)
+                key = (str(path.resolve()), st.st_mtime_ns, st.st_size, tag)
             except OSError:
                 key = None  # prepare() says what is wrong with the path
             if key in self._image_memo:
                 return self._image_memo[key]
-            prepared = vision.prepare(path, self.settings.max_pixels)
-            im = self._wrap(prepared, str(path))
+            prepared = vision.prepare(path, max_px)
+            im = self._wrap(prepared, str(path), tag)
             if key is not None:
                 if len(self._image_memo) > 64:
                     self._image_memo.clear()
@@ -427,18 +439,48 @@ class Session:
         if Image is not None and isinstance(image, Image.Image):
             from .vision import prepare_pil
 
-            cfg = vision.preprocess.with_max_pixels(self.settings.max_pixels)
-            return self._wrap(prepare_pil(image, cfg, "image"), "image")
+            cfg = vision.preprocess.with_max_pixels(max_px)
+            return self._wrap(prepare_pil(image, cfg, "image"), "image", tag)
         raise InputError(f"cannot use {type(image).__name__} as an image; give a file path.")
 
-    def _wrap(self, prepared, source: str) -> SessionImage:
-        return SessionImage(
-            image_hash(prepared),
+    def _image_budget(self, image) -> tuple[int | None, str]:
+        """(max_pixels, hash tag) for an image: engine/vision/budget.resolve, plus the vision
+        weights format in the tag (q8 and f32 embeddings differ)."""
+        from .vision import budget
+
+        own = getattr(image, "tokens", None) if isinstance(image, budget.BudgetedImage) else None
+        vision = self.model.vision
+        max_px, tag = budget.resolve(
+            vision.preprocess,
+            own,
+            self.settings.image_tokens,
+            self.settings.max_pixels,
+            self.budget,
+        )
+        return max_px, f"{tag}/{vision.weights_format}"
+
+    def _wrap(self, prepared, source: str, tag: str = "") -> SessionImage:
+        im = SessionImage(
+            image_hash(prepared, tag),
             tuple(int(v) for v in prepared.grid_thw),
             int(prepared.merge_size),
             str(source),
             prepared,
+            budget=tag,
         )
+        if tag:  # a picture whose tokens alone exceed the context: refused before encoding
+            from .vision.budget import check_image_fits
+
+            check_image_fits(im.n_tokens, self.budget, self.model.vision.preprocess, source)
+        return im
+
+    def encode_image(self, image, cancel: threading.Event | None = None) -> SessionImage:
+        """Prepare and encode an image now (e.g. when it is attached, while the user types),
+        so that the turn that sends it finds its embedding (in this session or, through
+        model.vision.embeddings, in another one). EncodeCancelled if `cancel` is set."""
+        im = self.image(image)
+        self._embedding(im, cancel)
+        return im
 
     def _normalize(self, messages: Sequence[Message]) -> list[Message]:
         out = []
@@ -457,14 +499,18 @@ class Session:
             out.append(Message(m.role, text, [self.image(im) for im in m.images]))
         return out
 
-    def _embedding(self, im: SessionImage) -> ImageEmbedding:
+    def _embedding(self, im: SessionImage, cancel=None) -> ImageEmbedding:
         emb = self._embeddings.get(im.hash)
+        if emb is None:
+            emb = self.model.vision.embeddings.get(im.hash)  # encoded when it was attached
+            if emb is not None:
+                self._embeddings[im.hash] = emb
         if emb is not None:
             return emb
         prepared = im.prepared
         if prepared is None:
             prepared = self._reprepare(im)
-        out = self.model.vision.encode([prepared])
+        out = self.model.vision.encode([prepared], cancel, self.vision_progress)
         if out.embeds.shape[0] != im.n_tokens:
             raise MerlinError(
                 f"the vision encoder gave {out.embeds.shape[0]} rows for an image of "
@@ -477,6 +523,7 @@ class Session:
         )
         emb = ImageEmbedding(out.embeds, deep)
         self._embeddings[im.hash] = emb
+        self.model.vision.embeddings.put(im.hash, emb)
         im.prepared = None  # the pixels are not needed while the embedding is kept
         return emb
 
@@ -489,8 +536,14 @@ class Session:
                 "but its file is gone and no saved copy could be used. Attach it again in a "
                 "new message, or start a new chat."
             )
-        prepared = self.model.vision.prepare(im.source, self.settings.max_pixels)
-        if image_hash(prepared) != im.hash:
+        max_px = self.settings.max_pixels
+        if im.budget.startswith("t"):
+            factor = self.model.vision.preprocess.factor
+            max_px = int(im.budget[1:].split("/")[0]) * factor * factor
+        elif im.budget.startswith("px"):
+            max_px = int(im.budget[2:].split("/")[0])
+        prepared = self.model.vision.prepare(im.source, max_px)
+        if image_hash(prepared, im.budget) != im.hash:
             raise InputError(
                 f"the image {im.source} changed on disk since it was attached to this "
                 "conversation. Attach it again in a new message, or start a new chat."
@@ -580,7 +633,7 @@ class Session:
         self._positions = self._positions[:, :n]
         self._spans = [sp for sp in self._spans if sp[1] <= n]
 
-    def _image_inputs(self, r: _Rendered, start: int):
+    def _image_inputs(self, r: _Rendered, start: int, cancel=None):
         """Embedding rows for the image tokens at rows start.. of the rendered conversation."""
         from .vision.model import ImageInputs
 
@@ -589,7 +642,7 @@ class Session:
         for (s, e, _), im in zip(r.spans, r.images):
             if e <= start:
                 continue
-            emb = self._embedding(im)
+            emb = self._embedding(im, cancel)
             a = max(s, start)
             rows.append(np.arange(a - start, e - start, dtype=np.int64))
             embeds.append(emb.embeds[a - s :])
@@ -848,15 +901,25 @@ class Session:
         try:
             if trimmed is not None:
                 yield trimmed
-            inputs = self._image_inputs(r, reuse)
+            from .vision.encoder import EncodeCancelled
+
+            try:
+                inputs = self._image_inputs(r, reuse, cancel)
+            except EncodeCancelled:  # Stop while an image was encoded: nothing computed
+                inputs = None
+                cancel.set()
             vision_ms = inputs.vision_ms if inputs is not None else 0.0
             self._sync_drafter(r.ids)
-            # a short suffix with quantized weights: all but the last chunk fed here
+            # all but the last chunk fed here, cancellable between chunks: a short suffix
+            # with row-major q8 weights in SMALL_N rows, a long prompt in warm_chunk rows
             start = reuse
             t0 = time.perf_counter()
+            chunk = max(1, int(self.settings.warm_chunk))
             if self._small_chunks(n - reuse):
-                last = (n - reuse) % linear.SMALL_N or linear.SMALL_N
-                while start < n - last:
+                chunk = linear.SMALL_N
+            if n - reuse > chunk or (cancel is not None and cancel.is_set()):
+                last = (n - reuse) % chunk or chunk
+                while start < n - last or (cancel is not None and cancel.is_set()):
                     if cancel is not None and cancel.is_set():
                         self._finish(r, [], "")
                         finished = True
@@ -874,7 +937,7 @@ class Session:
                             },
                         )
                         return
-                    end = min(n - last, start + linear.SMALL_N)
+                    end = min(n - last, start + chunk)
                     self._forward_rows(r, inputs, reuse, start, end)
                     start = end
             early_ms = (time.perf_counter() - t0) * 1e3

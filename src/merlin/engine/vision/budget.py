@@ -188,3 +188,24 @@ def check_image_fits(
         "or raise the context budget in the settings.",
         max(min_tokens(pre), min(room, preset_tokens(name, pre) if name else room)),
     )
+
+
+def resolve(
+    pre: PreprocessConfig,
+    image_tokens: int | None,
+    session_tokens: int | None,
+    session_max_pixels: int | None = None,
+    context_tokens: int | None = None,
+) -> tuple[int | None, str]:
+    """(max_pixels for prepare_image, tag for the image hash) of one image: its own budget,
+    else the session's, else the session's legacy pixel budget, else the machine's default.
+    A bad budget is an InvalidBudget naming the nearest valid value."""
+    tokens = image_tokens if image_tokens is not None else session_tokens
+    if tokens is None and session_max_pixels:
+        return session_max_pixels, f"px{session_max_pixels}"
+    if tokens is None:  # the machine's default: within what this context holds, silently
+        tokens = default_tokens(pre)
+        if context_tokens:
+            tokens = max(min_tokens(pre), min(tokens, int(context_tokens) - 1))
+    tokens = check_budget(tokens, pre, context_tokens)
+    return tokens * pre.factor * pre.factor, f"t{tokens}"

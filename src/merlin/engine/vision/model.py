@@ -16,6 +16,7 @@ from ..checkpoint import Checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from . import cost, qweights
+from .embed_cache import EmbeddingCache
 from .encoder import VisionEncoder, VisionOutput, load_vision_weights, vision_tensor_problem
 from .preprocess import PreparedImage, PreprocessConfig, load_preprocess_config, prepare_image
 
@@ -43,6 +44,8 @@ class VisionModel:
         self.preprocess = preprocess
         self.encoder = encoder
         self.problem = problem if encoder is None else None
+        self._encodes = 0
+        self.embeddings = EmbeddingCache()  # shared by sessions (engine/vision/embed_cache.py)
 
     @property
     def available(self) -> bool:
@@ -78,7 +81,9 @@ class VisionModel:
             raise ValueError("encode() needs at least one image")
         pixels = np.concatenate([im.pixel_values for im in images])
         out = enc.forward(pixels, [im.grid_thw for im in images], cancel, progress)
-        cost.record(enc, out, pixels.shape[0])
+        self._encodes += 1
+        if self._encodes > 1:  # the first one of a process also compiles or loads kernels
+            cost.record(enc, out, pixels.shape[0])
         return out
 
     def estimate_seconds(self, width: int, height: int, tokens: int | None) -> float:
