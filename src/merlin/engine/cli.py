@@ -107,6 +107,8 @@ def _prompt(args, model):
         pre = model.vision.preprocess
         asked = getattr(args, "max_context", None)
         context = min(asked or model.max_context, model.max_context)
+        if args.image_tokens is not None:  # the user's number: within the context too
+            budget.check_budget(args.image_tokens, pre, context)
         max_px, _ = budget.resolve(pre, None, args.image_tokens, args.max_pixels, context)
         for path in args.image:
             image = model.vision.prepare(path, max_px)

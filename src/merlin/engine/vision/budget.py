@@ -198,8 +198,10 @@ def resolve(
     context_tokens: int | None = None,
 ) -> tuple[int | None, str]:
     """(max_pixels for prepare_image, tag for the image hash) of one image: its own budget,
-    else the session's, else the session's legacy pixel budget, else the machine's default.
-    A bad budget is an InvalidBudget naming the nearest valid value."""
+    else the session's, else the session's legacy pixel budget, else the machine's default
+    (kept below context_tokens). A budget outside the checkpoint's limits is an InvalidBudget
+    naming the nearest valid value; one above the context is allowed here ('full' for a small
+    picture is fine): check_image_fits() judges the picture's own tokens."""
     tokens = image_tokens if image_tokens is not None else session_tokens
     if tokens is None and session_max_pixels:
         return session_max_pixels, f"px{session_max_pixels}"
@@ -207,5 +209,5 @@ def resolve(
         tokens = default_tokens(pre)
         if context_tokens:
             tokens = max(min_tokens(pre), min(tokens, int(context_tokens) - 1))
-    tokens = check_budget(tokens, pre, context_tokens)
+    tokens = check_budget(tokens, pre)  # the context is checked on the picture's own tokens
     return tokens * pre.factor * pre.factor, f"t{tokens}"
