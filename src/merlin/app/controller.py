@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from merlin.app.image_encoding import ImageEncoding
 from merlin.app.model.paths import sessions_dir
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.prompting import Turn
@@ -161,6 +162,10 @@ class ChatController(QObject):
         self.worker.sig_event.connect(self.on_event)
         self.worker.sig_failed.connect(self.on_failed)
         self.worker.sig_job_done.connect(self.on_job_done)
+        # images encoded on attach, while the user types (app/image_encoding.py)
+        self.images = ImageEncoding(composer, self.settings.generation_options, self)
+        self.images.sig_job.connect(self.worker.encode_image)
+        self.worker.sig_image.connect(self.images.on_status)
         self.thread.start()
 
         self.flush_timer = QTimer(self, interval=FLUSH_MS)
@@ -206,6 +211,7 @@ class ChatController(QObject):
         self.loading = None
         freeze_heap()  # the model and its kernels live until the next load
         self.model = info
+        self.images.model_ready(info.vision)
         self.stats.model_name = info.name
         self.stats.weights_fmt, self.stats.kv_fmt = info.weights, info.kv
         self.stats.spec_mode, self.stats.spec_k = self.settings.spec_mode, self.settings.spec_k
@@ -269,6 +275,8 @@ class ChatController(QObject):
                 return False
         try:
             refs = [self.store.import_image(a.path, a.name) for a in attachments]
+            for a, r in zip(attachments, refs):  # each image's budget goes with it
+                self.images.remember(str(self.store.image_path(r)), a)
             if self.editing_id is not None and self.current_id is not None:
                 self.store.delete_messages_from(self.current_id, self.editing_id)
                 self.chat.remove_from(self.editing_id)
@@ -312,7 +320,7 @@ class ChatController(QObject):
         for r in rows:
             if r.role == "assistant" and (r.state == "error" or not r.text.strip()):
                 continue  # a failed answer is shown, never sent back to the model
-            paths = [str(self.store.image_path(ref)) for ref in r.images]
+            paths = [self.images.image(str(self.store.image_path(ref))) for ref in r.images]
             turns.append(Turn(r.role, r.text, paths))
         return turns
 
@@ -439,6 +447,7 @@ class ChatController(QObject):
     def stop(self) -> None:
         if self.answer is not None:
             self.answer.job.cancel.set()
+            self.images.stop_sent()  # the sent images' encodes too, if still running
 
     def _when_idle(self, action: Callable[[], None]) -> None:
         """Run now, or after the current answer ends (stopping it)."""

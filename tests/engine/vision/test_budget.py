@@ -221,14 +221,14 @@ def test_cancel_between_encoder_blocks(demo_model, tmp_path):
 
     def progress(done, depth):
         seen.append((done, depth))
-        cancel.set()  # Stop pressed while block 1 ran
+        cancel.set()  # Stop pressed as the encode started
 
     with pytest.raises(EncodeCancelled):
         vision.encode([image], cancel, progress)
-    assert seen == [(1, vision.encoder.cfg.depth)]
+    assert seen == [(0, vision.encoder.cfg.depth)]  # stopped before block 1 ran
     done = []
     out = vision.encode([image], None, lambda d, n: done.append(d))
-    assert done == list(range(1, vision.encoder.cfg.depth + 1))
+    assert done == list(range(0, vision.encoder.cfg.depth + 1))
     assert out.embeds.shape[0] == image.n_tokens
 
 

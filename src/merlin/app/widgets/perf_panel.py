@@ -207,6 +207,7 @@ class PerfPanel(QFrame):
         self.footer.setPalette(pal)
         layout.addWidget(self.footer)
         self._seen = -1
+        self._encoder = ""  # the vision encoder's progress or time (app/image_encoding.py)
         self._memory = 0
         self._ticks = 0
         self.timer = QTimer(self, interval=REFRESH_MS)
@@ -239,7 +240,8 @@ class PerfPanel(QFrame):
         cur, avg = s.current_tokens_per_s, s.decode_tokens_per_s
         self.values["rate"].setText(f"{_num(cur)} / {_num(avg)}" if cur or avg else "–")
         self.values["ttft"].setText(_ms(s.ttft_ms))
-        self.values["vision"].setText(_ms(s.vision_ms) if s.vision_ms else "–")
+        vision = _ms(s.vision_ms) if s.vision_ms else "–"
+        self.values["vision"].setText(self._encoder or vision)
         if s.prefill_tokens or s.reused_tokens:
             # computed: rows prefilled now; reused: rows the session's KV cache already held
             pre = tr("{ms} · computed {n} / reused {r} tok").format(
@@ -276,6 +278,11 @@ class PerfPanel(QFrame):
                 avg=self.chart.paint_ms, peak=self.chart.paint_max_ms
             )
         )
+
+    def set_encoder(self, text: str) -> None:
+        """The vision encoder's line: blocks done of depth while it runs, its time after."""
+        self._encoder = text
+        self.values["vision"].setText(text or "–")
 
     def set_model(self, text: str) -> None:
         self.model_label.setText(text)

@@ -15,8 +15,8 @@ element-wise work between products is in single-threaded Numba kernels
 (engine/vision/kernels.py says why). Activations are float32.
 
 forward() takes `cancel` (an Event, checked between blocks: EncodeCancelled) and `progress`
-(called with (blocks done, depth) after each block), so an encode started while the user
-types can be stopped within one block's time.
+(called with (0, depth) before the first block and (blocks done, depth) after each), so an
+encode started while the user types can be stopped within one block's time.
 """
 
 from __future__ import annotations
@@ -489,6 +489,8 @@ class VisionEncoder:
         mlp_rows = min(n, MLP_CHUNK_ROWS)
         act = np.empty((mlp_rows, c.intermediate_size), np.float32)
         deepstack = []
+        if progress is not None:
+            progress(0, c.depth)
         for i, b in enumerate(self.w.blocks):
             if cancel is not None and cancel.is_set():
                 raise EncodeCancelled
