@@ -123,17 +123,16 @@ class ImageEncoding(QObject):
         if st.key == GENERATION_KEY:
             self._panel(st, 0)
             return
-        entry = self._jobs.get(st.key)
-        if entry is None:
-            return  # cancelled, or sent and cleared: nothing shows it any more
-        attachment, _ = entry
         if st.state == "estimate":
             self._tokens[st.key] = st.tokens
         tokens = self._tokens.get(st.key, 0)
+        self._panel(st, tokens)
+        entry = self._jobs.get(st.key)
+        if entry is None:
+            return  # cancelled, or sent and cleared: no chip shows it any more
         text = status_text(st, tokens)
         if text or st.state == "cancelled":
-            self.composer.set_image_status(attachment, text)
-        self._panel(st, tokens)
+            self.composer.set_image_status(entry[0], text)
 
     def _panel(self, st: ImageStatus, tokens: int) -> None:
         if st.state == "encoding":
