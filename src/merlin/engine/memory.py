@@ -99,14 +99,18 @@ def prefill_bytes_per_row(cfg: ModelConfig) -> int:
 
 
 def vision_weight_bytes(cfg: ModelConfig) -> int:
-    """The vision weights held in memory in f32: all but the block and merger matrices, which
-    stay in the checkpoint file (engine.vision.encoder.StoredWeight)."""
+    """The vision weights held in memory: all but the block and merger matrices in f32 (those
+    stay in the checkpoint file, engine.vision.encoder.StoredWeight), plus the block and
+    merger matrices' q8 copies (34 bytes a block of 32: engine/vision/qweights.py, the default
+    vision weights format), made at the first image."""
     from .vision.encoder import expected_vision_tensors, is_stored_matrix
 
     if cfg.vision is None:
         return 0
     shapes = expected_vision_tensors(cfg.vision)
-    return 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+    f32 = 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+    q8 = sum(math.prod(s) for name, s in shapes.items() if is_stored_matrix(name)) * 34 // 32
+    return f32 + q8
 
 
 def vision_widen_bytes(cfg: ModelConfig) -> int:
