@@ -106,7 +106,38 @@ def _encode_figures(vision, image, repeats: int) -> dict:
             "cpu_s": round(float(np.median(cpu[fmt])), 2),
         }
     row["f32_over_q8"] = round(row["f32"]["encode_ms"] / row["q8"]["encode_ms"], 2)
+    a, b = runs["f32"][0], runs["q8"][0]
+    row["cosine"] = {
+        "embeds": round(_cosine(a.embeds, b.embeds), 6),
+        "deepstack_min": round(min(_cosine(x, y) for x, y in zip(a.deepstack, b.deepstack)), 6),
+    }
     return row
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def greedy_f32_vs_q8(model, path: Path, tokens: int, n: int = 8) -> dict:
+    """The greedy answer (n tokens) of a one-image question with f32 and with q8 vision."""
+    from ..generate import Tokens
+    from ..sampling import SamplingParams
+    from ..session import Session, SessionSettings
+
+    answers = {}
+    for fmt in ("f32", "q8"):
+        model.vision.set_weights_format(fmt)
+        s = Session(model, settings=SessionSettings(context_budget=8192, image_tokens=tokens))
+        ids = []
+        for ev in s.ask("What is in this picture?", images=[path],
+                        sampling=SamplingParams(temperature=0.0), max_new_tokens=n,
+                        ignore_eos=True):  # fmt: skip
+            if isinstance(ev, Tokens):
+                ids += ev.ids
+        answers[fmt] = ids
+    model.vision.set_weights_format("q8")
+    return {"greedy_same": answers["f32"] == answers["q8"], **answers}
 
 
 def _ttft(model, path: Path, tokens: int, repeats: int) -> dict:
@@ -177,6 +208,8 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print) ->
         target = {"size": [w, h], **_encode_figures(vision, image, repeats)}
         target.update(_ttft(model, path, 1024, repeats))
         target["npu_s"] = NPU_448_S
+        progress(f"{w}x{h}: greedy answers with f32 and q8 vision ...")
+        target["greedy"] = greedy_f32_vs_q8(model, path, 1024)
         result["target"] = target
     return result
 
@@ -204,6 +237,13 @@ def report(r: dict) -> str:
         f"448x448: TTFT {t['ttft_s']:.2f} s (encode {t['vision_ms']:.0f} ms + prefill "
         f"{t['prefill_ms']:.0f} ms of {t['prompt_tokens']} tokens + first step); board "
         f"projection of the q8 encode {t['q8']['board_s']:.2f} s vs the NPU's {t['npu_s']} s"
+    )
+    lines.append(
+        "q8 vs f32: cosine of embeddings "
+        + ", ".join(f"{row['tokens']}: {row['cosine']['embeds']:.5f}" for row in [*r["budgets"], t])
+        + "; DeepStack (worst level) "
+        + ", ".join(f"{row['cosine']['deepstack_min']:.5f}" for row in [*r["budgets"], t])
+        + f"; greedy answer of the 448x448 question the same: {t['greedy']['greedy_same']}"
     )
     lines.append(
         "GF/s = encoder FLOPs / encode time (q8: integer products counted as FLOPs); "
