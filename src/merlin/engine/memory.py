@@ -135,7 +135,11 @@ def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
     per_patch = 4 * (10 * v.hidden_size + patch_dim + v.hidden_size // v.num_heads)
     outputs = 4 * tokens * v.out_hidden_size * (1 + len(v.deepstack_visual_indexes))
     merger = 4 * tokens * m2 * v.hidden_size * 2
-    chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + ATTN_CHUNK_ELEMS)
+    from .threads import default_threads
+
+    # the attention's score chunks: one per thread (engine/vision/attention.py)
+    attn = ATTN_CHUNK_ELEMS * default_threads()
+    chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + attn)
     widen = vision_widen_bytes(cfg)
     return patches * per_patch + outputs + merger + chunks + widen, outputs
 

@@ -32,6 +32,7 @@ from ..checkpoint import FLOAT_DTYPES, Checkpoint, to_f32
 from ..config import VisionConfig
 from ..errors import CheckpointError, InputError
 from . import qweights
+from .attention import ATTN_CHUNK_ELEMS, attention  # noqa: F401 (engine.memory reads it)
 from .kernels import (
     POW2,
     add_bias,
@@ -45,7 +46,6 @@ from .kernels import (
 PREFIX = "model.visual."
 LN_EPS = 1e-6
 ROPE_THETA = 10000.0
-ATTN_CHUNK_ELEMS = 1 << 20  # score rows per chunk ~ this / keys: 4 MB of scores stay in cache
 MLP_CHUNK_ROWS = 2048  # bounds the [rows, intermediate] activation
 VISION_WEIGHTS = ("f32", "q8")
 
@@ -564,36 +564,8 @@ class VisionEncoder:
         return out
 
     def _attention(self, q, k, v, spans, out) -> None:
-        """Bidirectional attention inside each span; q, k, v: [H, S, HD]; out: [S, H*HD].
+        """Bidirectional attention inside each span; q, k, v: [H, S, HD]; out: [S, H*HD]
+        (engine/vision/attention.py: heads side by side on the kernel threads)."""
+        import numba
 
-        NumPy only, one head and one chunk of query rows at a time so the scores stay in
-        cache: BLAS q@k.T (q pre-scaled), row max, exp, then BLAS p@[v, 1], whose last column
-        is the softmax denominator, so the division runs on HD columns instead of S. No Numba
-        kernel runs between these BLAS calls (a parallel Numba softmax here, interleaved with
-        BLAS, was ~9x slower on a 2-core machine: see engine/vision/kernels.py).
-        """
-        nh, _, hd = q.shape
-        for s0, s1 in spans:
-            n = s1 - s0
-            rows = int(min(n, max(16, ATTN_CHUNK_ELEMS // n)))
-            buf = np.empty(rows * n, np.float32)
-            row_max = np.empty((rows, 1), np.float32)
-            o_aug = np.empty((rows, hd + 1), np.float32)
-            v_aug = np.ones((n, hd + 1), np.float32)
-            for h in range(nh):
-                q_h = q[h, s0:s1] * self.scale
-                k_t = k[h, s0:s1].T
-                v_aug[:, :hd] = v[h, s0:s1]
-                for r0 in range(0, n, rows):
-                    r1 = min(n, r0 + rows)
-                    sc = buf[: (r1 - r0) * n].reshape(r1 - r0, n)
-                    np.matmul(q_h[r0:r1], k_t, out=sc)
-                    mx = row_max[: r1 - r0]
-                    np.max(sc, axis=1, keepdims=True, out=mx)
-                    np.subtract(sc, mx, out=sc)
-                    np.exp(sc, out=sc)
-                    o = o_aug[: r1 - r0]
-                    np.matmul(sc, v_aug, out=o)
-                    np.divide(
-                        o[:, :hd], o[:, hd:], out=out[s0 + r0 : s0 + r1, h * hd : (h + 1) * hd]
-                    )
+        attention(q, k, v, spans, self.scale, out, numba.get_num_threads())
