@@ -179,6 +179,9 @@ def main(argv=None) -> int:
 
         report["vision"] = vision_bench.run(progress=lambda m: print(m, file=sys.stderr))
         print(vision_bench.report(report["vision"]))
+        from .vision_ttft import section as vision_ttft  # f32 vs q8, time to first token
+
+        report["vision_ttft"] = vision_ttft(progress=lambda m: print(m, file=sys.stderr))
         what = [w for w in what if w != "vision"]
     if "spec" in what:
         from ..demo import QWEN3VL_2B as _2b
