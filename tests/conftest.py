@@ -11,6 +11,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # converted weights go to a per-run folder, never to the user's cache
 os.environ["MERLIN_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="merlin-weights-")
+os.environ["MERLIN_VISION_SPEED"] = tempfile.mkdtemp(prefix="merlin-vspeed-") + "/speed.json"
+
 # `--weights auto` (the default) resolves to q4 without timing the kernels, so that tests do
 # not depend on this machine's timings; tests/engine/test_autoweights.py measures for real
 os.environ.setdefault("MERLIN_AUTO_WEIGHTS", "q4")

@@ -23,6 +23,7 @@ from merlin.engine.prompt import text_prompt
 from merlin.engine.rope import text_positions
 from merlin.engine.sampling import SamplingParams
 from merlin.engine.vision.encoder import StoredWeight
+from merlin.engine.vision.qweights import q8_linear
 
 
 def vision_bytes(model) -> int:
@@ -31,7 +32,8 @@ def vision_bytes(model) -> int:
 
     def walk(obj):
         nonlocal total
-        if isinstance(obj, StoredWeight):  # left in the mapped file, not held in memory
+        if isinstance(obj, StoredWeight):  # left in the mapped file; its q8 copy is held
+            total += q8_linear(obj, {}).nbytes  # (made at the first image: made here)
             return
         if isinstance(obj, np.ndarray):
             if id(obj) not in seen:

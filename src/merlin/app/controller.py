@@ -15,6 +15,7 @@ import logging
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from merlin.app.image_encoding import ImageEncoding
 from merlin.app.model.conversation import ConversationModel
 from merlin.app.model.conversation import title as _conversation_title
 from merlin.app.model.conversation import trim_notice as _trim_notice
@@ -157,6 +158,15 @@ class ChatController(QObject):
         self.worker.sig_event.connect(self.on_event)
         self.worker.sig_failed.connect(self.on_failed)
         self.worker.sig_job_done.connect(self.on_job_done)
+        # images encoded on attach, while the user types (app/image_encoding.py)
+        self.images = ImageEncoding(composer, settings.generation_options, self)
+        self.images.sig_job.connect(self.worker.encode_image)
+        self.worker.sig_image.connect(self.images.on_status)
+        m.image_for = self.images.image
+        m.images_stored = lambda attachments, paths: [
+            self.images.remember(p, a) for a, p in zip(attachments, paths)
+        ]
+        m.stopped = self.images.stop_sent
         self.thread.start()
 
         self.flush_timer = QTimer(self, interval=FLUSH_MS)
@@ -235,6 +245,7 @@ class ChatController(QObject):
 
     def on_loaded(self, info) -> None:
         self.conversation.on_loaded(info)
+        self.images.model_ready(info.vision)
 
     def on_load_failed(self, message: str) -> None:
         self.conversation.on_load_failed(message)

@@ -20,7 +20,10 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from merlin.app import pyside_fixes
 from merlin.app.model.jobs import (  # noqa: F401 (the worker's requests and results)
+    GENERATION_KEY,
     GenerationJob,
+    ImageJob,
+    ImageStatus,
     LoadRequest,
     ModelInfo,
     SessionJob,
@@ -67,6 +70,7 @@ class EngineWorker(QObject):
     sig_failed(int, str): job id, why the generation failed (a message for the user).
     sig_job_done(int): job id; the worker is free again.
     sig_session(object): a SessionReport (a saved session was restored or not, saved or not).
+    sig_image(object): an ImageStatus (an image encoded on attach, or during an answer).
     """
 
     sig_load_progress = Signal(float, str)
@@ -77,6 +81,7 @@ class EngineWorker(QObject):
     sig_failed = Signal(int, str)
     sig_job_done = Signal(int)
     sig_session = Signal(object)
+    sig_image = Signal(object)
 
     def __init__(
         self, sessions_folder: Path | str | None = None, cap_bytes: int = DEFAULT_STORE_CAP
@@ -222,6 +227,7 @@ class EngineWorker(QObject):
         if s is not None and s.model is self._model and self._session_key == key:
             s.set_system(options.system_prompt)
             s.settings.max_pixels = options.max_pixels or None
+            s.settings.image_tokens = options.image_tokens or None
             if s.settings.context_budget != max(0, int(options.context_budget)):
                 s.set_context_budget(max(0, int(options.context_budget)))
             return s
@@ -281,6 +287,58 @@ class EngineWorker(QObject):
         if self._store is not None:
             self._store.set_cap(max(0, int(cap_bytes)))
 
+    # ---- images, encoded on attach --------------------------------------------------------
+
+    def _progress(self, key: int):
+        """A Session.vision_progress that reports blocks done, then the encode's time."""
+        start = [0.0]
+
+        def report(done: int, depth: int) -> None:
+            import time
+
+            if done == 0:
+                start[0] = time.perf_counter()
+            state, secs = "encoding", 0.0
+            if done == depth:
+                state, secs = "done", time.perf_counter() - start[0]
+            self.sig_image.emit(ImageStatus(key, state, seconds=secs, done=done, depth=depth))
+
+        return report
+
+    @Slot(object)
+    def encode_image(self, job: ImageJob) -> None:
+        """Prepare and encode an attached image into the model's embedding cache, so the
+        answer that sends it waits only for what is left (nothing, if this finished)."""
+        from merlin.engine.vision import cost
+        from merlin.engine.vision.budget import BudgetedImage
+        from merlin.engine.vision.encoder import EncodeCancelled
+
+        model = self._model
+        if job.cancel.is_set():
+            self.sig_image.emit(ImageStatus(job.key, "cancelled"))
+            return
+        if model is None or model.vision is None or not model.vision.available:
+            return  # the answer says why, if the image is sent
+        s = self._session
+        if s is None or s.model is not model:
+            s = Session(model, job.options.system_prompt, session_settings(job.options))
+        try:
+            im = s.image(BudgetedImage(job.path, job.tokens))
+            secs = cost.estimate_seconds(model.vision.encoder, [im.grid_thw])
+            self.sig_image.emit(ImageStatus(job.key, "estimate", im.n_tokens, secs))
+            s.vision_progress = self._progress(job.key)
+            try:
+                s.encode_image(im, job.cancel)
+            finally:
+                s.vision_progress = None
+        except EncodeCancelled:
+            self.sig_image.emit(ImageStatus(job.key, "cancelled"))
+        except MerlinError as e:
+            self.sig_image.emit(ImageStatus(job.key, "error", message=str(e)))
+        except Exception as e:  # an engine bug: say so on the image, keep the app alive
+            traceback.print_exc()
+            self.sig_image.emit(ImageStatus(job.key, "error", message=f"{type(e).__name__}: {e}"))
+
     # ---- generation ----------------------------------------------------------------------
 
     @Slot(object)
@@ -301,6 +359,7 @@ class EngineWorker(QObject):
                 return
             set_threads(job.options.threads or None)
             session = self._session_for(job.conversation_id, job.turns, job.options)
+            session.vision_progress = self._progress(GENERATION_KEY)
             events = session.respond(
                 session_messages(job.turns),
                 answer_options(self._model, job.options),

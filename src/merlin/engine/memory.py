@@ -103,14 +103,18 @@ def prefill_bytes_per_row(cfg: ModelConfig) -> int:
 
 
 def vision_weight_bytes(cfg: ModelConfig) -> int:
-    """The vision weights held in memory in f32: all but the block and merger matrices, which
-    stay in the checkpoint file (engine.vision.encoder.StoredWeight)."""
+    """The vision weights held in memory: all but the block and merger matrices in f32 (those
+    stay in the checkpoint file, engine.vision.encoder.StoredWeight), plus the block and
+    merger matrices' q8 copies (34 bytes a block of 32: engine/vision/qweights.py, the default
+    vision weights format), made at the first image."""
     from .vision.encoder import expected_vision_tensors, is_stored_matrix
 
     if cfg.vision is None:
         return 0
     shapes = expected_vision_tensors(cfg.vision)
-    return 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+    f32 = 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+    q8 = sum(math.prod(s) for name, s in shapes.items() if is_stored_matrix(name)) * 34 // 32
+    return f32 + q8
 
 
 def vision_widen_bytes(cfg: ModelConfig) -> int:
@@ -137,7 +141,11 @@ def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
     per_patch = 4 * (10 * v.hidden_size + patch_dim + v.hidden_size // v.num_heads)
     outputs = 4 * tokens * v.out_hidden_size * (1 + len(v.deepstack_visual_indexes))
     merger = 4 * tokens * m2 * v.hidden_size * 2
-    chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + ATTN_CHUNK_ELEMS)
+    from .threads import default_threads
+
+    # the attention's score chunks: one per thread (engine/vision/attention.py)
+    attn = ATTN_CHUNK_ELEMS * default_threads()
+    chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + attn)
     widen = vision_widen_bytes(cfg)
     return patches * per_patch + outputs + merger + chunks + widen, outputs
 

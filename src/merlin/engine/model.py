@@ -116,6 +116,7 @@ def load_model(
     context: int | None = None,
     check_memory: bool = True,
     map_experts: bool | None = None,
+    vision_weights: str | None = None,
 ) -> Model:
     """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message,
     and ResourceError before converting anything when the model would not fit in the memory
@@ -183,6 +184,7 @@ def load_model(
         if progress:
             progress(0.97, "reading the vision encoder")
         vision = load_vision(folder, ckpt, config)
+        vision.set_weights_format(vision_weights)  # None: q8 where it can (engine/vision)
     if progress:
         progress(1.0, "ready")
     return Model(

@@ -112,10 +112,13 @@ def text_prompt(ids: Sequence[int], start: int = 0, rope_delta: int = 0) -> Prom
     return Prompt(ids, text_positions(start, len(ids), rope_delta), rope_delta, offset=int(start))
 
 
-def image_hash(prepared) -> str:
-    """Content hash of a prepared image: its grid, merge size and pixels."""
+def image_hash(prepared, salt: str = "") -> str:
+    """Content hash of a prepared image: its grid, merge size and pixels (salt: what else
+    changes its embedding, e.g. the vision weights format)."""
     h = hashlib.sha256()
     h.update(repr((tuple(prepared.grid_thw), prepared.merge_size)).encode())
+    if salt:
+        h.update(salt.encode())
     h.update(memoryview(np.ascontiguousarray(prepared.pixel_values, np.float32)).cast("B"))
     return h.hexdigest()[:32]
 

@@ -79,9 +79,13 @@ class Spy:
             self.logits.append(out)
             return out
 
-        def spy_encode(images):
+        def spy_encode(images, *args, **kwargs):
             self.encodes += len(images)
-            return encode(images)
+            return encode(images, *args, **kwargs)
+
+        # embeddings shared by the model's sessions (engine/vision/embed_cache.py): counted
+        # from an empty cache, whatever earlier tests encoded
+        model.vision.embeddings = type(model.vision.embeddings)()
 
         monkeypatch.setattr(model.text, "forward", spy_forward)
         monkeypatch.setattr(model.vision, "encode", spy_encode)

@@ -4,6 +4,41 @@
   <context>
     <name>Merlin</name>
     <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>{n} tokens, about {s} s to read</source>
+      <translation>{n} 个令牌，读取约需 {s} 秒</translation>
+    </message>
+    <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>{n} tokens, reading {d}/{depth}</source>
+      <translation>{n} 个令牌，正在读取 {d}/{depth}</translation>
+    </message>
+    <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>{n} tokens, read in {s} s</source>
+      <translation>{n} 个令牌，已用 {s} 秒读取</translation>
+    </message>
+    <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>waiting to read…</source>
+      <translation>等待读取…</translation>
+    </message>
+    <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>blocks {d}/{depth}</source>
+      <translation>块 {d}/{depth}</translation>
+    </message>
+    <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>{s} s</source>
+      <translation>{s} 秒</translation>
+    </message>
+    <message>
+      <location filename="../../app/image_encoding.py" />
+      <source>stopped</source>
+      <translation>已停止</translation>
+    </message>
+    <message>
       <location filename="../../app/model/conversation.py" />
       <source>Loading was cancelled; the previous model stays.</source>
       <translation>已取消加载；继续使用之前的模型。</translation>
@@ -82,6 +117,11 @@
       <location filename="../../app/remote_settings.py" />
       <source>Remote server: time to first token, tokens/s and tokens in/out are measured from its stream and usage. The GEMM/attention split and speculative statistics are not available remotely.</source>
       <translation>远程服务器：首词元时间、词元/秒以及输入/输出词元数取自其数据流和用量统计。远程模式下无法获得 GEMM/注意力耗时拆分和推测解码统计。</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>{why} Kept: {n}.</source>
+      <translation>{why} 已保留：{n}。</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
@@ -165,8 +205,13 @@
     </message>
     <message>
       <location filename="../../app/settings.py" />
-      <source>Image max pixels (0 = model default)</source>
-      <translation>图片最大像素（0 = 模型默认）</translation>
+      <source>Image max pixels (0 = model default; used when image tokens is 0)</source>
+      <translation>图像最大像素（0 = 模型默认；图像令牌为 0 时使用）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>Image tokens per image (0 = this machine's default)</source>
+      <translation>每张图像的令牌数（0 = 本机默认）</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
@@ -187,6 +232,11 @@
       <location filename="../../app/settings.py" />
       <source>Use the model's recommended values</source>
       <translation>使用模型推荐的值</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>this machine's default ({n})</source>
+      <translation>本机默认（{n}）</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
@@ -365,11 +415,6 @@
     </message>
     <message>
       <location filename="../../app/widgets/chat_view.py" />
-      <source>stopped</source>
-      <translation>已停止</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/chat_view.py" />
       <source>interrupted (Merlin was closed while answering)</source>
       <translation>已中断（回答时 Merlin 被关闭）</translation>
     </message>
@@ -424,6 +469,36 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/composer.py" />
       <source>Remove {name}</source>
       <translation>移除 {name}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>default</source>
+      <translation>默认</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>fast</source>
+      <translation>快速</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>detailed</source>
+      <translation>详细</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>full</source>
+      <translation>完整</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>detail: {name}</source>
+      <translation>细节：{name}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>How many image tokens this picture may become</source>
+      <translation>这张图片最多可变为多少个图像令牌</translation>
     </message>
     <message>
       <location filename="../../app/widgets/composer.py" />

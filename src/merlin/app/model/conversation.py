@@ -128,6 +128,11 @@ class ConversationModel:
         self.model_changed = self.load_failed = self.busy_changed = _nothing
         self.load_progress = self.answer_finished = self.notice = self.session = _nothing
         self.loaded_hook: Callable[[], None] = _nothing  # after a model is in use
+        # images encoded on attach (the Qt binding's app/image_encoding.py): a stored image's
+        # path -> what the engine gets (its budget with it); attachments stored; answer stopped
+        self.image_for: Callable[[str], object] = lambda path: path
+        self.images_stored: Callable[[list, list], None] = lambda attachments, paths: None
+        self.stopped: Callable[[], None] = _nothing
         self.confirm: Callable[[str, str], bool] = lambda title, text: True
 
     # ---- state ---------------------------------------------------------------------------
@@ -232,6 +237,7 @@ class ConversationModel:
                 return False
         try:
             refs = [self.store.import_image(a.path, a.name) for a in attachments]
+            self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])
             if self.editing_id is not None and self.current_id is not None:
                 self.store.delete_messages_from(self.current_id, self.editing_id)
                 self.view.remove_from(self.editing_id)
@@ -271,7 +277,7 @@ class ConversationModel:
         return True
 
     def turns(self, rows: list[MessageRow]) -> list[Turn]:
-        turns, dropped = prompt_turns(rows, self.store.image_path)
+        turns, dropped = prompt_turns(rows, self.store.image_path, self.image_for)
         if dropped:  # older images that are gone are left out, with a notice
             self.notice("info", missing_images_notice(dropped, self.tr))
         return turns
@@ -390,6 +396,7 @@ class ConversationModel:
     def stop(self) -> None:
         if self.answer is not None:
             self.answer.job.cancel.set()
+            self.stopped()  # the sent images' encodes too, if still running
 
     def when_idle(self, action: Callable[[], None]) -> None:
         """Run now, or after the current answer ends (stopping it)."""

@@ -24,9 +24,12 @@ def usable(path: Path) -> bool:
     return path.suffix.lower().lstrip(".") in ENGINE_SUFFIXES and is_regular(path)
 
 
-def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
+def prompt_turns(
+    rows, image_path: Callable, image_for: Callable = str
+) -> tuple[list[Turn], list[str]]:
     """(turns, names of the images left out). rows: store MessageRows in order;
-    image_path(ref) -> Path. Failed or empty answers are left out (never sent back)."""
+    image_path(ref) -> Path; image_for(path str) -> what the engine gets for it (the path, or
+    it with its own budget). Failed or empty answers are left out (never sent back)."""
     last_user = max((i for i, r in enumerate(rows) if r.role == "user"), default=-1)
     turns, dropped = [], []
     for i, r in enumerate(rows):
@@ -36,7 +39,7 @@ def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
         for ref in r.images:
             p = Path(image_path(ref))
             if i == last_user or usable(p):
-                paths.append(str(p))
+                paths.append(image_for(str(p)))
             else:
                 dropped.append(ref.name or p.name)
         ids = r.stats.get("token_ids") if r.role == "assistant" else None

@@ -74,3 +74,34 @@ class SessionReport:
     @property
     def restored(self) -> bool:
         return self.action == "restored"
+
+
+@dataclass
+class ImageJob:
+    """Encode an attached image now, while the user types (app/image_encoding.py). key: the
+    GUI's name for this attachment and budget; tokens: its image-token budget (None: the
+    settings'). Setting cancel stops the encode between encoder blocks."""
+
+    key: int
+    path: str
+    tokens: int | None
+    options: GenerationOptions
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class ImageStatus:
+    """An image's encode (key: ImageJob.key, or GENERATION_KEY for the answer's own encode).
+    state: "estimate" (tokens, seconds = predicted), "encoding" (done of depth blocks),
+    "done" (seconds = measured), "cancelled" or "error" (message)."""
+
+    key: int
+    state: str
+    tokens: int = 0
+    seconds: float = 0.0
+    done: int = 0
+    depth: int = 0
+    message: str = ""
+
+
+GENERATION_KEY = -1

@@ -37,6 +37,7 @@ class GenerationOptions:
     spec_mode: str = "auto"
     spec_k: int = 4
     max_pixels: int = 0  # 0: the checkpoint's preprocessor_config.json
+    image_tokens: int = 0  # image-token budget; 0: the machine's default (engine/vision/budget)
 
 
 def session_messages(turns: list[Turn]) -> list[Message]:
@@ -54,6 +55,7 @@ def session_settings(options: GenerationOptions) -> SessionSettings:
     return SessionSettings(
         context_budget=max(0, int(options.context_budget)),
         max_pixels=options.max_pixels or None,
+        image_tokens=options.image_tokens or None,
     )
 
 

@@ -4,6 +4,10 @@ Enter sends, Shift+Enter starts a new line, and an Enter that confirms an input-
 candidate (pinyin) only confirms it. Images come by the attach button, by drag-and-drop
 (anywhere on the window; the window forwards drops here) and by pasting. Nothing typed is
 dropped: the text leaves the composer only when the controller accepted the message.
+
+Each attached image shows its cost: "N tokens, about S s to read" (from the engine: the image
+is encoded as soon as it is attached, app/image_encoding.py), then "read in S s", and a
+detail menu (fast / detailed / full, or the settings' default) that changes its budget.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QToolButton,
@@ -101,13 +106,18 @@ class ComposerEdit(QPlainTextEdit):
             self._fit()
 
 
+DETAIL_NAMES = {"": "default", "fast": "fast", "detailed": "detailed", "full": "full"}
+
+
 class AttachmentChip(QFrame):
-    """A thumbnail with a remove button.
+    """A thumbnail with a remove button, the image's cost and its detail menu.
 
     sig_remove(object): the Attachment to remove.
+    sig_detail(object, str): the Attachment and the detail chosen ("" = the default).
     """
 
     sig_remove = Signal(object)
+    sig_detail = Signal(object, str)
 
     def __init__(self, attachment: Attachment, parent=None):
         super().__init__(parent)
@@ -123,6 +133,26 @@ class AttachmentChip(QFrame):
         thumb.setPixmap(pm)
         thumb.setToolTip(attachment.name)
         layout.addWidget(thumb)
+        self.detail = ""
+        column = QVBoxLayout()
+        column.setSpacing(0)
+        self.status = QLabel()
+        pal = self.status.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.status.setPalette(pal)
+        self.detail_button = QToolButton()
+        self.detail_button.setAutoRaise(True)
+        self.detail_button.setPopupMode(QToolButton.InstantPopup)
+        self.detail_menu = QMenu(self.detail_button)
+        for key in DETAIL_NAMES:
+            action = self.detail_menu.addAction("")
+            action.setData(key)
+            action.setCheckable(True)
+            action.triggered.connect(lambda _=False, k=key: self.choose_detail(k))
+        self.detail_button.setMenu(self.detail_menu)
+        column.addWidget(self.status)
+        column.addWidget(self.detail_button)
+        layout.addLayout(column)
         self.remove = QToolButton()
         self.remove.setIcon(icon("close"))
         self.remove.setAutoRaise(True)
@@ -130,6 +160,28 @@ class AttachmentChip(QFrame):
         self.remove.setToolTip(tr("Remove {name}").format(name=attachment.name))
         self.remove.clicked.connect(lambda: self.sig_remove.emit(self.attachment))
         layout.addWidget(self.remove, 0, Qt.AlignTop)
+        self.presets: dict[str, int] = {}
+        self.retranslate()
+
+    def choose_detail(self, key: str) -> None:
+        if key != self.detail:
+            self.detail = key
+            self.retranslate()
+            self.sig_detail.emit(self.attachment, key)
+
+    def set_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    def retranslate(self) -> None:
+        names = {"": tr("default"), "fast": tr("fast"), "detailed": tr("detailed"),
+                 "full": tr("full")}  # fmt: skip
+        for action in self.detail_menu.actions():
+            key = action.data()
+            n = self.presets.get(key)
+            action.setText(f"{names[key]} ({n})" if n else names[key])
+            action.setChecked(key == self.detail)
+        self.detail_button.setText(tr("detail: {name}").format(name=names[self.detail]))
+        self.detail_button.setToolTip(tr("How many image tokens this picture may become"))
 
 
 class Composer(QWidget):
@@ -141,10 +193,14 @@ class Composer(QWidget):
     sig_send = Signal(str, list)
     sig_stop = Signal()
     sig_edit_cancelled = Signal()
+    sig_attached = Signal(object)  # an Attachment was added (encode it now)
+    sig_detached = Signal(object)  # the user removed it (stop encoding it)
+    sig_detail = Signal(object)  # its detail changed (encode it again at that budget)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self._attachments: list[Attachment] = []
+        self._presets: dict[str, int] = {}
         self._busy = False
         self._editing = False
         self._saved_draft: tuple[str, list[Attachment]] | None = None
@@ -350,9 +406,45 @@ class Composer(QWidget):
     def _add_attachment(self, attachment: Attachment) -> None:
         self._attachments.append(attachment)
         chip = AttachmentChip(attachment)
-        chip.sig_remove.connect(self.remove_attachment)
+        chip.presets = dict(self._presets)
+        chip.retranslate()
+        chip.sig_remove.connect(self._user_removed)
+        chip.sig_detail.connect(lambda a, _key: self.sig_detail.emit(a))
         self.chips.insertWidget(self.chips.count() - 1, chip)
         self.chip_row.setVisible(True)
+        self.sig_attached.emit(attachment)
+
+    def _user_removed(self, attachment: Attachment) -> None:
+        self.remove_attachment(attachment)
+        self.sig_detached.emit(attachment)
+
+    def chip(self, attachment: Attachment) -> AttachmentChip | None:
+        for i in range(self.chips.count()):
+            w = self.chips.itemAt(i).widget()
+            if isinstance(w, AttachmentChip) and w.attachment is attachment:
+                return w
+        return None
+
+    def set_presets(self, presets: dict[str, int]) -> None:
+        """Tokens of each detail ("" = the default, "fast", "detailed", "full")."""
+        self._presets = dict(presets)
+        for a in self._attachments:
+            c = self.chip(a)
+            if c is not None:
+                c.presets = dict(presets)
+                c.retranslate()
+
+    def image_tokens(self, attachment: Attachment) -> int | None:
+        """The budget chosen for this attachment (None: the default)."""
+        c = self.chip(attachment)
+        if c is None or not c.detail:
+            return None
+        return self._presets.get(c.detail)
+
+    def set_image_status(self, attachment: Attachment, text: str) -> None:
+        c = self.chip(attachment)
+        if c is not None:
+            c.set_status(text)
 
     def remove_attachment(self, attachment: Attachment) -> None:
         if attachment in self._attachments:
@@ -391,6 +483,7 @@ class Composer(QWidget):
             w = self.chips.itemAt(i).widget()
             if isinstance(w, AttachmentChip):
                 w.remove.setToolTip(tr("Remove {name}").format(name=w.attachment.name))
+                w.retranslate()
 
     def changeEvent(self, event):  # noqa: N802
         if event.type() == QEvent.LanguageChange:

@@ -232,6 +232,7 @@ class PerfPanel(QFrame):
         self.footer.setPalette(pal)
         layout.addWidget(self.footer)
         self._seen = -1
+        self._encoder = ""  # the vision encoder's progress or time (app/image_encoding.py)
         self._memory = 0
         self._ticks = 0
         self.timer = QTimer(self, interval=REFRESH_MS)
@@ -269,7 +270,8 @@ class PerfPanel(QFrame):
         cur, avg = s.current_tokens_per_s, s.decode_tokens_per_s
         self.values["rate"].setText(f"{_num(cur)} / {_num(avg)}" if cur or avg else "–")
         self.values["ttft"].setText(_ms(s.ttft_ms))
-        self.values["vision"].setText(_ms(s.vision_ms) if s.vision_ms else "–")
+        vision = _ms(s.vision_ms) if s.vision_ms else "–"
+        self.values["vision"].setText(self._encoder or vision)
         if s.prefill_tokens or s.reused_tokens:
             # computed: rows prefilled now; reused: rows the session's KV cache already held
             pre = tr("{ms} · computed {n} / reused {r} tok").format(
@@ -316,6 +318,11 @@ class PerfPanel(QFrame):
         self.chart.setMinimumHeight(170 if on else 120)
         self.grid.setVerticalSpacing(0 if on else 3)
         self.footer.setVisible(not on)
+
+    def set_encoder(self, text: str) -> None:
+        """The vision encoder's line: blocks done of depth while it runs, its time after."""
+        self._encoder = text
+        self.values["vision"].setText(text or "–")
 
     def set_model(self, text: str) -> None:
         self.model_label.setText(text)

@@ -160,6 +160,7 @@ class MainWindow(QMainWindow):
         c.sig_conversations_changed.connect(self.refresh_conversations)
         c.sig_notice.connect(self.on_notice)
         c.sig_busy_changed.connect(self.on_busy_changed)
+        c.images.sig_encoder.connect(self.panel.set_encoder)  # the encoder's progress
         self.conversations.sig_selected.connect(c.open_conversation)
         self.conversations.sig_new_requested.connect(self.new_chat)
         self.conversations.sig_rename_requested.connect(c.rename_conversation)

@@ -223,6 +223,10 @@ def main(argv=None) -> int:
                 print(f"{name}: {e}", file=sys.stderr)
                 return 2
             what = [w for w in what if w != name]
+            if name == "vision":  # f32 vs q8, time to first token (vision_ttft.py)
+                from .vision_ttft import section as vision_ttft
+
+                report["vision_ttft"] = vision_ttft(progress=lambda m: print(m, file=sys.stderr))
     if "spec" in what:
         from ..demo import QWEN3VL_2B as _2b
         from ..demo import ensure_random_checkpoint as _ensure

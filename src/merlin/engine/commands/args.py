@@ -42,7 +42,13 @@ def load(args):
 
     place(getattr(args, "cpus", None), args.threads)
     mapped = {"auto": None, "yes": True, "no": False}[getattr(args, "map_experts", "auto")]
-    return load_model(model_dir(args.model), weights=args.weights, kv=args.kv, map_experts=mapped)
+    return load_model(
+        model_dir(args.model),
+        weights=args.weights,
+        kv=args.kv,
+        map_experts=mapped,
+        vision_weights=getattr(args, "vision_weights", None),
+    )
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -87,7 +93,22 @@ def add_image_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="pixel budget per image: fewer pixels = fewer image tokens = faster "
-        "(default: the checkpoint's preprocessor_config.json)",
+        "(used when --image-tokens is not given)",
+    )
+    p.add_argument(
+        "--image-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="image-token budget per image: fewer tokens = faster, more = more detail "
+        "(default: this machine's, e.g. 1024 on a desktop, 256 on a board; docs/vision.md)",
+    )
+    p.add_argument(
+        "--vision-weights",
+        choices=("f32", "q8"),
+        default=None,
+        help="vision encoder matrices: q8 (integer kernels, the default where the shapes "
+        "allow) or f32 (BLAS, the reference)",
     )
 
 
@@ -95,7 +116,21 @@ def prompt(args, model):
     """The prompt (ids, 3D positions, rope delta) with the --image files prepared."""
     from ..prompt import build_prompt
 
-    images = [model.vision.prepare(path, args.max_pixels) for path in args.image]
+    images = []
+    if args.image:
+        from ..vision import budget
+
+        model.vision.require()
+        pre = model.vision.preprocess
+        asked = getattr(args, "max_context", None)
+        context = min(asked or model.max_context, model.max_context)
+        if args.image_tokens is not None:  # the user's number: within the context too
+            budget.check_budget(args.image_tokens, pre, context)
+        max_px, _ = budget.resolve(pre, None, args.image_tokens, args.max_pixels, context)
+        for path in args.image:
+            image = model.vision.prepare(path, max_px)
+            budget.check_image_fits(image.n_tokens, context, pre, str(path))  # before encoding
+            images.append(image)
     return build_prompt(model.tokenizer, model.config, args.prompt, images, system=args.system)
 
 

@@ -60,7 +60,11 @@ def cmd_chat(args) -> int:
     _, notice = SpecPolicy.or_off(args.spec, args.spec_k)
     if notice:
         _note(f"warning: {notice}")
-    settings = SessionSettings(context_budget=args.max_context or 0, max_pixels=args.max_pixels)
+    settings = SessionSettings(
+        context_budget=args.max_context or 0,
+        max_pixels=args.max_pixels,
+        image_tokens=args.image_tokens,
+    )
     out = sys.stdout
     path = Path(args.session).expanduser() if args.session else None
     if path is not None and path.exists():

@@ -51,6 +51,7 @@ from ..kv_cache import KVCache
 from ..prompt import ImageSpan, Prompt, build_prompt, check_user_text
 from ..rope import text_positions
 from ..speculative import Drafter
+from ..vision.encoder import EncodeCancelled
 from . import persistence
 from .conversation import Message, SessionImage, adopt_ids, common_prefix
 from .fitting import fit_context
@@ -66,7 +67,10 @@ class SessionSettings:
     context_budget: int = 0  # tokens the conversation may use (0: the model's maximum)
     answer_reserve: int = 512  # tokens kept free for the answer when deciding what fits
     trim_fraction: float = 0.75  # when older turns must go, drop until this full (fewer redos)
-    max_pixels: int | None = None  # image pixel budget (None: preprocessor_config.json)
+    max_pixels: int | None = None  # legacy pixel budget, used when image_tokens is None
+    # image-token budget per image (None: max_pixels, else the machine class's default;
+    # engine/vision/budget.py); an image may carry its own (vision.budget.BudgetedImage)
+    image_tokens: int | None = None
     warm_chunk: int = 512  # rows per forward in warm() (cancellable between chunks)
     # row-major q8 weights: a suffix of up to this many rows is prefilled as forwards of
     # engine.linear.SMALL_N rows (engine.generate.prefill_chunk)
@@ -82,7 +86,8 @@ class Session:
         self.settings = settings or SessionSettings()
         self._messages: list[Message] = []
         self._dropped: set[int] = set()
-        self.images = ImageBank(model, self.settings.max_pixels)
+        self.images = ImageBank(model, self.settings.max_pixels, self.settings.image_tokens)
+        self.vision_progress = None  # called (blocks done, depth) while an image is encoded
         self._reset_cache()
 
     # ---- state ---------------------------------------------------------------------------------
@@ -169,7 +174,7 @@ class Session:
 
     def image(self, image) -> SessionImage:
         """A path, PIL image, PreparedImage or SessionImage -> SessionImage (see ImageBank)."""
-        self.images.max_pixels = self.settings.max_pixels
+        self._sync_budgets()
         return self.images.image(image)
 
     def _normalize(self, messages: Sequence[Message]) -> list[Message]:
@@ -192,6 +197,29 @@ class Session:
                 ids = None  # not the ids of this text (edited, or another tokenizer's)
             out.append(Message(m.role, text, [self.image(im) for im in m.images], ids))
         return adopt_ids(self._messages, out)
+
+    def _sync_budgets(self) -> None:
+        """The image bank follows the settings (image budgets, the context)."""
+        bank = self.images
+        bank.max_pixels, bank.image_tokens = self.settings.max_pixels, self.settings.image_tokens
+        bank.context = self.budget
+
+    def _sync_images(self, cancel: threading.Event | None) -> None:
+        """... and this turn's cancel Event and progress callback for its encodes."""
+        self._sync_budgets()
+        self.images.cancel, self.images.progress = cancel, self.vision_progress
+
+    def encode_image(self, image, cancel: threading.Event | None = None) -> SessionImage:
+        """Prepare and encode an image now (e.g. when it is attached, while the user types),
+        so that the turn that sends it finds its embedding (in this session or, through
+        model.vision.embeddings, in another one). EncodeCancelled if `cancel` is set."""
+        im = self.image(image)
+        self._sync_images(cancel)
+        try:
+            self.images.embedding(im)
+        finally:
+            self.images.cancel = None
+        return im
 
     def _prune_embeddings(self) -> None:
         self.images.keep_only(im.hash for m in self._messages for im in m.images)
@@ -265,7 +293,7 @@ class Session:
         self._sync_budget()
         self._truncate(self._reuse_point(p, need_logits))
         reuse = self.cache.length
-        self.images.max_pixels = self.settings.max_pixels
+        self._sync_budgets()
         inputs = image_inputs(self.model, p, reuse, self.images.embedding)
         self._sync_drafter(p.ids)
         return reuse, inputs
@@ -341,12 +369,18 @@ class Session:
         try:
             if trimmed is not None:
                 yield trimmed
-            reuse, inputs = self._start(p)
-            inner = generate(
-                self.model, p, options, cache=self.cache, start=reuse, images=inputs,
-                max_context=self.budget, cancel=cancel, drafter=self.drafter,
-                small_rows=self.settings.small_prefill_rows,
-            )  # fmt: skip
+            self._sync_images(cancel)
+            try:
+                reuse, inputs = self._start(p)
+            except EncodeCancelled:  # Stop while an image was encoded: nothing computed
+                reuse = self.cache.length
+                inner = iter([Finished("cancelled", cached_tokens=reuse)])
+            else:
+                inner = generate(
+                    self.model, p, options, cache=self.cache, start=reuse, images=inputs,
+                    max_context=self.budget, cancel=cancel, drafter=self.drafter,
+                    small_rows=self.settings.small_prefill_rows,
+                )  # fmt: skip
             for event in inner:
                 if isinstance(event, PrefillDone):
                     event.reused = reuse

@@ -70,6 +70,7 @@ class StoredWeight:
         self.offset = offset
         self.shape = tuple(shape)
         self.dtype = dtype
+        self.q8 = None  # engine/vision/qweights.py: the quantized matrix, once made
 
     @property
     def nbytes(self) -> int:
