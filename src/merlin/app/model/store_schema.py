@@ -148,12 +148,13 @@ def message_row(mid, cid, role, text, state, stats):
     return role, _text(text), state, stats_d
 
 
-def conversation_row(cid, title, updated):
+def conversation_row(cid, title, updated, created=0.0):
     from merlin.app.model.store import ConversationRow
 
-    if not isinstance(updated, (int, float)) or isinstance(updated, bool):
-        updated = 0.0
-    return ConversationRow(cid, _text(title), float(updated))
+    def seconds(v) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+    return ConversationRow(cid, _text(title), seconds(updated), seconds(created))
 
 
 def image_ref_ok(sha, ext) -> bool:
