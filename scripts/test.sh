@@ -4,7 +4,7 @@
 # offscreen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/system-deps.sh
+bash scripts/system-deps.sh test
 bash scripts/venv.sh test
 export QT_QPA_PLATFORM=offscreen
 .venv/bin/ruff check .
