@@ -50,7 +50,7 @@ def test_attached_image_is_encoded_before_send_and_not_again(qtbot, make_window,
         chip = window.composer.chip(window.composer.attachments()[0])
         qtbot.waitUntil(lambda: "read in" in chip.status.text(), timeout=10_000)
         assert chip.status.text().startswith(f"{est.tokens} tokens")
-        assert "s" in window.panel.values["vision"].text()
+        qtbot.waitUntil(lambda: window.panel.values["vision"].text().endswith(" s"), timeout=10_000)
         assert calls == [1]
         send(qtbot, window, "What is in the picture?")
         wait_idle(qtbot, window)
@@ -87,7 +87,8 @@ def test_removing_the_image_cancels_its_encode(qtbot, make_window, tmp_path):
         chip.remove.click()
         qtbot.waitUntil(lambda: any(s.state == "cancelled" for s in seen), timeout=30_000)
         assert window.composer.attachments() == []
-        assert window.panel.values["vision"].text() == "stopped"
+        # (seen fills on the engine thread; the GUI gets the status queued, a moment later)
+        qtbot.waitUntil(lambda: window.panel.values["vision"].text() == "stopped", timeout=10_000)
     finally:
         vision.encode = encode
 
