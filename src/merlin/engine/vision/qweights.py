@@ -28,7 +28,7 @@ _LOCK = threading.Lock()  # two threads encoding at once quantize a matrix once
 
 def quantizable(stored) -> bool:
     """Can every one of these StoredWeights run as q8 (input width a multiple of 32)?"""
-    return all(w.raw.shape[1] % BLOCK == 0 for w in stored)
+    return all(w.shape[1] % BLOCK == 0 for w in stored)
 
 
 def q8_linear(weight, scratch: dict) -> GroupLinear:
