@@ -29,7 +29,8 @@ Why one compiled call per layer, parallel over the chosen experts: decode runs 2
 products per layer (16 for k = 8, 768 over 48 layers). From Python each costs a dispatch and
 the gathers around it, and each product's own parallel region (over its rows) costs a
 thread wake-up per launch; one region over the experts (each product then runs on its
-thread, OpenMP's nested regions being inactive) costs one a layer.
+thread, OpenMP's nested regions being inactive) costs one a layer, when there are at least
+as many chosen experts as threads.
 The matmul kernels are called through their public entry points (qgroup's matmul_q4g /
 matmul_q8g, linear's matmul_f32, qlinear's matmul_q8), so CPU-specific variants of them
 apply here unchanged.
@@ -179,99 +180,143 @@ def _chosen(starts, used):
 
 # One entry point per weight form (Numba specialises per argument types; the forms differ in
 # their arrays). Each returns (idx [N, k], weights [N, k], experts used) and writes the MLP
-# output to out [N, D]; inter is the experts' intermediate size. Buffers are allocated per
-# expert at their exact row count, so every kernel gets C-contiguous arrays; each expert
-# writes only its own (row, slot) outputs, so the experts run in parallel.
+# output to out [N, D]; inter is the experts' intermediate size, threads Numba's thread count
+# (an argument: numba.get_num_threads() inside would keep the function out of the disk
+# cache). Buffers are allocated per expert at their exact row count, so every kernel gets
+# C-contiguous arrays; each expert writes only its own (row, slot) outputs. With at least as
+# many chosen experts as threads the experts run in parallel (each product on its thread);
+# with fewer (decode with k = 8 on a 16-thread machine) one after another, each product
+# parallel over its rows, so no thread idles either way.
+
+
+@njit(nogil=True, cache=True)
+def _expert_f32(x, pairs, starts, e, gw, dw, inter, ys):
+    p0, p1 = starts[e], starts[e + 1]
+    m = p1 - p0
+    d = x.shape[1]
+    xs = np.empty((m, d), np.float32)
+    gu = np.empty((m, 2 * inter), np.float32)
+    act = np.empty((m, inter), np.float32)
+    y = np.empty((m, ys.shape[2]), np.float32)
+    _gather(x, pairs, p0, p1, xs)
+    matmul_f32(xs, gw[e], gu)
+    silu_mul(gu, act)
+    matmul_f32(act, dw[e], y)
+    _scatter(y, pairs, p0, p1, ys)
 
 
 @njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
-def moe_f32(x, router, k, normalize, gu_w, dn_w, inter, out):
+def moe_f32(x, router, k, normalize, gu_w, dn_w, inter, threads, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    n_rows, d = x.shape
-    ys = np.empty((n_rows, k, out.shape[1]), np.float32)
+    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
     chosen = _chosen(starts, used)
-    for j in prange(used):
-        e = chosen[j]
-        p0, p1 = starts[e], starts[e + 1]
-        m = p1 - p0
-        xs = np.empty((m, d), np.float32)
-        gu = np.empty((m, 2 * inter), np.float32)
-        act = np.empty((m, inter), np.float32)
-        y = np.empty((m, out.shape[1]), np.float32)
-        _gather(x, pairs, p0, p1, xs)
-        matmul_f32(xs, gu_w[e], gu)
-        silu_mul(gu, act)
-        matmul_f32(act, dn_w[e], y)
-        _scatter(y, pairs, p0, p1, ys)
+    if EXPERTS_PARALLEL and used >= threads:
+        for j in prange(used):
+            e = chosen[j]
+            _expert_f32(x, pairs, starts, e, gu_w, dn_w, inter, ys)
+    else:
+        for j in range(used):
+            e = chosen[j]
+            _expert_f32(x, pairs, starts, e, gu_w, dn_w, inter, ys)
     combine(ys, weights, out)
     return idx, weights, used
 
 
+@njit(nogil=True, cache=True)
+def _expert_q4g(x, pairs, starts, e, gp, gs, dp, ds, inter, ys):
+    p0, p1 = starts[e], starts[e + 1]
+    m = p1 - p0
+    d = x.shape[1]
+    xs = np.empty((m, d), np.float32)
+    gu = np.empty((m, 2 * inter), np.float32)
+    act = np.empty((m, inter), np.float32)
+    y = np.empty((m, ys.shape[2]), np.float32)
+    _gather(x, pairs, p0, p1, xs)
+    matmul_q4g(xs, gp[e], gs[e], gu)
+    silu_mul(gu, act)
+    matmul_q4g(act, dp[e], ds[e], y)
+    _scatter(y, pairs, p0, p1, ys)
+
+
 @njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
-def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, out):
+def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    n_rows, d = x.shape
-    ys = np.empty((n_rows, k, out.shape[1]), np.float32)
+    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
     chosen = _chosen(starts, used)
-    for j in prange(used):
-        e = chosen[j]
-        p0, p1 = starts[e], starts[e + 1]
-        m = p1 - p0
-        xs = np.empty((m, d), np.float32)
-        gu = np.empty((m, 2 * inter), np.float32)
-        act = np.empty((m, inter), np.float32)
-        y = np.empty((m, out.shape[1]), np.float32)
-        _gather(x, pairs, p0, p1, xs)
-        matmul_q4g(xs, gu_p[e], gu_s[e], gu)
-        silu_mul(gu, act)
-        matmul_q4g(act, dn_p[e], dn_s[e], y)
-        _scatter(y, pairs, p0, p1, ys)
+    if EXPERTS_PARALLEL and used >= threads:
+        for j in prange(used):
+            e = chosen[j]
+            _expert_q4g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
+    else:
+        for j in range(used):
+            e = chosen[j]
+            _expert_q4g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
     combine(ys, weights, out)
     return idx, weights, used
 
 
+@njit(nogil=True, cache=True)
+def _expert_q8g(x, pairs, starts, e, gp, gs, dp, ds, inter, ys):
+    p0, p1 = starts[e], starts[e + 1]
+    m = p1 - p0
+    d = x.shape[1]
+    xs = np.empty((m, d), np.float32)
+    gu = np.empty((m, 2 * inter), np.float32)
+    act = np.empty((m, inter), np.float32)
+    y = np.empty((m, ys.shape[2]), np.float32)
+    _gather(x, pairs, p0, p1, xs)
+    matmul_q8g(xs, gp[e], gs[e], gu)
+    silu_mul(gu, act)
+    matmul_q8g(act, dp[e], ds[e], y)
+    _scatter(y, pairs, p0, p1, ys)
+
+
 @njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
-def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, out):
+def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    n_rows, d = x.shape
-    ys = np.empty((n_rows, k, out.shape[1]), np.float32)
+    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
     chosen = _chosen(starts, used)
-    for j in prange(used):
-        e = chosen[j]
-        p0, p1 = starts[e], starts[e + 1]
-        m = p1 - p0
-        xs = np.empty((m, d), np.float32)
-        gu = np.empty((m, 2 * inter), np.float32)
-        act = np.empty((m, inter), np.float32)
-        y = np.empty((m, out.shape[1]), np.float32)
-        _gather(x, pairs, p0, p1, xs)
-        matmul_q8g(xs, gu_p[e], gu_s[e], gu)
-        silu_mul(gu, act)
-        matmul_q8g(act, dn_p[e], dn_s[e], y)
-        _scatter(y, pairs, p0, p1, ys)
+    if EXPERTS_PARALLEL and used >= threads:
+        for j in prange(used):
+            e = chosen[j]
+            _expert_q8g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
+    else:
+        for j in range(used):
+            e = chosen[j]
+            _expert_q8g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
     combine(ys, weights, out)
     return idx, weights, used
 
 
+@njit(nogil=True, cache=True)
+def _expert_q8r(x, pairs, starts, e, gp, gs, dp, ds, inter, ys):
+    p0, p1 = starts[e], starts[e + 1]
+    m = p1 - p0
+    d = x.shape[1]
+    xs = np.empty((m, d), np.float32)
+    gu = np.empty((m, 2 * inter), np.float32)
+    act = np.empty((m, inter), np.float32)
+    y = np.empty((m, ys.shape[2]), np.float32)
+    _gather(x, pairs, p0, p1, xs)
+    matmul_q8(xs, gp[e], gs[e], gu)
+    silu_mul(gu, act)
+    matmul_q8(act, dp[e], ds[e], y)
+    _scatter(y, pairs, p0, p1, ys)
+
+
 @njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
-def moe_q8r(x, router, k, normalize, gu_q, gu_s, dn_q, dn_s, inter, out):
+def moe_q8r(x, router, k, normalize, gu_q, gu_s, dn_q, dn_s, inter, threads, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    n_rows, d = x.shape
-    ys = np.empty((n_rows, k, out.shape[1]), np.float32)
+    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
     chosen = _chosen(starts, used)
-    for j in prange(used):
-        e = chosen[j]
-        p0, p1 = starts[e], starts[e + 1]
-        m = p1 - p0
-        xs = np.empty((m, d), np.float32)
-        gu = np.empty((m, 2 * inter), np.float32)
-        act = np.empty((m, inter), np.float32)
-        y = np.empty((m, out.shape[1]), np.float32)
-        _gather(x, pairs, p0, p1, xs)
-        matmul_q8(xs, gu_q[e], gu_s[e], gu)
-        silu_mul(gu, act)
-        matmul_q8(act, dn_q[e], dn_s[e], y)
-        _scatter(y, pairs, p0, p1, ys)
+    if EXPERTS_PARALLEL and used >= threads:
+        for j in prange(used):
+            e = chosen[j]
+            _expert_q8r(x, pairs, starts, e, gu_q, gu_s, dn_q, dn_s, inter, ys)
+    else:
+        for j in range(used):
+            e = chosen[j]
+            _expert_q8r(x, pairs, starts, e, gu_q, gu_s, dn_q, dn_s, inter, ys)
     combine(ys, weights, out)
     return idx, weights, used
 

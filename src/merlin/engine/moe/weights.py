@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from ..checkpoint import Checkpoint, to_f32
@@ -154,6 +155,7 @@ class ExpertWeights:
             *self.gate_up.args(),
             *self.down.args(),
             self.down.in_features,
+            numba.get_num_threads(),
             out,
         )
         self.last_used = int(used)
