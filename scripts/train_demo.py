@@ -179,7 +179,10 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
     torch.set_num_threads(args.threads)
     config = Qwen3VLConfig.from_pretrained(folder)
     # config.json says bfloat16 (the stored dtype); train in float32, store bf16 at the end
-    model = Qwen3VLForConditionalGeneration(config).to(torch.float32)
+    if args.init:  # continue from a checkpoint this script wrote (fresh optimizer and warm-up)
+        model = Qwen3VLForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
+    else:
+        model = Qwen3VLForConditionalGeneration(config).to(torch.float32)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     enc = Encoder(folder)
@@ -370,6 +373,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--procs", type=int, default=2, help="data-parallel processes")
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--init", type=Path, default=None, help="start from this checkpoint")
     ap.add_argument("--check", type=int, default=10, help="held-out cases per question kind")
     ap.add_argument("--build", type=Path, default=ROOT / "build" / "demo-model")
     ap.add_argument("--install", action="store_true", help="move the result into the package")
@@ -392,6 +396,7 @@ def main(argv=None) -> int:
 
     result = train(args, folder)
     write_config_457(folder, config)
+    dm.write_generation_config(folder, config)  # save_pretrained replaced it
     (folder / "README.md").write_text(
         f"# {dm.DEMO_MODEL_NAME}\n\nMerlin's demo model: a tiny Qwen3-VL trained by the project "
         "on pictures of shapes (scripts/train_demo.py; docs/demo-model.md). It answers "
@@ -401,6 +406,7 @@ def main(argv=None) -> int:
     verdict = check(folder, args.check, args.threads)
     log = {
         "seed": args.seed,
+        "init": str(args.init) if args.init else None,
         "steps": args.steps,
         "batch": args.batch,
         "lr": args.lr,

@@ -133,12 +133,19 @@ def write_side_files(folder: Path) -> dict:
     ids = write_tokenizer(folder)
     config = qwen3vl_config(TEXT, VISION, ids, tie=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {
-        "bos_token_id": ids["<|endoftext|>"],
-        "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
-        "pad_token_id": ids["<|endoftext|>"],
-        **GENERATION,
-    }
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_generation_config(folder, config)
     (folder / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
     return config
+
+
+def write_generation_config(folder: Path, config: dict) -> None:
+    """generation_config.json: stop on <|im_end|> / <|endoftext|>, greedy (GENERATION).
+    The trainer writes it again after save_pretrained, which replaces it with its own."""
+    text = config["text_config"]
+    generation = {
+        "bos_token_id": text["bos_token_id"],
+        "eos_token_id": [text["eos_token_id"], text["bos_token_id"]],
+        "pad_token_id": text["bos_token_id"],
+        **GENERATION,
+    }
+    (Path(folder) / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")

@@ -16,9 +16,11 @@ from pathlib import Path
 QUESTION = "What is in this picture? Describe it in a few sentences."
 FOLLOW_UP = "Write a short Python function that counts the boats, and the formula $a^2+b^2=c^2$."
 # On the built-in demo model (trained on pictures of shapes): a picture it can answer about.
+# (The shipped checkpoint is under-trained: it answers this colour question right, not yet
+# descriptions or follow-ups, so there is no follow-up on it.)
 DEMO_QUESTIONS = {
-    "en": ("Describe the picture.", "Which is bigger, the triangle or the star?"),
-    "zh_CN": ("描述一下这张图片。", "三角形和星形哪个更大？"),
+    "en": ("What colour is the circle?", None),
+    "zh_CN": ("What colour is the circle?", None),
 }
 
 
@@ -75,10 +77,11 @@ def run(
     window.composer.clear()
     if not wait(lambda: not c.busy):
         return 1
-    settings.max_new_tokens = 60
-    c.send(follow_up, [])
-    if not wait(lambda: not c.busy):
-        return 1
+    if follow_up:
+        settings.max_new_tokens = 60
+        c.send(follow_up, [])
+        if not wait(lambda: not c.busy):
+            return 1
     window.panel.refresh(force=True)
     for _ in range(5):
         app.processEvents()
