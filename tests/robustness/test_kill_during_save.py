@@ -116,9 +116,9 @@ def test_kill_while_saving_the_weight_cache(demo_dir, tmp_path, seed):
         [
             sys.executable,
             "-c",
-            "from engine.model import load_model\n"
+            "from merlin.engine.model import load_model\n"
             f"m = load_model({str(demo_dir)!r}, weights='q8')\n"
-            "from engine import weight_cache\n"
+            "from merlin.engine import weight_cache\n"
             f"weight_cache.evict(weight_cache.cache_dir(), 10**12)\n",
         ],
         env={**os.environ, **env},
