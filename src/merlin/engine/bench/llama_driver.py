@@ -49,15 +49,24 @@ def _load(path: str, n_ctx: int, threads: int, flash_attn: bool = False, n_batch
     )
 
 
+def _last_logits(llm):
+    """The last evaluated token's logits, from llama.cpp itself (llama-cpp-python 0.3.36 leaves
+    Llama.scores at zero unless every token's logits are kept)."""
+    import llama_cpp
+    import numpy as np
+
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
 def greedy(path: str, n: int, ids: list[int], threads: int = 2) -> dict:
     import numpy as np
 
     llm = _load(path, max(256, len(ids) + n + 8), threads)
     out = []
-    tokens = list(ids)
-    llm.eval(tokens)
+    llm.eval(list(ids))
     for _ in range(n):
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        nxt = int(np.argmax(_last_logits(llm)))
         out.append(nxt)
         llm.eval([nxt])
     return {"tokens": out}
