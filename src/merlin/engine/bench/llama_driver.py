@@ -15,6 +15,7 @@ normal tokens; with random weights the values do not change the cost.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import sys
 import time
@@ -28,7 +29,7 @@ def quantize(src: str, dst: str, kind: str, threads: int = 2) -> dict:
     params.ftype = ftype[kind]
     params.nthread = threads
     t0 = time.perf_counter()
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params)
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
     if rc != 0:
         raise SystemExit(f"llama_model_quantize failed ({rc}) for {kind}")
     return {"seconds": time.perf_counter() - t0}
@@ -76,7 +77,7 @@ def timing(path, contexts, prefill_n, steps, threads, flash_attn) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    n_ctx = max(max(contexts) + steps + 8, prefill_n + 8)
+    n_ctx = -(-max(max(contexts) + steps + 8, prefill_n + 8, 256) // 256) * 256
     llm = _load(path, n_ctx, threads, flash_attn)
     n_normal = llm.n_vocab()
     hi = min(n_normal, 2000)
