@@ -15,6 +15,7 @@ normal tokens; with random weights the values do not change the cost.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import sys
 import time
@@ -28,7 +29,7 @@ def quantize(src: str, dst: str, kind: str, threads: int = 2) -> dict:
     params.ftype = ftype[kind]
     params.nthread = threads
     t0 = time.perf_counter()
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params)
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
     if rc != 0:
         raise SystemExit(f"llama_model_quantize failed ({rc}) for {kind}")
     return {"seconds": time.perf_counter() - t0}
@@ -49,15 +50,24 @@ def _load(path: str, n_ctx: int, threads: int, flash_attn: bool = False, n_batch
     )
 
 
+def _last_logits(llm):
+    """The last evaluated token's logits, from llama.cpp itself (llama-cpp-python 0.3.36 leaves
+    Llama.scores at zero unless every token's logits are kept)."""
+    import llama_cpp
+    import numpy as np
+
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
 def greedy(path: str, n: int, ids: list[int], threads: int = 2) -> dict:
     import numpy as np
 
     llm = _load(path, max(256, len(ids) + n + 8), threads)
     out = []
-    tokens = list(ids)
-    llm.eval(tokens)
+    llm.eval(list(ids))
     for _ in range(n):
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        nxt = int(np.argmax(_last_logits(llm)))
         out.append(nxt)
         llm.eval([nxt])
     return {"tokens": out}
@@ -67,7 +77,7 @@ def timing(path, contexts, prefill_n, steps, threads, flash_attn) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    n_ctx = max(max(contexts) + steps + 8, prefill_n + 8)
+    n_ctx = -(-max(max(contexts) + steps + 8, prefill_n + 8, 256) // 256) * 256
     llm = _load(path, n_ctx, threads, flash_attn)
     n_normal = llm.n_vocab()
     hi = min(n_normal, 2000)
