@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Collect the app's translatable strings into src/merlin/app/i18n/merlin_zh_CN.ts and compile the .qm.
+"""Collect the app's translatable strings into src/merlin/app/i18n/merlin_zh_CN.ts; compile the
+.qm.
 
 Strings are the literal first arguments of `tr(...)` and `N_(...)` in src/merlin/app/. Existing
 translations are kept; new strings are added as unfinished (Qt Linguist can edit the .ts);

@@ -25,6 +25,9 @@ What each fixture is (see tests/fixtures/README.md for the table):
   no stop token), description (0-d str: the JSON of reference.json);
 * reference.json: versions, config summary and a few statistics of the reference.
 
+The two mixture-of-experts fixtures (moe_vl_bf16, moe_text_sharded; MOE_FIXTURES below) add
+the router's decisions to reference.npz (tests/fixtures/README.md describes them).
+
 Images (tests/fixtures/vision_images/, shared by the model fixtures):
 
 * deterministic images made by this script (PNG; CMYK as an uncompressed TIFF): tiny (upscaled
@@ -688,6 +691,341 @@ def make_vision_reference(fx: dict, folder: Path, model, images_dir: Path) -> No
     write_npz(folder / "vision_reference.npz", arrays | {"description": np.array(text)})
 
 
+# ---- mixture-of-experts fixtures ------------------------------------------------------------
+#
+# Two more folders, named moe_* (not ref_*, so the dense tests' inventories stay as they are;
+# tests/engine/test_moe.py reads them):
+#
+# * moe_vl_bf16: Qwen3VLMoeForConditionalGeneration in the published layout (fused 3D experts
+#   `mlp.experts.gate_up_proj` [E, D, 2I] and `down_proj` [E, I, D], transposed against the
+#   in-memory [E, 2I, D]), config.json rewritten into the 4.57 spelling, untied head, one
+#   dense layer (mlp_only_layers), with the one- and two-image prompts of vision_reference.npz;
+# * moe_text_sharded: Qwen3MoeForCausalLM (flat config, `model.layers.*`, per-expert
+#   `mlp.experts.N.gate_proj.weight`), bf16 in shards + index, norm_topk_prob false,
+#   decoder_sparse_step 2 (layers 0 and 2 dense).
+#
+# Both also store the router's decisions for the prompt: `router_indices` int64 [L_moe, n, k]
+# (torch.topk order) and `router_weights` float32 [L_moe, n, k] from a hook on each
+# layer's `mlp.gate`.
+
+MOE_FIXTURES = [
+    dict(
+        name="moe_vl_bf16",
+        arch="vl",
+        seed=4004,
+        hidden_size=64,
+        num_hidden_layers=3,
+        intermediate_size=96,
+        moe_intermediate_size=96,
+        num_experts=8,
+        num_experts_per_tok=3,
+        decoder_sparse_step=1,
+        mlp_only_layers=[1],
+        norm_topk_prob=True,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        mrope_section=[4, 2, 2],
+        rope_theta=5e6,
+        tie=False,
+        dtype="bfloat16",
+        max_shard_size=None,
+        prompt_len=31,
+        vision_prompts=[["cap"], ["wide", "tall"]],
+    ),
+    dict(
+        name="moe_text_sharded",
+        arch="text",
+        seed=5005,
+        hidden_size=64,
+        num_hidden_layers=4,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_experts=6,
+        num_experts_per_tok=4,
+        decoder_sparse_step=2,
+        mlp_only_layers=[],
+        norm_topk_prob=False,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        rope_theta=1e6,
+        tie=False,
+        dtype="bfloat16",
+        max_shard_size="100KB",
+        prompt_len=27,
+    ),
+]
+
+
+def build_moe_model(fx: dict):
+    from transformers import (
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+        Qwen3VLMoeConfig,
+        Qwen3VLMoeForConditionalGeneration,
+    )
+
+    text = dict(
+        vocab_size=VOCAB,
+        hidden_size=fx["hidden_size"],
+        intermediate_size=fx["intermediate_size"],
+        moe_intermediate_size=fx["moe_intermediate_size"],
+        num_experts=fx["num_experts"],
+        num_experts_per_tok=fx["num_experts_per_tok"],
+        decoder_sparse_step=fx["decoder_sparse_step"],
+        mlp_only_layers=list(fx["mlp_only_layers"]),
+        norm_topk_prob=fx["norm_topk_prob"],
+        num_hidden_layers=fx["num_hidden_layers"],
+        num_attention_heads=fx["num_attention_heads"],
+        num_key_value_heads=fx["num_key_value_heads"],
+        head_dim=fx["head_dim"],
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        hidden_act="silu",
+        attention_bias=False,
+        bos_token_id=ENDOFTEXT_ID,
+        eos_token_id=IM_END_ID,
+    )
+    if fx["arch"] == "text":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": float(fx["rope_theta"])}
+        config = Qwen3MoeConfig(**text, tie_word_embeddings=fx["tie"])
+        return Qwen3MoeForCausalLM(config)
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": float(fx["rope_theta"]),
+        "mrope_section": list(fx["mrope_section"]),
+        "mrope_interleaved": True,
+    }
+    config = Qwen3VLMoeConfig(
+        text_config=text,
+        vision_config=dict(VISION, out_hidden_size=fx["hidden_size"]),
+        image_token_id=IMAGE_PAD_ID,
+        video_token_id=VIDEO_PAD_ID,
+        vision_start_token_id=VISION_START_ID,
+        vision_end_token_id=VISION_END_ID,
+        tie_word_embeddings=fx["tie"],
+    )
+    return Qwen3VLMoeForConditionalGeneration(config)
+
+
+def moe_to_v457_spelling(folder: Path) -> None:
+    """config.json of Qwen3-VL-30B-A3B as published (transformers 4.57 spelling)."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    text, vision = cfg["text_config"], cfg["vision_config"]
+    params = text.pop("rope_parameters")
+    theta = params["rope_theta"]
+    text["rope_theta"] = int(theta) if float(theta).is_integer() else theta
+    text["rope_scaling"] = {
+        "rope_type": "default",
+        "mrope_section": list(params["mrope_section"]),
+        "mrope_interleaved": True,
+    }
+    text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    text["dtype"] = cfg.pop("dtype")
+    text["num_experts"] = text.pop("num_local_experts")  # 5.x writes its attribute alias
+    if text.get("pad_token_id", 0) is None:
+        del text["pad_token_id"]
+    vision.pop("rope_parameters", None)
+    vision["model_type"] = "qwen3_vl_moe"
+    cfg["transformers_version"] = "4.57.0.dev0"
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def moe_text_published_spelling(folder: Path) -> None:
+    """config.json of Qwen3-30B-A3B as published: rope_theta at the top level, rope_scaling
+    null, the sliding-window keys."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = float(params["rope_theta"])
+    cfg["rope_scaling"] = None
+    cfg["use_sliding_window"] = False
+    cfg["sliding_window"] = None
+    cfg["max_window_layers"] = cfg["num_hidden_layers"]
+    cfg["num_experts"] = cfg.pop("num_local_experts")  # 5.x writes its attribute alias
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    cfg["transformers_version"] = "4.51.0"
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def moe_to_published_experts(folder: Path) -> None:
+    """Store the fused experts as the published Qwen3-VL-MoE files do (transformers 4.57's
+    parameters: gate_up_proj [E, D, 2I], down_proj [E, I, D]); transformers 5.x saves its
+    in-memory [E, 2I, D] / [E, D, I] and transposes a file whose shape differs while loading
+    (conversion_mapping "qwen3_vl_moe": Transpose(1, 2, check_dims=True))."""
+    from safetensors.torch import load_file, save_file
+
+    for f in sorted(folder.glob("*.safetensors")):
+        tensors = load_file(f)
+        for key in list(tensors):
+            if key.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                tensors[key] = tensors[key].transpose(1, 2).contiguous()
+        save_file(tensors, f, metadata={"format": "pt"})
+        f.chmod(0o644)
+
+
+def moe_layers(model, fx: dict) -> list[int]:
+    return [
+        i
+        for i in range(fx["num_hidden_layers"])
+        if i not in fx["mlp_only_layers"] and (i + 1) % fx["decoder_sparse_step"] == 0
+    ]
+
+
+def record_routing(model, fx: dict):
+    """Hooks on each MoE layer's router: (indices [L_moe, n, k], weights [L_moe, n, k]) of the
+    last forward."""
+    decoder = model.model.language_model if fx["arch"] == "vl" else model.model
+    seen = {}
+    hooks = []
+    for i in moe_layers(model, fx):
+
+        def hook(module, args, out, i=i):
+            seen[i] = (out[2].numpy().astype(np.int64), out[1].float().numpy())
+
+        hooks.append(decoder.layers[i].mlp.gate.register_forward_hook(hook))
+    return seen, hooks
+
+
+def make_moe_fixture(fx: dict, out_root: Path) -> dict:
+    import safetensors
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+    from transformers import (
+        GenerationConfig,
+        Qwen3MoeForCausalLM,
+        Qwen3VLMoeForConditionalGeneration,
+    )
+
+    name = fx["name"]
+    folder = out_root / name
+    if folder.exists():
+        shutil.rmtree(folder)
+    torch.manual_seed(fx["seed"])
+    model = build_moe_model(fx).to(torch.float32).eval()
+    redraw_weights(model, fx["seed"])
+    model.generation_config = GenerationConfig(
+        bos_token_id=ENDOFTEXT_ID,
+        eos_token_id=[IM_END_ID, ENDOFTEXT_ID],
+        pad_token_id=ENDOFTEXT_ID,
+        do_sample=True,
+        top_k=20,
+        top_p=0.8,
+        temperature=0.7,
+    )
+    model.to(getattr(torch, fx["dtype"]))
+    save_kw = {} if fx["max_shard_size"] is None else {"max_shard_size": fx["max_shard_size"]}
+    model.save_pretrained(folder, **save_kw)
+    del model
+    for f in folder.glob("*.safetensors"):
+        f.chmod(0o644)
+    if fx["arch"] == "vl":
+        inter = fx["moe_intermediate_size"]
+        assert fx["hidden_size"] not in (inter, 2 * inter)  # unambiguous layouts
+        moe_to_published_experts(folder)
+        moe_to_v457_spelling(folder)
+    else:
+        moe_text_published_spelling(folder)
+
+    cls = Qwen3VLMoeForConditionalGeneration if fx["arch"] == "vl" else Qwen3MoeForCausalLM
+    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    files = sorted(folder.glob("*.safetensors"))
+    stored = {}
+    for f in files:
+        stored.update(load_file(f))
+    # The published layouts, as Merlin reads them (transformers converts them while loading).
+    prefix = "model.language_model." if fx["arch"] == "vl" else "model."
+    d, i_moe, e = fx["hidden_size"], fx["moe_intermediate_size"], fx["num_experts"]
+    for li in moe_layers(model, fx):
+        p = f"{prefix}layers.{li}.mlp."
+        assert tuple(stored[p + "gate.weight"].shape) == (e, d), p
+        if fx["arch"] == "vl":
+            assert tuple(stored[p + "experts.gate_up_proj"].shape) == (e, d, 2 * i_moe)
+            assert tuple(stored[p + "experts.down_proj"].shape) == (e, i_moe, d)
+        else:
+            assert tuple(stored[p + "experts.0.gate_proj.weight"].shape) == (i_moe, d)
+            assert tuple(stored[p + f"experts.{e - 1}.down_proj.weight"].shape) == (d, i_moe)
+    assert ("lm_head.weight" in stored) == (not fx["tie"]), name
+    if fx["max_shard_size"]:
+        assert len(files) > 1, files
+
+    rng = np.random.default_rng(fx["seed"])
+    input_ids = rng.integers(0, FIRST_SPECIAL_ID, size=fx["prompt_len"], dtype=np.int64)
+    ids = torch.from_numpy(input_ids)[None]
+    seen, hooks = record_routing(model, fx)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].to(torch.float32).numpy()
+    for h in hooks:
+        h.remove()
+    layers = moe_layers(model, fx)
+    router_indices = np.stack([seen[i][0] for i in layers])
+    router_weights = np.stack([seen[i][1] for i in layers]).astype(np.float32)
+    k = fx["num_experts_per_tok"]
+    assert router_indices.shape == (len(layers), len(input_ids), k), router_indices.shape
+
+    gc = model.generation_config
+    gc.eos_token_id = None
+    gc.do_sample = False
+    gc.top_k = None
+    gc.top_p = None
+    gc.temperature = None
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY
+        )
+    greedy_ids = out[0, len(input_ids) :].numpy().astype(np.int64)
+    assert greedy_ids.shape == (N_GREEDY,)
+    full = np.concatenate([input_ids, greedy_ids[:-1]])
+    with torch.no_grad():
+        full_logits = model(input_ids=torch.from_numpy(full)[None]).logits[0].numpy()
+    np.testing.assert_allclose(full_logits[: len(input_ids)], logits, rtol=0, atol=1e-5)
+    steps = full_logits[len(input_ids) - 1 :]
+    assert (steps.argmax(-1) == greedy_ids).all(), name
+    top2 = np.sort(steps, axis=-1)[:, -2:]
+
+    description = {
+        "fixture": name,
+        "made_by": "tests/make_reference.py",
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "safetensors": safetensors.__version__,
+            "numpy": np.__version__,
+        },
+        "config": {k_: v for k_, v in fx.items() if k_ not in ("name", "seed")},
+        "moe_layers": layers,
+        "safetensors_files": [f.name for f in files],
+        "reference": {
+            "prompt_len": int(len(input_ids)),
+            "logits_abs_max": float(np.abs(logits).max()),
+            "logits_std": float(logits.std()),
+            "greedy_top1_minus_top2_min": float((top2[:, 1] - top2[:, 0]).min()),
+            "greedy_ids": greedy_ids.tolist(),
+        },
+        "files": {p.name: p.stat().st_size for p in sorted(folder.iterdir())},
+    }
+    text = json.dumps(description, indent=2) + "\n"
+    (folder / "reference.json").write_text(text)
+    write_npz(
+        folder / "reference.npz",
+        {
+            "input_ids": input_ids,
+            "logits": logits.astype(np.float32),
+            "greedy_ids": greedy_ids,
+            "router_indices": router_indices,
+            "router_weights": router_weights,
+            "description": np.array(text),
+        },
+    )
+    if fx.get("vision_prompts"):
+        make_vision_reference(fx, folder, model, out_root / IMAGES_DIR)
+    return description
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -711,16 +1049,17 @@ def main(argv: list[str] | None = None) -> int:
     except AttributeError:
         pass
 
-    wanted = [fx for fx in FIXTURES if not args.only or fx["name"] in args.only]
+    wanted = [fx for fx in FIXTURES + MOE_FIXTURES if not args.only or fx["name"] in args.only]
     if args.only and len(wanted) != len(set(args.only)):
-        known = ", ".join(fx["name"] for fx in FIXTURES)
+        known = ", ".join(fx["name"] for fx in FIXTURES + MOE_FIXTURES)
         print(f"unknown fixture name in {args.only}; known: {known}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     images = make_images(args.out / IMAGES_DIR)
     print(f"{IMAGES_DIR}: {len(IMAGES)} images, {len(images)} with HF pixel_values")
     for fx in wanted:
-        d = make_fixture(fx, args.out)
+        make = make_moe_fixture if fx in MOE_FIXTURES else make_fixture
+        d = make(fx, args.out)
         r = d["reference"]
         print(
             f"{fx['name']}: n={r['prompt_len']} |logits|max={r['logits_abs_max']:.3f} "

@@ -38,7 +38,7 @@ def app_settings(**overrides):
 def make_window(qtbot, demo_dir, data_dir):
     """make_window(model=None, wait=True, saved=False, **settings) -> a shown 1280x720
     MainWindow on the demo checkpoint (or `model`), loaded unless wait=False."""
-    from merlin.app.window import MainWindow
+    from merlin.app.widgets.window import MainWindow
 
     made = []
 

@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
 from PySide6.QtWidgets import QApplication
 
-from merlin.app.model_dialog import ModelChoice, ModelDialog, folder_problem
+from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog, folder_problem
 
 
 def png(path, w=96, h=64, color="#3A6EA5"):
@@ -114,11 +114,14 @@ def test_unexpected_engine_exception_is_shown(qtbot, make_window, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("kernel exploded")
 
-    monkeypatch.setattr(worker, "respond_options", boom)
+    original = worker.answer_options
+    monkeypatch.setattr(worker, "answer_options", boom)
     send(qtbot, w, "hello")
     assert stored(w)[-1].state == "error"
     assert "kernel exploded" in w.chat.messages()[-1].note.text()
-    monkeypatch.undo()
+    # only this patch is undone: monkeypatch.undo() would also drop MERLIN_DATA_DIR, and the
+    # window would then save its settings into the user's own data folder
+    monkeypatch.setattr(worker, "answer_options", original)
     send(qtbot, w, "hello again")
     assert stored(w)[-1].state == "done"
     assert [r.text for r in stored(w) if r.role == "user"] == ["hello", "hello again"]

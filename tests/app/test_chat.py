@@ -5,7 +5,7 @@ from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fi
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QInputMethodEvent
 
-from merlin.app.store import Store
+from merlin.app.model.store import Store
 
 
 def stored(window):

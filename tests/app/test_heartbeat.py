@@ -20,7 +20,7 @@ import traceback
 from gui_helpers import data_dir, make_window, send  # noqa: F401 (fixtures)
 from PySide6.QtCore import QTimer
 
-from merlin.app.demo_image import draw_demo_image
+from merlin.app.modes.demo_image import draw_demo_image
 
 MAX_GAP_MS = 100
 LATE_MS = 40  # a beat this overdue gets its threads' stacks sampled

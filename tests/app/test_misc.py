@@ -62,7 +62,7 @@ def test_settings_dialog_edits_a_copy(qtbot):
 
 
 def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
-    from merlin.app.hf_scan import find_checkpoints
+    from merlin.app.model.hf_scan import find_checkpoints
 
     def snapshot(repo, config, weights=True):
         snap = tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc123"
@@ -91,10 +91,10 @@ def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
 
 
 def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
-    from merlin.app.prompting import (
+    from merlin.app.model.prompting import (
         GenerationOptions,
         Turn,
-        respond_options,
+        answer_options,
         session_messages,
         session_settings,
     )
@@ -118,12 +118,12 @@ def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
     opts = GenerationOptions(system_prompt="Be brief.", max_new_tokens=5, context_budget=2048)
     settings = session_settings(opts)
     assert settings.context_budget == 2048 and settings.max_pixels is None
-    kwargs = respond_options(demo_model, opts)
-    assert kwargs["max_new_tokens"] == 5
-    assert kwargs["sampling"] == demo_model.defaults.sampling
-    assert (kwargs["spec"], kwargs["spec_k"]) == (opts.spec_mode, opts.spec_k)
+    answer = answer_options(demo_model, opts)
+    assert answer.max_new_tokens == 5
+    assert answer.sampling == demo_model.defaults.sampling
+    assert (answer.spec, answer.spec_k) == (opts.spec_mode, opts.spec_k)
     session = Session(demo_model, opts.system_prompt, settings)
-    events = list(session.respond(messages, **kwargs))
+    events = list(session.respond(messages, answer))
     prefill = next(e for e in events if type(e).__name__ == "PrefillDone")
     # both user turns carry the same picture: encoded once, its pads expanded twice
     assert prefill.n_tokens > 2 * session.messages[0].images[0].n_tokens
@@ -135,13 +135,13 @@ def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):
         "min_p": 0.0,
         "repetition_penalty": 1.0,
     }
-    assert respond_options(demo_model, opts)["sampling"].greedy
+    assert answer_options(demo_model, opts).sampling.greedy
 
 
 def test_qt_free_modules_import_without_qt():
     code = (
-        "import sys, merlin.app.store, merlin.app.markdown, merlin.app.mathtext, "
-        "merlin.app.perf_stats, merlin.app.prompting, merlin.app.hf_scan; "
+        "import sys, merlin.app.model.store, merlin.app.model.markdown, merlin.app.model.mathtext, "
+        "merlin.app.model.perf_stats, merlin.app.model.prompting, merlin.app.model.hf_scan; "
         "print(any(m.startswith(('PySide6', 'shiboken6')) for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -5,7 +5,7 @@ import time
 
 from gui_helpers import data_dir, make_window, send  # noqa: F401 (fixtures)
 
-from merlin.app.perf_stats import PerfStats
+from merlin.app.model.perf_stats import PerfStats
 from merlin.engine.generate import Tokens
 from merlin.engine.profile import StepProfile
 
@@ -59,7 +59,7 @@ def test_panel_shows_speculative_statistics(qtbot, make_window):
 
 
 def test_chart_repaint_cost(qtbot):
-    from merlin.app.perf_panel import PerfPanel
+    from merlin.app.widgets.perf_panel import PerfPanel
 
     stats = PerfStats()
     for i in range(400):

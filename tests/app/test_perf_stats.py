@@ -1,7 +1,7 @@
 """Performance statistics from engine events (Qt-free) and the chart's scale."""
 
-from merlin.app.perf_panel import chart_scale
-from merlin.app.perf_stats import PerfStats, format_bytes, process_memory_bytes
+from merlin.app.model.perf_stats import PerfStats, format_bytes, process_memory_bytes
+from merlin.app.widgets.perf_panel import chart_scale
 from merlin.engine.profile import StepProfile
 
 
@@ -36,7 +36,7 @@ def test_stats_follow_an_answer():
     g, a, o = s.split_percent()
     assert round(g) == 70 and round(a) == 20 and round(o) == 10
     assert s.context == 110 and s.kv_bytes == 110_000
-    s.finished("stop_token", {"tokens_per_s": 123.0})
+    s.finished("stop_token", 123.0)
     assert not s.running and s.decode_tokens_per_s == 123.0
 
 

@@ -8,7 +8,7 @@ import pytest
 from gui_helpers import data_dir, make_window, send  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
-from merlin.app.demo_image import draw_demo_image
+from merlin.app.modes.demo_image import draw_demo_image
 
 MARKDOWN = """## Result
 

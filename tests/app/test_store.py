@@ -4,8 +4,8 @@ import sqlite3
 
 import pytest
 
-from merlin.app import store as store_module
-from merlin.app.store import DB_NAME, SCHEMA_VERSION, ImageRef, Store, StoreError
+from merlin.app.model import store as store_module
+from merlin.app.model.store import DB_NAME, SCHEMA_VERSION, ImageRef, Store, StoreError
 
 
 def test_conversation_roundtrip_and_search(tmp_path):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from merlin.app.markdown import code_blocks, prepare, stable_length
-from merlin.app.mathtext import latex_to_unicode
+from merlin.app.model.markdown import code_blocks, prepare, stable_length
+from merlin.app.model.mathtext import latex_to_unicode
 
 
 @pytest.mark.parametrize(

@@ -105,9 +105,13 @@ def test_default_model_is_demo(tmp_path):
     import merlin.engine.kernels  # noqa: F401  (sets NUMBA_CACHE_DIR: reuse the warmed kernel cache)
 
     env = {"XDG_CACHE_HOME": str(tmp_path), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
-    r = run_cli("generate", "--max-new-tokens", "2", "hello", env_extra=env)
+    r = run_cli("generate", "--max-new-tokens", "60", "Hello!", env_extra=env)
     assert r.returncode == 0, r.stderr
-    assert any((tmp_path / "merlin" / "checkpoints").glob("qwen3vl-demo-*/model.safetensors"))
+    # the shipped demo model, trained to say what it is to anything but a picture of shapes
+    from merlin.engine.demo_scenes import TEXT_ONLY_ANSWER
+
+    assert r.stdout.strip() == TEXT_ONLY_ANSWER["en"]
+    assert not (tmp_path / "merlin" / "checkpoints").exists()  # nothing was built
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from merlin.engine.generate import Finished, GenerationRequest, Tokens, generate
+from merlin.engine.generate import AnswerOptions, Finished, Tokens, generate
 from merlin.engine.model import load_model
-from merlin.engine.prompt import chat_prompt_ids
+from merlin.engine.prompt import chat_prompt_ids, text_prompt
 from merlin.engine.rope import text_positions
 from merlin.engine.sampling import SamplingParams
 from merlin.engine.speculative import Drafter
@@ -25,10 +25,8 @@ def model_for(demo_dir, weights="f32", kv="f32"):
 
 
 def run(model, prompt, spec="off", k=4, sampling=GREEDY, n=24, drafter=None, cancel=None):
-    request = GenerationRequest(
-        prompt_ids=prompt, sampling=sampling, max_new_tokens=n, ignore_eos=True, spec=spec, spec_k=k
-    )
-    events = list(generate(model, request, drafter=drafter, cancel=cancel))
+    options = AnswerOptions(sampling, max_new_tokens=n, ignore_eos=True, spec=spec, spec_k=k)
+    events = list(generate(model, text_prompt(prompt), options, drafter=drafter, cancel=cancel))
     return events[-1], events
 
 
@@ -49,22 +47,22 @@ def test_greedy_spec_output_is_byte_identical(demo_dir, weights, kv):
     model = model_for(demo_dir, weights, kv)
     prompt = chat_prompt_ids(model.tokenizer, "Tell me about the picture.")
     plain, _ = run(model, prompt)
-    answer = plain.totals["token_ids"]
+    answer = plain.token_ids
     for spec in ("on", "auto"):
         for k in (1, 4, 8):
             done, events = run(
                 model, prompt, spec, k, drafter=seeded_drafter(model, prompt, answer)
             )
-            assert done.totals["token_ids"] == answer, (spec, k)
-            assert done.totals["text"] == plain.totals["text"]
-            s = done.totals["spec"]
+            assert done.token_ids == answer, (spec, k)
+            assert done.text == plain.text
+            s = done.spec
             if spec == "on":
                 assert s["hits"] > 0 and (k == 1 or s["kv_rolls"] > 0)
                 assert s["drafted"] == s["hits"] + s["kv_rolls"]
                 assert s["tokens_per_forward"] > 1.0
                 multi = [e for e in events if isinstance(e, Tokens) and len(e.ids) > 1]
                 assert multi and all(e.profile.emitted == len(e.ids) for e in multi)
-            assert done.totals["cached_tokens"] == len(prompt) + len(answer) - 1
+            assert done.cached_tokens == len(prompt) + len(answer) - 1
 
 
 @pytest.mark.parametrize("weights,kv", [("q8", "q8"), ("q4", "f32"), ("q4", "q8")])
@@ -93,11 +91,11 @@ def test_sampled_spec_keeps_the_distribution(demo_dir):
     for mode in ("off", "on"):
         for seed in range(runs):
             sampling = SamplingParams(seed=seed + 1, **params)
-            drafter = seeded_drafter(model, prompt, plain.totals["token_ids"])
+            drafter = seeded_drafter(model, prompt, plain.token_ids)
             done, _ = run(model, prompt, mode, 3, sampling, n=4, drafter=drafter)
-            key = tuple(done.totals["token_ids"][1:3])
+            key = tuple(done.token_ids[1:3])
             counts[mode][key] = counts[mode].get(key, 0) + 1
-            hits += done.totals["spec"]["hits"]
+            hits += done.spec["hits"]
     assert hits > 50  # drafts were accepted often, and rejected too (they are corrupted)
     keys = sorted(set(counts["off"]) | set(counts["on"]), key=lambda k: -counts["off"].get(k, 0))
     # pool rare outcomes, then a chi-square test of homogeneity (p < 0.001 critical values)
@@ -135,13 +133,13 @@ def test_cancel_during_speculation_keeps_session_consistent(demo_dir):
     prompt = chat_prompt_ids(model.tokenizer, "Tell me about the picture.")
     plain, _ = run(model, prompt, n=30)
     cancel = threading.Event()
-    request = GenerationRequest(
-        prompt_ids=prompt, sampling=GREEDY, max_new_tokens=30, ignore_eos=True, spec="on", spec_k=4
-    )
+    options = AnswerOptions(GREEDY, max_new_tokens=30, ignore_eos=True, spec="on", spec_k=4)
     cache = model.new_cache(256)
     got = []
-    drafter = seeded_drafter(model, prompt, plain.totals["token_ids"])
-    for event in generate(model, request, cache=cache, cancel=cancel, drafter=drafter):
+    drafter = seeded_drafter(model, prompt, plain.token_ids)
+    for event in generate(
+        model, text_prompt(prompt), options, cache=cache, cancel=cancel, drafter=drafter
+    ):
         if isinstance(event, Tokens):
             got += event.ids
             if len(got) >= 7:
@@ -149,7 +147,7 @@ def test_cancel_during_speculation_keeps_session_consistent(demo_dir):
         if isinstance(event, Finished):
             done = event
     assert done.reason == "cancelled"
-    assert got == plain.totals["token_ids"][: len(got)]
+    assert got == plain.token_ids[: len(got)]
     # the cache holds the prompt and every emitted token but the last (not fed yet)
     assert cache.length == len(prompt) + len(got) - 1
     # continuing from this cache gives the same logits as a fresh computation

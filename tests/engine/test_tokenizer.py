@@ -101,7 +101,7 @@ def test_write_demo_tokenizer_is_deterministic(demo_dir: Path, tmp_path: Path) -
     # A fresh interpreter (other hash seed, other thread count) must write the same bytes.
     env = dict(os.environ, PYTHONHASHSEED="12345", RAYON_NUM_THREADS="1")
     code = (
-        "import sys; from pathlib import Path; from engine.demo_tokenizer import "
+        "import sys; from pathlib import Path; from merlin.engine.demo_tokenizer import "
         "write_demo_tokenizer; write_demo_tokenizer(Path(sys.argv[1]))"
     )
     subprocess.run(

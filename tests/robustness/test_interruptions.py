@@ -27,10 +27,9 @@ import numpy as np
 import pytest
 
 from merlin.engine import linear, text
-from merlin.engine.generate import Finished, GenerationRequest, Tokens, generate
+from merlin.engine.generate import AnswerOptions, Finished, Tokens, generate
 from merlin.engine.model import load_model
-from merlin.engine.prompt import chat_prompt_ids
-from merlin.engine.rope import text_positions
+from merlin.engine.prompt import chat_prompt_ids, text_prompt
 from merlin.engine.sampling import SamplingParams
 from merlin.engine.speculative import Drafter
 
@@ -53,21 +52,17 @@ def drafter_for(model, history):
     return d
 
 
-def request(prompt, n=N_NEW, spec="off", k=4):
-    return GenerationRequest(
-        prompt_ids=list(prompt),
-        sampling=GREEDY,
-        max_new_tokens=n,
-        ignore_eos=True,
-        spec=spec,
-        spec_k=k,
+def request(prompt, n=N_NEW, spec="off", k=4, start=0):
+    """(prompt, options) of one generation; the prompt continues a cache of `start` rows."""
+    return text_prompt(prompt, start), AnswerOptions(
+        GREEDY, max_new_tokens=n, ignore_eos=True, spec=spec, spec_k=k
     )
 
 
 def run(model, req, cache, cancel=None, drafter=None):
     """(emitted ids, Finished) of one generation."""
     got, done = [], None
-    for event in generate(model, req, cache=cache, cancel=cancel, drafter=drafter):
+    for event in generate(model, *req, cache=cache, cancel=cancel, drafter=drafter):
         if isinstance(event, Tokens):
             got += event.ids
         elif isinstance(event, Finished):
@@ -141,8 +136,7 @@ def next_turn_ids(model, answer_last: int):
 
 def second_turn(model, cache, answer, n=8):
     ids = next_turn_ids(model, answer[-1])
-    req = request(ids, n=n)
-    req.positions = text_positions(cache.length, len(ids))
+    req = request(ids, n=n, start=cache.length)
     got, done = run(model, req, cache)
     assert done.reason == "max_tokens"
     return got
@@ -188,9 +182,9 @@ def test_cancel_at_a_random_point(demo_dir, references, seed):
     assert done.reason == "cancelled", done.reason
     n = len(got)
     assert 1 <= n <= N_NEW and got == answer[:n]
-    assert done.totals["token_ids"] == got
+    assert done.token_ids == got
     # the cache holds the prompt and every emitted token but the last, nothing more
-    assert cache.length == len(prompt) + n - 1 == done.totals["cached_tokens"]
+    assert cache.length == len(prompt) + n - 1 == done.cached_tokens
 
     # the same rows as an uncancelled run that answered exactly these n tokens (spec off)
     same = model.new_cache(256)
@@ -203,8 +197,7 @@ def test_cancel_at_a_random_point(demo_dir, references, seed):
     if n < N_NEW:
         cont = model.new_cache(256)
         run(model, request(prompt, n=n), cont)
-        req2 = request([got[-1]], n=N_NEW - n)
-        req2.positions = text_positions(cont.length, 1)
+        req2 = request([got[-1]], n=N_NEW - n, start=cont.length)
         rest, _ = run(model, req2, cont)
         assert got + rest == answer
 
@@ -257,7 +250,7 @@ def test_exception_inside_the_engine(demo_dir, references, monkeypatch, module, 
     with monkeypatch.context() as m:
         FailOnCall(m, module, name, at)
         with pytest.raises(Boom):  # reaches the caller as it is
-            for event in generate(model, request(prompt, spec=spec), cache=cache, drafter=drafter):
+            for event in generate(model, *request(prompt, spec=spec), cache=cache, drafter=drafter):
                 if isinstance(event, Tokens):
                     got += event.ids
     # what was emitted is right, and the cache holds only fully computed rows
@@ -269,8 +262,7 @@ def test_exception_inside_the_engine(demo_dir, references, monkeypatch, module, 
         for a, b in zip(stored_rows(cache), stored_rows(same)):
             assert np.array_equal(a, b)
         # the interrupted answer continues exactly
-        req = request([got[-1]], n=N_NEW - len(got))
-        req.positions = text_positions(cache.length, 1)
+        req = request([got[-1]], n=N_NEW - len(got), start=cache.length)
         rest, _ = run(model, req, cache)
         assert got + rest == answer
     # the model is unharmed: the next request gives the usual answer

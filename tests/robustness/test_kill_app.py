@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from merlin.app.store import DB_NAME, Store
+from merlin.app.model.store import DB_NAME, Store
 
 REPO = Path(__file__).resolve().parents[2]
 MESSAGES = [

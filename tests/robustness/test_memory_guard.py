@@ -16,12 +16,14 @@ from fuzzutil import traced
 from merlin.engine import memory
 from merlin.engine.config import parse_config
 from merlin.engine.errors import CheckpointError, InputError, ResourceError
-from merlin.engine.generate import GenerationRequest, generate
+from merlin.engine.generate import AnswerOptions, generate
 from merlin.engine.memory import estimate_for, estimate_memory
 from merlin.engine.model import load_model
+from merlin.engine.prompt import text_prompt
 from merlin.engine.rope import text_positions
 from merlin.engine.sampling import SamplingParams
 from merlin.engine.vision.encoder import StoredWeight
+from merlin.engine.vision.qweights import q8_linear
 
 
 def vision_bytes(model) -> int:
@@ -30,7 +32,8 @@ def vision_bytes(model) -> int:
 
     def walk(obj):
         nonlocal total
-        if isinstance(obj, StoredWeight):  # left in the mapped file, not held in memory
+        if isinstance(obj, StoredWeight):  # left in the mapped file; its q8 copy is held
+            total += q8_linear(obj, {}).nbytes  # (made at the first image: made here)
             return
         if isinstance(obj, np.ndarray):
             if id(obj) not in seen:
@@ -75,8 +78,9 @@ def test_estimate_covers_a_full_context_run(demo_dir):
         base = tracemalloc.get_traced_memory()[0]
         model = load_model(demo_dir, context=context)
         prompt = [int(i) for i in np.arange(context - 8) % 1000 + 10]
-        req = GenerationRequest(prompt, SamplingParams(temperature=0.0), max_new_tokens=4)
-        list(generate(model, req, cache=model.new_cache(context), max_context=context))
+        options = AnswerOptions(SamplingParams(temperature=0.0), max_new_tokens=4, spec="off")
+        prompt = text_prompt(prompt)
+        list(generate(model, prompt, options, cache=model.new_cache(context), max_context=context))
         peak = tracemalloc.get_traced_memory()[1] - base
     assert peak <= est.total, (peak, est.describe())
     assert peak >= (est.total - est.margin) / 8  # and not wildly pessimistic

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from faults import full_disk_for_new_files, read_only
 
-from merlin.app.store import DB_NAME, Store, StoreError
+from merlin.app.model.store import DB_NAME, Store, StoreError
 from merlin.engine import arrayfile
 from merlin.engine.arrayfile import FileSaveError
 from merlin.engine.generate import Finished
@@ -138,7 +138,7 @@ def test_the_app_shows_the_message_and_keeps_the_text(qtbot, demo_dir, tmp_path,
     from PySide6.QtCore import Qt
 
     from merlin.app.settings import AppSettings
-    from merlin.app.window import MainWindow
+    from merlin.app.widgets.window import MainWindow
 
     monkeypatch.setenv("MERLIN_DATA_DIR", str(tmp_path))
     w = MainWindow(

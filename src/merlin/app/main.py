@@ -95,15 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     if placement is None:
         return 2
     if args.self_test:
-        from .selftest import run as self_test
+        from merlin.app.modes.selftest import run as self_test
 
         return self_test(weights=args.weights or "f32", kv=args.kv or "f32")
     if args.demo_screenshot:
-        from .screenshot import run
+        from merlin.app.modes.screenshot import run
 
         return run(args.demo_screenshot, model=args.model or "", language=args.lang or "en")
     if args.script:
-        from .scripted import run as run_script
+        from merlin.app.modes.scripted import run as run_script
 
         return run_script(args.script, model=args.model, weights=args.weights, kv=args.kv)
 
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationDisplayName("Merlin")
     app.setDesktopFileName("merlin")
 
-    from .settings import load_settings
-    from .window import MainWindow
+    from merlin.app.settings import load_settings
+    from merlin.app.widgets.window import MainWindow
 
     settings = load_settings()
     if args.lang:
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 def _saved_settings():
     """The user's settings (None when Qt is unusable: then only flags count)."""
     try:
-        from .settings import load_settings
+        from merlin.app.settings import load_settings
 
         return load_settings()
     except ImportError:

@@ -21,18 +21,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from merlin.engine.formats import (
-    DEFAULT_KV,
-    DEFAULT_WEIGHTS,
-    KV_FORMATS,
-    WEIGHT_CHOICES,
-)
+from merlin.app.model.paths import data_dir, sessions_dir
+from merlin.app.model.perf_stats import format_bytes
+from merlin.app.model.prompting import SPEC_MODES, GenerationOptions
+from merlin.app.widgets.preset_picker import PresetPicker
+from merlin.engine.formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 from merlin.engine.speculative import MAX_K
 
 from .i18n import LANGUAGES, tr
-from .paths import data_dir, sessions_dir
-from .perf_stats import format_bytes
-from .prompting import SPEC_MODES, GenerationOptions
 
 
 @dataclass
@@ -51,11 +47,14 @@ class AppSettings:
     cpus: str = "big"  # "big" (big cores of a big.LITTLE CPU), "all" or a list like "0-3"
     spec_mode: str = "auto"
     spec_k: int = 4
-    image_max_pixels: int = 0  # 0 = the checkpoint's own limit
+    image_max_pixels: int = 0  # 0 = the checkpoint's own limit (used when image_tokens is 0)
+    image_tokens: int = 0  # image-token budget per image; 0 = this machine's default
     # app
     session_cap_mb: int = 4096  # disk for saved sessions (KV caches of chats); 0 = none saved
     language: str = "system"  # "system", "en", "zh_CN"
-    model_source: str = ""  # "" = demo; "random-2b"; or a folder
+    model_source: str = ""  # "" = demo; "random-2b"; "remote"; or a folder
+    remote_url: str = ""  # the OpenAI-compatible server (its key: app/remote.py, a file)
+    remote_model: str = ""
     weights: str = DEFAULT_WEIGHTS
     kv: str = DEFAULT_KV
     recent_folders: str = ""  # newline-separated
@@ -81,6 +80,7 @@ class AppSettings:
             spec_mode=self.spec_mode,
             spec_k=self.spec_k,
             max_pixels=self.image_max_pixels,
+            image_tokens=self.image_tokens,
         )
 
 
@@ -88,8 +88,16 @@ def settings_file() -> QSettings:
     return QSettings(str(data_dir() / "settings.ini"), QSettings.IniFormat)
 
 
+# what the last load_settings() found out of range (shown once by the window)
+PROBLEMS: list[str] = []
+
+
 def load_settings(qs: QSettings | None = None) -> AppSettings:
+    from merlin.app.model.settings_check import bounded
+
     qs = qs or settings_file()
+    source = qs.fileName() or "the settings"
+    PROBLEMS.clear()
     s = AppSettings()
     for f in dataclasses.fields(AppSettings):
         if not qs.contains(f.name):
@@ -105,8 +113,11 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
                 value = float(raw)
             else:
                 value = str(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             continue  # a hand-edited or damaged value: keep the default
+        value, problem = bounded(f.name, value, default, source)
+        if problem:
+            PROBLEMS.append(problem)
         setattr(s, f.name, value)
     if s.spec_mode not in SPEC_MODES:
         s.spec_mode = "auto"
@@ -115,6 +126,8 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
     if s.kv not in KV_FORMATS:
         s.kv = DEFAULT_KV
     if not valid_cpus(s.cpus):
+        if s.cpus.strip():
+            PROBLEMS.append(f"cpus in {source} is not a CPU list; 'big' is used instead.")
         s.cpus = "big"
     return s
 
@@ -168,6 +181,11 @@ class SettingsDialog(QDialog):
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(settings.spec_mode))
         self.spec_k = _ispin(1, MAX_K, settings.spec_k)
         self.max_pixels = _ispin(0, 16_777_216, settings.image_max_pixels, step=65536)
+        self.image_tokens = _ispin(0, 16384, settings.image_tokens, step=256)
+        self.image_tokens_note = QLabel()
+        self.image_tokens_note.setWordWrap(True)
+        self.image_tokens.valueChanged.connect(self._check_image_tokens)
+        self.context.valueChanged.connect(self._check_image_tokens)
         self.language = QComboBox()
         self.language.addItem("", "system")
         for code, name in LANGUAGES.items():
@@ -175,7 +193,9 @@ class SettingsDialog(QDialog):
         idx = self.language.findData(settings.language)
         self.language.setCurrentIndex(max(0, idx))
         self.labels: dict[str, QLabel] = {}
+        self.preset = PresetPicker(self.system_prompt)
         rows = (
+            ("preset", self.preset),
             ("system_prompt", self.system_prompt),
             ("use_model", self.use_model),
             ("temperature", self.temperature),
@@ -188,12 +208,15 @@ class SettingsDialog(QDialog):
             ("threads", self.threads),
             ("spec_mode", self.spec_mode),
             ("spec_k", self.spec_k),
+            ("image_tokens", self.image_tokens),
             ("max_pixels", self.max_pixels),
         )
         for key, widget in rows:
             label = QLabel()
             self.labels[key] = label
             form.addRow(label, widget)
+            if key == "image_tokens":
+                form.addRow(self.image_tokens_note)
         layout.addWidget(gen)
         app_box = QGroupBox()
         self.app_box = app_box
@@ -226,6 +249,25 @@ class SettingsDialog(QDialog):
         self._sync_enabled()
         self.retranslate()
 
+    def _image_tokens_value(self) -> tuple[int, str]:
+        """(the budget to keep, a message when the one typed is not valid: the nearest)."""
+        from merlin.engine.vision.budget import InvalidBudget, check_budget
+        from merlin.engine.vision.preprocess import PreprocessConfig
+
+        value = self.image_tokens.value()
+        if value == 0:
+            return 0, ""
+        context = self.context.value() or None
+        try:
+            return check_budget(value, PreprocessConfig(), context), ""
+        except InvalidBudget as e:
+            return e.nearest, tr("{why} Kept: {n}.").format(why=e, n=e.nearest)
+
+    def _check_image_tokens(self, *_):
+        _, note = self._image_tokens_value()
+        self.image_tokens_note.setText(note)
+        self.image_tokens_note.setVisible(bool(note))
+
     def _sync_enabled(self, *_):
         custom = not self.use_model.isChecked()
         for w in (self.temperature, self.top_p, self.top_k, self.min_p, self.rep):
@@ -248,6 +290,7 @@ class SettingsDialog(QDialog):
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(d.spec_mode))
         self.spec_k.setValue(d.spec_k)
         self.max_pixels.setValue(d.image_max_pixels)
+        self.image_tokens.setValue(d.image_tokens)
         self.session_cap.setValue(d.session_cap_mb)
 
     def result_settings(self) -> AppSettings:
@@ -266,6 +309,7 @@ class SettingsDialog(QDialog):
             spec_mode=self.spec_mode.currentData(),
             spec_k=self.spec_k.value(),
             image_max_pixels=self.max_pixels.value(),
+            image_tokens=self._image_tokens_value()[0],
             session_cap_mb=self.session_cap.value(),
             language=self.language.currentData(),
             cpus=self.cpus.currentText().strip()
@@ -278,6 +322,7 @@ class SettingsDialog(QDialog):
         self.gen_box.setTitle(tr("Answers"))
         self.app_box.setTitle(tr("Application"))
         text = {
+            "preset": tr("Preset"),
             "system_prompt": tr("System prompt"),
             "use_model": tr("Sampling"),
             "temperature": tr("Temperature (0 = greedy)"),
@@ -290,7 +335,8 @@ class SettingsDialog(QDialog):
             "threads": tr("Threads (0 = all cores)"),
             "spec_mode": tr("Speculative decoding"),
             "spec_k": tr("Draft tokens K"),
-            "max_pixels": tr("Image max pixels (0 = model default)"),
+            "max_pixels": tr("Image max pixels (0 = model default; used when image tokens is 0)"),
+            "image_tokens": tr("Image tokens per image (0 = this machine's default)"),
             "language": tr("Language"),
             "cpus": tr("CPUs: big, all or a list like 0-3 (at the next start)"),
             "session_cap": tr("Disk for saved sessions (MB, 0 = do not save)"),
@@ -299,6 +345,12 @@ class SettingsDialog(QDialog):
             label.setText(text[key])
         self.use_model.setText(tr("Use the model's recommended values"))
         self.session_usage.setText(session_usage_text())
+        from merlin.engine.vision.budget import default_tokens
+
+        self.image_tokens.setSpecialValueText(
+            tr("this machine's default ({n})").format(n=default_tokens())
+        )
+        self._check_image_tokens()
         self.language.setItemText(0, tr("System language"))
         for i, m in enumerate(SPEC_MODES):
             self.spec_mode.setItemText(i, {"off": tr("off"), "on": tr("on"), "auto": tr("auto")}[m])

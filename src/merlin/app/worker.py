@@ -13,25 +13,32 @@ when it matters.
 from __future__ import annotations
 
 import logging
-import threading
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from merlin.engine import warmup
-from merlin.engine.errors import MerlinError, ResourceError
-from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
-
-from . import pyside_fixes
-from .prompting import (
+from merlin.app import pyside_fixes
+from merlin.app.model.jobs import (  # noqa: F401 (the worker's requests and results)
+    GENERATION_KEY,
+    GenerationJob,
+    ImageJob,
+    ImageStatus,
+    LoadRequest,
+    ModelInfo,
+    SessionJob,
+    SessionReport,
+)
+from merlin.app.model.prompting import (
     GenerationOptions,
     Turn,
-    respond_options,
+    answer_options,
     session_messages,
     session_settings,
 )
+from merlin.engine import warmup
+from merlin.engine.errors import MerlinError, ResourceError
+from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
 
 pyside_fixes.install()
 log = logging.getLogger(__name__)
@@ -40,74 +47,13 @@ SOURCE_DEMO = "demo"
 SOURCE_RANDOM_2B = "random-2b"
 
 
-@dataclass
-class LoadRequest:
-    source: str  # SOURCE_DEMO, SOURCE_RANDOM_2B or a checkpoint folder
-    weights: str = "f32"
-    kv: str = "f32"
-    warm_up: bool = True  # compile (or load cached) kernels now, not at the first question
-    cancel: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the GUI may know about the loaded model (plain values only)."""
-
-    source: str
-    folder: str
-    name: str
-    description: str
-    weights: str
-    kv: str
-    random_weights: bool  # demo or the 2B-shaped random checkpoint: answers are random text
-    vision: bool
-    vision_problem: str
-    max_context: int
-    weight_bytes_per_token: int
-    load_s: float
-
-
-@dataclass
-class GenerationJob:
-    job_id: int
-    turns: list[Turn]  # the whole conversation, ending with the question
-    options: GenerationOptions
-    conversation_id: int | None = None  # the key of its saved session (None: not saved)
-    cancel: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class SessionJob:
-    """Make the worker's session the one of this conversation (None: drop it), restoring
-    its saved cache now, while the user reads and types."""
-
-    conversation_id: int | None
-    turns: list[Turn]
-    options: GenerationOptions
-
-
-@dataclass(frozen=True)
-class SessionReport:
-    """What happened to a conversation's saved session (plain values for the GUI)."""
-
-    conversation_id: int
-    action: str  # "restored", "not_restored", "saved" or "not_saved"
-    reason: str = ""  # why not (empty when it worked)
-    tokens: int = 0  # tokens restored or saved
-    file_bytes: int = 0
-
-    @property
-    def restored(self) -> bool:
-        return self.action == "restored"
-
-
 class _LoadCancelled(Exception):
     pass
 
 
 def describe_source(source: str) -> str:
     if source == SOURCE_DEMO:
-        return "Merlin demo (random weights)"
+        return "Merlin demo (shapes)"
     if source == SOURCE_RANDOM_2B:
         return "Qwen3-VL-2B shapes (random weights)"
     return source.rstrip("/").split("/")[-1] or source
@@ -124,6 +70,7 @@ class EngineWorker(QObject):
     sig_failed(int, str): job id, why the generation failed (a message for the user).
     sig_job_done(int): job id; the worker is free again.
     sig_session(object): a SessionReport (a saved session was restored or not, saved or not).
+    sig_image(object): an ImageStatus (an image encoded on attach, or during an answer).
     """
 
     sig_load_progress = Signal(float, str)
@@ -134,6 +81,7 @@ class EngineWorker(QObject):
     sig_failed = Signal(int, str)
     sig_job_done = Signal(int)
     sig_session = Signal(object)
+    sig_image = Signal(object)
 
     def __init__(
         self, sessions_folder: Path | str | None = None, cap_bytes: int = DEFAULT_STORE_CAP
@@ -141,6 +89,7 @@ class EngineWorker(QObject):
         """sessions_folder: where conversations' sessions are saved (None: never saved)."""
         super().__init__()
         self._model = None
+        self._remote = None  # model.remote.RemoteBackend while a remote server is in use
         self._session: Session | None = None
         self._session_key: int | None = None
         self._store = SessionStore(sessions_folder, cap_bytes) if sessions_folder else None
@@ -157,6 +106,11 @@ class EngineWorker(QObject):
             self.sig_load_progress.emit(float(fraction), phase)
 
         self._drop_session()  # it was saved when its turn ended; free its KV cache now
+        if request.remote is not None:  # an OpenAI-compatible server (app/remote_worker.py)
+            from merlin.app.remote_worker import connect
+
+            connect(self, request)
+            return
         try:
             progress(0.0, "finding the checkpoint")
             folder = self._resolve(request.source, progress)
@@ -200,7 +154,7 @@ class EngineWorker(QObject):
             traceback.print_exc()
             self.sig_load_failed.emit(f"loading failed unexpectedly ({type(e).__name__}: {e}).")
             return
-        self._model = model
+        self._model, self._remote = model, None
         vision = model.vision
         self.sig_loaded.emit(
             ModelInfo(
@@ -210,13 +164,14 @@ class EngineWorker(QObject):
                 description=model.config.describe(),
                 weights=model.weights_fmt,
                 kv=model.kv_fmt,
-                random_weights=request.source in (SOURCE_DEMO, SOURCE_RANDOM_2B)
+                random_weights=request.source == SOURCE_RANDOM_2B
                 or _is_random_checkpoint(model.folder),
                 vision=bool(vision and vision.available),
                 vision_problem=(vision.problem or "") if vision else "",
                 max_context=model.max_context,
                 weight_bytes_per_token=model.bytes_per_token,
                 load_s=model.load_s,
+                demo_model=_is_demo_model(model.folder),
             )
         )
 
@@ -236,33 +191,28 @@ class EngineWorker(QObject):
     @staticmethod
     def _warm_up(model, progress) -> None:
         """Run every kernel once so Numba compiles them (or loads its disk cache) now."""
-        from merlin.engine.generate import GenerationRequest, generate
+        from merlin.engine.generate import AnswerOptions, generate
+        from merlin.engine.prompt import build_prompt, text_prompt
         from merlin.engine.sampling import SamplingParams
 
         progress(0.94, "compiling kernels (first start only)")
         ids = model.tokenizer.encode_text("Hello")
-        greedy = SamplingParams(temperature=0.0)
-        request = GenerationRequest(
-            prompt_ids=ids, sampling=greedy, max_new_tokens=2, ignore_eos=True
+        greedy = AnswerOptions(
+            SamplingParams(temperature=0.0), max_new_tokens=2, ignore_eos=True, spec="off"
         )
-        for _ in generate(model, request, max_context=64):
+        for _ in generate(model, text_prompt(ids), greedy, max_context=64):
             pass
         if model.vision is not None and model.vision.available:
             # an image prompt and two decode steps after it (3D positions, rope delta)
             progress(0.96, "compiling the vision kernels (first start only)")
             from PIL import Image
 
-            from merlin.engine.prompt import build_prompt
             from merlin.engine.vision import prepare_pil
 
             cfg = model.vision.preprocess.with_max_pixels(model.vision.preprocess.factor**2 * 4)
             image = prepare_pil(Image.new("RGB", (64, 64), (128, 128, 128)), cfg, "warm-up")
             prompt = build_prompt(model.tokenizer, model.config, "Hi", [image])
-            request = GenerationRequest(
-                prompt_ids=prompt.ids, sampling=greedy, max_new_tokens=2, ignore_eos=True,
-                images=prompt.images, positions=prompt.positions, rope_delta=prompt.rope_delta,
-            )  # fmt: skip
-            for _ in generate(model, request, max_context=len(prompt.ids) + 8):
+            for _ in generate(model, prompt, greedy, max_context=len(prompt.ids) + 8):
                 pass
 
     # ---- sessions ------------------------------------------------------------------------
@@ -277,6 +227,7 @@ class EngineWorker(QObject):
         if s is not None and s.model is self._model and self._session_key == key:
             s.set_system(options.system_prompt)
             s.settings.max_pixels = options.max_pixels or None
+            s.settings.image_tokens = options.image_tokens or None
             if s.settings.context_budget != max(0, int(options.context_budget)):
                 s.set_context_budget(max(0, int(options.context_budget)))
             return s
@@ -336,6 +287,58 @@ class EngineWorker(QObject):
         if self._store is not None:
             self._store.set_cap(max(0, int(cap_bytes)))
 
+    # ---- images, encoded on attach --------------------------------------------------------
+
+    def _progress(self, key: int):
+        """A Session.vision_progress that reports blocks done, then the encode's time."""
+        start = [0.0]
+
+        def report(done: int, depth: int) -> None:
+            import time
+
+            if done == 0:
+                start[0] = time.perf_counter()
+            state, secs = "encoding", 0.0
+            if done == depth:
+                state, secs = "done", time.perf_counter() - start[0]
+            self.sig_image.emit(ImageStatus(key, state, seconds=secs, done=done, depth=depth))
+
+        return report
+
+    @Slot(object)
+    def encode_image(self, job: ImageJob) -> None:
+        """Prepare and encode an attached image into the model's embedding cache, so the
+        answer that sends it waits only for what is left (nothing, if this finished)."""
+        from merlin.engine.vision import cost
+        from merlin.engine.vision.budget import BudgetedImage
+        from merlin.engine.vision.encoder import EncodeCancelled
+
+        model = self._model
+        if job.cancel.is_set():
+            self.sig_image.emit(ImageStatus(job.key, "cancelled"))
+            return
+        if model is None or model.vision is None or not model.vision.available:
+            return  # the answer says why, if the image is sent
+        s = self._session
+        if s is None or s.model is not model:
+            s = Session(model, job.options.system_prompt, session_settings(job.options))
+        try:
+            im = s.image(BudgetedImage(job.path, job.tokens))
+            secs = cost.estimate_seconds(model.vision.encoder, [im.grid_thw])
+            self.sig_image.emit(ImageStatus(job.key, "estimate", im.n_tokens, secs))
+            s.vision_progress = self._progress(job.key)
+            try:
+                s.encode_image(im, job.cancel)
+            finally:
+                s.vision_progress = None
+        except EncodeCancelled:
+            self.sig_image.emit(ImageStatus(job.key, "cancelled"))
+        except MerlinError as e:
+            self.sig_image.emit(ImageStatus(job.key, "error", message=str(e)))
+        except Exception as e:  # an engine bug: say so on the image, keep the app alive
+            traceback.print_exc()
+            self.sig_image.emit(ImageStatus(job.key, "error", message=f"{type(e).__name__}: {e}"))
+
     # ---- generation ----------------------------------------------------------------------
 
     @Slot(object)
@@ -344,18 +347,23 @@ class EngineWorker(QObject):
         from merlin.engine.threads import set_threads
 
         try:
+            if self._remote is not None:  # a remote server answers (model/remote.py)
+                for event in self._remote.respond(job.turns, job.options, job.cancel):
+                    self.sig_event.emit(job.job_id, event)
+                return
             if self._model is None:
                 self.sig_failed.emit(job.job_id, "no model is loaded yet.")
                 return
             if job.cancel.is_set():
-                self.sig_event.emit(job.job_id, Finished("cancelled", {"generated_tokens": 0}))
+                self.sig_event.emit(job.job_id, Finished("cancelled"))
                 return
             set_threads(job.options.threads or None)
             session = self._session_for(job.conversation_id, job.turns, job.options)
+            session.vision_progress = self._progress(GENERATION_KEY)
             events = session.respond(
                 session_messages(job.turns),
+                answer_options(self._model, job.options),
                 cancel=job.cancel,
-                **respond_options(self._model, job.options),
             )
             ended = False
             for event in events:
@@ -376,6 +384,12 @@ class EngineWorker(QObject):
             )
         finally:
             self.sig_job_done.emit(job.job_id)
+
+
+def _is_demo_model(folder) -> bool:
+    from merlin.engine.demo_model import is_demo_model
+
+    return is_demo_model(folder)
 
 
 def _is_random_checkpoint(folder) -> bool:

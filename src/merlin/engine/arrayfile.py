@@ -107,6 +107,8 @@ def write(path: Path | str, kind: str, meta: dict, arrays: list[ArraySpec]) -> i
                 crc, written = 0, 0
                 for chunk in spec.chunks():
                     chunk = np.ascontiguousarray(chunk, dtype=spec.dtype)
+                    if chunk.nbytes == 0:  # e.g. an empty cache (a 0 in the shape)
+                        continue
                     view = memoryview(chunk).cast("B")
                     crc = zlib.crc32(view, crc)
                     f.write(view)
@@ -159,12 +161,12 @@ class Reader:
 
     def __init__(self, path: Path | str, kind: str):
         self.path = Path(path)
-        try:
-            self._f = open(self.path, "rb")
-        except FileNotFoundError:
-            raise FileFormatError(f"{self.path} does not exist") from None
-        except OSError as e:
-            raise FileFormatError(f"{self.path} cannot be read ({e.strerror})") from None
+        from .safe_open import open_regular
+
+        if not os.path.lexists(self.path):
+            raise FileFormatError(f"{self.path} does not exist")
+        # never blocks on a FIFO or device: those are refused with what they are
+        self._f = open_regular(self.path, "the saved file", FileFormatError)
         try:
             self._open(kind)
         except BaseException:

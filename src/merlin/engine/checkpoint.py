@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import CheckpointError
+from .finite import check_tensor
 
 # The safetensors package allows 100 MB. Real headers are far smaller (Qwen3-VL-8B: ~110 kB
 # over 4 shards), and Python's JSON parser can build ~25 bytes of objects per header byte
@@ -71,12 +73,13 @@ class SafetensorsFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        from .safe_open import open_regular
+
         try:
-            self._fd = open(self.path, "rb")
-        except FileNotFoundError:
-            raise CheckpointError(f"{self.path}: file is missing.") from None
-        except OSError as e:
-            raise CheckpointError(f"{self.path}: cannot open ({e.strerror}).") from None
+            if not os.path.lexists(self.path):
+                raise CheckpointError(f"{self.path}: file is missing.")
+            # a FIFO, device or folder is refused with what it is, never opened blocking
+            self._fd = open_regular(self.path, "the weights file", CheckpointError)
         except (UnicodeError, ValueError) as e:  # a name no file system can hold
             raise CheckpointError(f"{self.path!r}: not a usable file name ({e}).") from None
         try:
@@ -224,6 +227,32 @@ def to_f32(raw: np.ndarray, dtype: str, out: np.ndarray | None = None) -> np.nda
     return out
 
 
+_SHARD = re.compile(r"^(.*)-(\d+)-of-(\d+)\.safetensors$")
+
+
+def _reject_repeated_names(index: Path) -> None:
+    """A weight_map that lists a tensor twice (JSON keeps only the last one, silently)."""
+    try:
+        json.loads(index.read_text(encoding="utf-8"), object_pairs_hook=_reject_duplicates)
+    except ValueError as e:
+        raise CheckpointError(
+            f"{index}: {e} in the index: a tensor is listed twice. Download {INDEX_NAME} again."
+        ) from None
+
+
+def _reject_unnamed_shards(index: Path, named: set[str]) -> None:
+    """A shard of the same series (prefix-0000k-of-0000n.safetensors) that the index never
+    names: its tensors would be ignored, so the index does not belong to these files."""
+    series = {(m.group(1), m.group(3)) for f in named if (m := _SHARD.match(f))}
+    for path in sorted(index.parent.glob("*.safetensors")):
+        m = _SHARD.match(path.name)
+        if m and (m.group(1), m.group(3)) in series and path.name not in named:
+            raise CheckpointError(
+                f"{index}: the shard {path.name} is in the folder but the index names none of "
+                f"its tensors. The index does not match the shards; download {INDEX_NAME} again."
+            )
+
+
 class Checkpoint:
     """All safetensors files of one checkpoint folder, single-file or sharded."""
 
@@ -233,9 +262,9 @@ class Checkpoint:
         self.files: dict[Path, SafetensorsFile] = {}
         self.tensors: dict[str, TensorInfo] = {}
         try:
-            if index.is_file():
+            if os.path.lexists(index):
                 self._open_sharded(index)
-            elif (self.folder / SINGLE_NAME).is_file():
+            elif os.path.lexists(self.folder / SINGLE_NAME):
                 self._open_file(self.folder / SINGLE_NAME)
             else:
                 found = sorted(p.name for p in self.folder.glob("*.safetensors"))
@@ -266,6 +295,7 @@ class Checkpoint:
         weight_map = data.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: 'weight_map' is missing or empty.")
+        _reject_repeated_names(index)
         for name, file in weight_map.items():
             if (
                 not isinstance(file, str)
@@ -274,8 +304,10 @@ class Checkpoint:
                 or file.startswith(".")
             ):
                 raise CheckpointError(f"{index}: shard name {file!r} for {name!r} is not valid.")
-        for file in sorted(set(weight_map.values())):
+        named = set(weight_map.values())
+        for file in sorted(named):
             self._open_file(self.folder / file)
+        _reject_unnamed_shards(index, named)
         for name, file in weight_map.items():
             info = self.tensors.get(name)
             if info is None or info.file.name != file:
@@ -310,7 +342,9 @@ class Checkpoint:
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
             )
-        out = to_f32(self.raw(name), info.dtype)
+        raw = self.raw(name)
+        check_tensor(raw, info.dtype, name, info.file)  # NaN/inf refused, with the name
+        out = to_f32(raw, info.dtype)
         self.files[info.file].release(name)
         return out
 
@@ -318,7 +352,22 @@ class Checkpoint:
         """Rows start..stop-1 of a matrix as float32: lets a loader convert a large tensor
         (the 151936-row embedding) in chunks instead of holding it whole in f32."""
         info = self.info(name)
-        return to_f32(self.raw(name)[start:stop], info.dtype)
+        raw = self.raw(name)[start:stop]
+        check_tensor(raw, info.dtype, name, info.file)  # NaN/inf refused, with the name
+        return to_f32(raw, info.dtype)
+
+    def check_finite(self, name: str) -> None:
+        """CheckpointError naming the tensor if it holds NaN or inf (its pages are released
+        after the check)."""
+        info = self.info(name)
+        check_tensor(self.raw(name), info.dtype, name, info.file)
+        self.release(name)
+
+    def location(self, name: str) -> tuple[Path, int, int]:
+        """(file, byte offset, byte count) of a tensor's data, for reading it without a map."""
+        info = self.info(name)
+        f = self.files[info.file]
+        return info.file, f._data_start + info.begin, info.nbytes
 
     def release(self, name: str) -> None:
         info = self.info(name)

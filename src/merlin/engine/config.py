@@ -3,6 +3,11 @@
 Two spellings exist: the published checkpoints (transformers 4.57: `rope_theta` and
 `rope_scaling` inside text_config, vision model_type "qwen3_vl") and what transformers 5.x
 writes (`rope_parameters`). Both load into the same dataclasses.
+
+Three model types: qwen3_vl (dense), qwen3_vl_moe (the same layout with routed experts,
+engine.moe.config) and qwen3_moe (text only: the text keys at the top level, tensors under
+`model.` instead of `model.language_model.`, plain RoPE, which is M-RoPE with the three
+position components equal, so any section adding up to head_dim/2 computes it).
 """
 
 from __future__ import annotations
@@ -10,15 +15,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CheckpointError
+from .moe.config import MoEConfig, parse_moe
 
-SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
+SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_moe")
+TEXT_PREFIX = {"qwen3_moe": "model."}  # others: "model.language_model."
 # Layer and block counts drive loops over tensor names before any tensor is read; Qwen3-VL has
 # at most a few dozen, so anything above this is a damaged config, refused at once.
 MAX_LAYERS = 1024
+# config.json, generation_config.json, the shard index: real ones are at most a few MB
+MAX_JSON_BYTES = 64 << 20
+MAX_HEAD_DIM = 1024
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,10 @@ class TextConfig:
     rms_norm_eps: float
     hidden_act: str = "silu"
     attention_bias: bool = False
+    moe: MoEConfig | None = None  # routed experts (engine.moe); None: every MLP dense
+
+    def is_moe_layer(self, i: int) -> bool:
+        return self.moe is not None and self.moe.is_moe_layer(i)
 
     @property
     def q_size(self) -> int:
@@ -49,10 +64,25 @@ class TextConfig:
     @property
     def n_params(self) -> int:
         """Decoder parameters without the embedding (lm_head counted separately)."""
+        return self._decoder_params(active=False)
+
+    @property
+    def n_active_params(self) -> int:
+        """As n_params, counting of each routed layer only the experts one token runs."""
+        return self._decoder_params(active=True)
+
+    def _decoder_params(self, active: bool) -> int:
         d, i = self.hidden_size, self.intermediate_size
         attn = d * self.q_size * 2 + d * self.kv_size * 2
-        per_layer = attn + 3 * d * i + 2 * d + 2 * self.head_dim
-        return self.num_hidden_layers * per_layer + d
+        total = d
+        for li in range(self.num_hidden_layers):
+            mlp = 3 * d * i
+            if self.is_moe_layer(li):
+                m = self.moe
+                n = m.experts_per_token if active else m.num_experts
+                mlp = n * 3 * d * m.moe_intermediate_size + m.num_experts * d
+            total += attn + mlp + 2 * d + 2 * self.head_dim
+        return total
 
 
 @dataclass(frozen=True)
@@ -87,13 +117,25 @@ class ModelConfig:
     vision_start_token_id: int
     vision_end_token_id: int
     identity: str = field(default="", compare=False)
+    text_prefix: str = "model.language_model."  # where the decoder's tensors are named
+
+    @property
+    def is_moe(self) -> bool:
+        return self.text.moe is not None
 
     def describe(self) -> str:
         t = self.text
+        mlp = f"mlp {t.intermediate_size}"
+        if t.moe is not None:
+            m = t.moe
+            mlp = (
+                f"{m.num_experts} experts x {m.moe_intermediate_size}, "
+                f"{m.experts_per_token} per token"
+            )
         return (
             f"{self.model_type}: {t.num_hidden_layers} layers, hidden {t.hidden_size}, "
             f"heads {t.num_attention_heads}/{t.num_key_value_heads} x {t.head_dim}, "
-            f"mlp {t.intermediate_size}, vocab {t.vocab_size}, "
+            f"{mlp}, vocab {t.vocab_size}, "
             f"{'tied' if self.tie_word_embeddings else 'untied'} lm_head"
         )
 
@@ -114,6 +156,20 @@ def _need(d: dict, key: str, kind, where: str, path: Path):
 def _opt_int(d: dict, key: str, default: int, where: str, path: Path) -> int:
     """An optional positive integer field (the default when absent)."""
     return _need({key: d.get(key, default)}, key, int, where, path)
+
+
+def _max_positions(text: dict, path: Path) -> int:
+    """max_position_embeddings, refused above engine.limits.MAX_CONTEXT_TOKENS: it is the
+    default context budget, and a KV cache is sized from it."""
+    from .limits import MAX_CONTEXT_TOKENS
+
+    n = _opt_int(text, "max_position_embeddings", 262144, "text_config.", path)
+    if n > MAX_CONTEXT_TOKENS:
+        raise CheckpointError(
+            f"{path}: 'text_config.max_position_embeddings' is {n:,}; Merlin supports at most "
+            f"{MAX_CONTEXT_TOKENS:,} positions (Qwen3-VL has 262,144). The config is damaged."
+        )
+    return n
 
 
 def _rope(text: dict, path: Path) -> tuple[float, tuple[int, int, int], bool]:
@@ -160,22 +216,36 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise CheckpointError(
             f"{path}: model_type {model_type!r} is not supported. Merlin runs Qwen3-VL "
-            "checkpoints (model_type 'qwen3_vl', e.g. Qwen/Qwen3-VL-2B-Instruct)."
+            "checkpoints (model_type 'qwen3_vl', e.g. Qwen/Qwen3-VL-2B-Instruct; 'qwen3_vl_moe', "
+            "Qwen3-VL-30B-A3B) and Qwen3-30B-A3B (model_type 'qwen3_moe')."
         )
-    text = raw.get("text_config")
+    flat = model_type == "qwen3_moe"  # text keys at the top level, no vision
+    text = raw if flat else raw.get("text_config")
     if not isinstance(text, dict):
         raise CheckpointError(f"{path}: 'text_config' is missing or not an object.")
-    w = "text_config."
+    w = "" if flat else "text_config."
+    if flat and text.get("use_sliding_window", False):
+        raise CheckpointError(f"{path}: use_sliding_window=true is not supported.")
     hidden = _need(text, "hidden_size", int, w, path)
     n_heads = _need(text, "num_attention_heads", int, w, path)
-    n_kv = text.get("num_key_value_heads") or n_heads
+    # absent (or null) means the default; a 0 is a damaged value, not "use the default"
+    n_kv = text.get("num_key_value_heads")
+    n_kv = n_heads if n_kv is None else n_kv
     if isinstance(n_kv, bool) or not isinstance(n_kv, int) or n_kv <= 0:
         raise CheckpointError(
-            f"{path}: 'text_config.num_key_value_heads' must be a positive integer."
+            f"{path}: 'text_config.num_key_value_heads' must be a positive integer, got {n_kv!r}."
         )
-    head_dim = text.get("head_dim") or hidden // n_heads
+    head_dim = text.get("head_dim")
+    head_dim = hidden // n_heads if head_dim is None else head_dim
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise CheckpointError(f"{path}: 'text_config.head_dim' must be a positive integer.")
+        raise CheckpointError(
+            f"{path}: 'text_config.head_dim' must be a positive integer, got {head_dim!r}."
+        )
+    if head_dim > MAX_HEAD_DIM or n_kv > n_heads:
+        raise CheckpointError(
+            f"{path}: head_dim {head_dim} / num_key_value_heads {n_kv} are not those of a "
+            f"Qwen3-VL model (head_dim at most {MAX_HEAD_DIM}, no more KV heads than heads)."
+        )
     if n_heads % n_kv:
         raise CheckpointError(
             f"{path}: num_attention_heads ({n_heads}) is not a multiple of "
@@ -184,6 +254,9 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
     if head_dim % 2:
         raise CheckpointError(f"{path}: head_dim ({head_dim}) must be even for rotary embeddings.")
     theta, section, interleaved = _rope(text, path)
+    rope_keys = {**(text.get("rope_scaling") or {}), **(text.get("rope_parameters") or {})}
+    if flat and "mrope_section" not in rope_keys:
+        section = (head_dim // 2, 0, 0)  # plain RoPE (see the module docstring)
     if sum(section) != head_dim // 2:
         raise CheckpointError(
             f"{path}: mrope_section {list(section)} must add up to head_dim/2 = {head_dim // 2}."
@@ -210,13 +283,14 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
         num_key_value_heads=n_kv,
         head_dim=head_dim,
         vocab_size=_need(text, "vocab_size", int, w, path),
-        max_position_embeddings=_opt_int(text, "max_position_embeddings", 262144, w, path),
+        max_position_embeddings=_max_positions(text, path),
         rope_theta=theta,
         mrope_section=section,
         mrope_interleaved=interleaved,
         rms_norm_eps=float(eps),
+        moe=parse_moe(text, model_type, n_layers, w, path),
     )
-    vision = _parse_vision(raw.get("vision_config"), path)
+    vision = None if flat else _parse_vision(raw.get("vision_config"), path)
     if vision is not None and vision.out_hidden_size != hidden:
         raise CheckpointError(
             f"{path}: vision_config.out_hidden_size ({vision.out_hidden_size}) must equal "
@@ -243,6 +317,7 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
         vision_start_token_id=token_id("vision_start_token_id", 151652),
         vision_end_token_id=token_id("vision_end_token_id", 151653),
         identity=identity,
+        text_prefix=TEXT_PREFIX.get(model_type, "model.language_model."),
     )
 
 
@@ -304,13 +379,16 @@ def _vision_theta(vision: dict, path: Path) -> float:
 
 def read_json(path: Path, what: str) -> dict:
     """Read a JSON object from a checkpoint file with a clear error for each way it can fail."""
-    if not path.is_file():
+    from .safe_open import read_bytes
+
+    if not os.path.lexists(path):
         raise CheckpointError(
             f"{path}: {what} is missing. Choose a Hugging Face checkpoint folder."
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        # a FIFO or device is refused with what it is (never opened blocking); real config
+        # and index files are well under MAX_JSON_BYTES
+        data = json.loads(read_bytes(path, what, CheckpointError, MAX_JSON_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, or a 5000-digit number
         raise CheckpointError(f"{path}: {what} is not valid JSON ({e}).") from None
     except RecursionError:

@@ -93,30 +93,12 @@ class Placement:
 # ---------------------------------------------------------------------------- parsing
 
 
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """'0-3,6' -> (0, 1, 2, 3, 6). Raises InputError on anything else."""
-    cpus: set[int] = set()
-    text = text.strip()
-    if not text:
-        raise InputError("an empty CPU list; give CPUs like 0-3,6.")
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                if a > b or a < 0:
-                    raise ValueError
-                cpus.update(range(a, b + 1))
-            else:
-                n = int(part)
-                if n < 0:
-                    raise ValueError
-                cpus.add(n)
-        except ValueError:
-            raise InputError(
-                f"{text!r} is not a CPU list; use all, big, or CPUs like 0-3,6."
-            ) from None
-    return tuple(sorted(cpus))
+def parse_cpu_list(text: str, name: str = "CPU list") -> tuple[int, ...]:
+    """'0-3,6' -> (0, 1, 2, 3, 6), bounded (engine.limits.cpu_list). Raises InputError on
+    anything else."""
+    from .limits import cpu_list
+
+    return cpu_list(text, name)
 
 
 def format_cpu_list(cpus) -> str:
@@ -195,7 +177,7 @@ def choose(
     elif spec == "big":
         mode, wanted = "big", topo.big_cores()
     else:
-        mode, wanted = "list", parse_cpu_list(spec)
+        mode, wanted = "list", parse_cpu_list(spec, "--cpus / MERLIN_CPUS")
         unknown = sorted(set(wanted) - set(topo.cpus))
         if unknown:
             raise InputError(
@@ -208,8 +190,10 @@ def choose(
         note = f"CPUs {format_cpu_list(wanted)} are not available to this process"
     elif len(chosen) < len(wanted):
         note = f"CPUs {format_cpu_list(sorted(set(wanted) - set(chosen)))} not available"
-    if threads is not None and threads < 0:
-        raise InputError(f"threads must be at least 1 (or 0 for one per CPU), got {threads}.")
+    if threads is not None:
+        from .limits import threads as check_threads
+
+        threads = check_threads(threads, "threads (--threads / MERLIN_THREADS)")
     n = threads or len(chosen)
     return Placement(mode, chosen, n, topo, note)
 
@@ -278,8 +262,7 @@ def place(cpus: str | None = None, threads: int | None = None) -> Placement:
     if cpus is None:
         cpus = os.environ.get("MERLIN_CPUS") or "big"
     if threads is None and os.environ.get("MERLIN_THREADS", "").strip():
-        try:
-            threads = int(os.environ["MERLIN_THREADS"])
-        except ValueError:
-            raise InputError("MERLIN_THREADS must be a whole number.") from None
+        from .limits import threads as check_threads
+
+        threads = check_threads(os.environ["MERLIN_THREADS"], "MERLIN_THREADS")
     return apply(choose(cpus, threads))

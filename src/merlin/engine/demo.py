@@ -1,9 +1,14 @@
-"""The demo checkpoint: a small random-weight Qwen3-VL in the real folder layout.
+"""The demo checkpoints: the shipped trained one, and random-weight ones built on first use.
 
-It is the default model when the user has none and what the tests run on. Everything in it
-(config in the published 4.57 spelling, bf16 safetensors, a tokenizer trained by the project
-with all Qwen special tokens, a ChatML template that handles images) goes through the same
-loading code as a downloaded checkpoint. Its answers are random text.
+`ensure_demo_checkpoint()` is the default model when the user has none: the tiny Qwen3-VL
+trained by the project on pictures of shapes that ships in the package
+(engine.demo_model; resources/demo-model). The random-weight builders below make checkpoints
+in the real folder layout (config in the published 4.57 spelling, bf16 safetensors, a
+tokenizer trained by the project with all Qwen special tokens, a ChatML template that handles
+images) that go through the same loading code as a downloaded checkpoint; their answers are
+random text. QWEN3VL_2B (the exact 2B shapes) is what the speed benchmarks measure; DEMO (a
+small random one) is what most tests run on: it is built in a second and its flat random
+logits never stop early, so tests can ask for N tokens and get N.
 """
 
 from __future__ import annotations
@@ -323,10 +328,29 @@ def ensure_random_checkpoint(
     return folder
 
 
-def demo_checkpoint_dir(cache_root: Path | None = None) -> Path:
+def random_demo_checkpoint_dir(cache_root: Path | None = None) -> Path:
     return random_checkpoint_dir(DEMO, cache_root)
 
 
-def ensure_demo_checkpoint(cache_root: Path | None = None) -> Path:
-    """The demo checkpoint (small, random weights): the default model and what tests use."""
+def ensure_random_demo_checkpoint(cache_root: Path | None = None) -> Path:
+    """The small random-weight checkpoint (tests, fixtures), built on first use."""
     return ensure_random_checkpoint(DEMO, cache_root)
+
+
+def ensure_demo_checkpoint() -> Path:
+    """The default model: the trained demo model shipped in the package (read-only)."""
+    from .demo_model import shipped_dir
+    from .errors import CheckpointError
+
+    folder = shipped_dir()
+    missing = [
+        name
+        for name in ("config.json", "model.safetensors", "tokenizer.json")
+        if not (folder / name).is_file()
+    ]
+    if missing:
+        raise CheckpointError(
+            f"the built-in demo model is incomplete ({', '.join(missing)} missing in "
+            f"{folder}); reinstall Merlin, or choose a Qwen3-VL checkpoint folder."
+        )
+    return folder

@@ -24,6 +24,8 @@ QWEN2_PRETOKENIZE_REGEX = (
     r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+CJK_REGEX = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+
 # Qwen's added tokens, in id order (151643 ... 151668 in the real checkpoint).
 QWEN_SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -207,23 +209,31 @@ Mixed text: Merlin 梅林 reads 图片 and answers 回答 with 😊 and numbers 
 """
 
 
-def _build() -> tokenizers.Tokenizer:
+def _build(
+    corpus_lines: list[str] | None = None, vocab_size: int = DEMO_VOCAB_SIZE, split_cjk=False
+) -> tokenizers.Tokenizer:
     tok = tokenizers.Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
+    # split_cjk: every CJK ideograph its own piece first, so Chinese merges stay characters
+    # (compositional: "红色" + "圆形", not one token per phrase seen in training).
+    cjk = [pre_tokenizers.Split(Regex(CJK_REGEX), behavior="isolated")] if split_cjk else []
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
+            *cjk,
             pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=DEMO_VOCAB_SIZE - len(QWEN_SPECIAL_TOKENS),
+        vocab_size=vocab_size - len(QWEN_SPECIAL_TOKENS),
         min_frequency=1,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(DEMO_CORPUS.splitlines(keepends=True), trainer=trainer)
+    if corpus_lines is None:
+        corpus_lines = DEMO_CORPUS.splitlines(keepends=True)
+    tok.train_from_iterator(corpus_lines, trainer=trainer)
     tok.add_special_tokens(
         [
             AddedToken(s, single_word=False, lstrip=False, rstrip=False, normalized=False)
@@ -251,9 +261,21 @@ def _tokenizer_json(tok: tokenizers.Tokenizer) -> dict:
 
 def write_demo_tokenizer(folder: Path) -> None:
     """Write tokenizer.json, tokenizer_config.json and chat_template.json into `folder`."""
+    write_tokenizer_files(folder, None, DEMO_VOCAB_SIZE, DEMO_CHAT_TEMPLATE)
+
+
+def write_tokenizer_files(
+    folder: Path,
+    corpus_lines: list[str] | None,
+    vocab_size: int,
+    chat_template: str,
+    split_cjk: bool = False,
+) -> None:
+    """The same files for a tokenizer trained on `corpus_lines` (None: DEMO_CORPUS) with at
+    most `vocab_size` ids, special tokens included (the trained demo model uses this)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tok = _tokenizer_json(_build())
+    tok = _tokenizer_json(_build(corpus_lines, vocab_size, split_cjk))
 
     added = tok["added_tokens"]
     bpe_size = len(tok["model"]["vocab"])
@@ -261,8 +283,8 @@ def write_demo_tokenizer(folder: Path) -> None:
         a["id"] for a in added
     ] != list(range(bpe_size, bpe_size + len(QWEN_SPECIAL_TOKENS))):
         raise RuntimeError("demo tokenizer: special tokens did not land right after the BPE vocab")
-    if bpe_size + len(added) > DEMO_VOCAB_SIZE:
-        raise RuntimeError(f"demo tokenizer: {bpe_size + len(added)} ids > {DEMO_VOCAB_SIZE}")
+    if bpe_size + len(added) > vocab_size:
+        raise RuntimeError(f"demo tokenizer: {bpe_size + len(added)} ids > {vocab_size}")
 
     config = {
         "add_prefix_space": False,
@@ -290,7 +312,7 @@ def write_demo_tokenizer(folder: Path) -> None:
     }
     _write_json(folder / "tokenizer.json", tok)
     _write_json(folder / "tokenizer_config.json", config)
-    _write_json(folder / "chat_template.json", {"chat_template": DEMO_CHAT_TEMPLATE})
+    _write_json(folder / "chat_template.json", {"chat_template": chat_template})
 
 
 def _write_json(path: Path, data: object) -> None:

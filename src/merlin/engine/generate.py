@@ -1,37 +1,80 @@
-"""The generation loop as a stream of events (plain dataclasses, no Qt).
+"""Generation as small functions over the one model entry point, `model.text.forward`.
 
-prefill -> sample -> [forward one token -> sample]* until a stop token, max tokens, a full
-context or cancellation. Cancellation is checked between forwards, so a cancelled run keeps
-everything it produced and the KV cache holds exactly the tokens that were fed.
+    prefill(model, cache, prompt, start)   rows start.. of a Prompt into the cache (chunked)
+    decode_step(model, cache, tokens, d)   one forward of fed tokens at text positions
+    speculative_step(...)                  verify drafts in one forward, keep what agrees
+    generate(model, prompt, options, ...)  the three composed into a stream of events:
+                                           PrefillDone, Tokens..., Finished
+
+The events are plain dataclasses (no Qt); `event_json` gives the JSON objects `merlin-cli
+--json` prints. Cancellation is checked between forwards (and between prefill chunks), so a
+cancelled run keeps everything it produced and the KV cache holds exactly the tokens fed.
+Options of one answer are one type, AnswerOptions; the session adds its own settings
+(engine.session.SessionSettings) and the app maps its settings onto both
+(app/model/prompting.py).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from .errors import InputError
+from .finite import check_logits
 from .kv_cache import KVCache
-from .model import Model
 from .profile import StepProfile, StepTimer
-from .rope import mrope_positions, text_positions
+from .prompt import Prompt
+from .rope import text_positions
 from .sampling import Sampler, SamplingParams
 from .speculative import Drafter, SpecPolicy, SpecStats, accept_greedy, accept_sampled
 from .tokenizer import StreamDecoder
 
 FINISH_REASONS = ("stop_token", "max_tokens", "cancelled", "context_full", "error")
+# row-major q8 weights (engine.linear.prefill_dequantizes): a suffix of up to this many rows is
+# prefilled as forwards of engine.linear.SMALL_N rows, beyond it as one forward
+SMALL_PREFILL_ROWS = 128
+
+
+# ---- options and events ------------------------------------------------------------------------
+
+
+@dataclass
+class AnswerOptions:
+    """How to produce one answer (the CLI's flags, the app's settings, a test's choice)."""
+
+    sampling: SamplingParams | None = None  # None: the checkpoint's generation_config.json
+    max_new_tokens: int = 512
+    ignore_eos: bool = False  # eos tokens are generated like any other token
+    spec: str = "auto"  # speculative decoding: off | on | auto
+    spec_k: int = 4  # drafts per verify (the maximum, in auto mode)
+
+    def resolved(self, model) -> AnswerOptions:
+        """These options checked (InputError), with the model's default sampling filled in."""
+        if int(self.max_new_tokens) < 1:
+            raise InputError("max new tokens must be at least 1.")
+        sampling = (self.sampling or model.defaults.sampling).validate()
+        return replace(self, sampling=sampling, max_new_tokens=int(self.max_new_tokens))
+
+    @classmethod
+    def of(cls, options: AnswerOptions | None = None, **overrides) -> AnswerOptions:
+        """options (default: the defaults) with keyword overrides (field names)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise TypeError(f"unknown answer option(s): {', '.join(unknown)}")
+        return replace(options or cls(), **overrides)
 
 
 @dataclass
 class PrefillDone:
-    n_tokens: int
+    n_tokens: int  # rows computed
     vision_ms: float
     prefill_ms: float
-    reused: int = 0
+    reused: int = 0  # rows the cache already held
 
 
 @dataclass
@@ -43,8 +86,54 @@ class Tokens:
 
 @dataclass
 class Finished:
-    reason: str
-    totals: dict = field(default_factory=dict)
+    """The end of an answer, with its totals. Fields a session adds (reused_tokens,
+    context_tokens, dropped_messages) are None from plain generate()."""
+
+    reason: str  # one of FINISH_REASONS
+    prompt_tokens: int = 0  # prompt rows computed by this answer
+    generated_tokens: int = 0
+    prefill_ms: float = 0.0
+    vision_ms: float = 0.0
+    decode_ms: float = 0.0
+    tokens_per_s: float = 0.0
+    cached_tokens: int = 0  # rows in the KV cache at the end
+    spec: dict = field(default_factory=dict)  # speculative decoding statistics
+    notices: list[str] = field(default_factory=list)  # sentences to show with the answer
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    reused_tokens: int | None = None  # prompt rows taken from the cache
+    context_tokens: int | None = None  # tokens of the conversation the model saw
+    dropped_messages: list[int] | None = None  # messages left out of the context
+    extra: dict | None = None  # what a caller measured around the engine (Finished.of)
+
+    def to_dict(self) -> dict:
+        """The JSON form (`merlin-cli --json`, the app's stored stats): fields that are None
+        are left out."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None:
+                out[f.name] = round(v, 3) if isinstance(v, float) else v
+        return out
+
+    @property
+    def totals(self) -> dict:
+        """Everything but the reason, as a dict (the JSON form; read fields instead)."""
+        d = self.to_dict()
+        d.pop("reason")
+        d.update(d.pop("extra", None) or {})
+        return d
+
+    @classmethod
+    def of(cls, reason: str, totals: dict) -> Finished:
+        """From a totals dict (a remote server's answer, a served one): known keys become
+        fields, the rest is kept in `extra` (shown by .totals, never read by the engine)."""
+        known = {f.name for f in fields(cls)} - {"reason", "extra"}
+        return cls(
+            reason,
+            **{k: v for k, v in totals.items() if k in known},
+            extra={k: v for k, v in totals.items() if k not in known},
+        )
 
 
 def event_json(event) -> dict:
@@ -64,26 +153,13 @@ def event_json(event) -> dict:
             "ids": event.ids,
             "profile": event.profile.to_dict(),
         }
-    return {"event": "finished", "reason": event.reason, **event.totals}
+    return {"event": "finished", **event.to_dict()}
 
 
-@dataclass
-class GenerationRequest:
-    prompt_ids: list[int]
-    sampling: SamplingParams
-    max_new_tokens: int = 512
-    ignore_eos: bool = False
-    positions: np.ndarray | None = None  # [3, N]; None -> text (or image) positions
-    rope_delta: int = 0  # decode position = cache index + rope_delta
-    images: list = field(default_factory=list)  # PreparedImage per image, in prompt order
-    spec: str = "off"  # speculative decoding: off | on | auto
-    spec_k: int = 4  # drafts per verify (the maximum, in auto mode)
-    # precomputed image rows (engine.vision.ImageInputs: embeds, rows, deepstack, vision_ms),
-    # used instead of running the encoder on `images` (engine.session caches embeddings)
-    image_inputs: object | None = None
+# ---- the steps ---------------------------------------------------------------------------------
 
 
-def check_prompt(model: Model, prompt_ids: list[int], max_context: int) -> None:
+def check_prompt(model, prompt_ids: Sequence[int], max_context: int) -> None:
     if len(prompt_ids) == 0:
         raise InputError("the prompt is empty; type a question first.")
     if len(prompt_ids) >= max_context:
@@ -96,80 +172,253 @@ def check_prompt(model: Model, prompt_ids: list[int], max_context: int) -> None:
         raise InputError(f"token id {bad[0]} is outside the model's vocabulary.")
 
 
+def prefill_chunk(model, n_new: int, small_rows: int = SMALL_PREFILL_ROWS) -> int:
+    """Rows per forward to prefill n_new rows. Row-major q8 weights (linear.prefill_dequantizes)
+    make a large forward pay a fixed cost (every weight matrix dequantized to f32 for BLAS)
+    that dwarfs a short follow-up; the decode kernels read the quantized weights directly, so
+    up to small_rows rows go as forwards of SMALL_N rows. Grouped q4/q8 run those kernels at
+    any N: one forward. A fixed rule (no timing), so the same rows are always computed the
+    same way, bit for bit."""
+    from . import linear
+
+    if (
+        any(map(linear.prefill_dequantizes, model.text.w.matrices()))
+        and linear.SMALL_N < n_new <= small_rows
+    ):
+        return linear.SMALL_N
+    return max(1, n_new)
+
+
+def image_inputs(model, prompt: Prompt, start: int = 0, embedding: Callable | None = None):
+    """The image rows of prompt rows start.. (engine.vision.ImageInputs, rows relative to
+    start), or None when there are none. embedding(image) -> (embeds [n, D], deepstack
+    [levels, n, D]) gives one image's rows (a session's cache); by default the encoder runs
+    on the images needed, in one call."""
+    from .vision.model import ImageInputs
+
+    need = [(sp, im) for sp, im in zip(prompt.spans, prompt.images) if sp.end > start]
+    if not need:
+        return None
+    t0 = time.perf_counter()
+    if embedding is None:
+        out = model.vision.encode([im for _, im in need])
+        embeds = out.embeds
+        deep = np.stack(out.deepstack) if out.deepstack else np.zeros((0, *embeds.shape))
+        per, o = [], 0
+        for sp, _ in need:
+            n = sp.end - sp.start
+            per.append((embeds[o : o + n], deep[:, o : o + n]))
+            o += n
+        if o != embeds.shape[0]:
+            raise InputError(
+                f"the vision encoder gave {embeds.shape[0]} rows for images of {o} tokens."
+            )
+    else:
+        per = [embedding(im) for _, im in need]
+    rows, parts, deeps = [], [], []
+    for (sp, _), (emb, dp) in zip(need, per):
+        a = max(sp.start, start)
+        rows.append(np.arange(a - start, sp.end - start, dtype=np.int64))
+        parts.append(emb[a - sp.start :])
+        deeps.append(dp[:, a - sp.start :])
+    deepstack = np.concatenate(deeps, axis=1)
+    return ImageInputs(
+        embeds=np.ascontiguousarray(np.concatenate(parts), np.float32),
+        rows=np.concatenate(rows),
+        deepstack=[np.ascontiguousarray(d, np.float32) for d in deepstack],
+        vision_ms=(time.perf_counter() - t0) * 1e3,
+        output=None,
+    )
+
+
+def _image_kw(inputs, lo: int, hi: int) -> dict:
+    """forward() keywords for the image rows of `inputs` in [lo, hi), rebased to lo."""
+    if inputs is None:
+        return {}
+    sel = (inputs.rows >= lo) & (inputs.rows < hi)
+    if not sel.any():
+        return {}
+    return dict(
+        embeds=np.ascontiguousarray(inputs.embeds[sel]),
+        embed_rows=inputs.rows[sel] - lo,
+        deepstack=[np.ascontiguousarray(d[sel]) for d in inputs.deepstack],
+    )
+
+
+def prefill(
+    model,
+    cache: KVCache,
+    prompt: Prompt,
+    start: int | None = None,
+    *,
+    images=None,
+    logits: bool = True,
+    chunk: int | None = None,
+    small_rows: int = SMALL_PREFILL_ROWS,
+    cancel: threading.Event | None = None,
+    timer: StepTimer | None = None,
+) -> np.ndarray | None:
+    """Feed rows start.. of `prompt` (default: the rows the cache does not hold) into
+    `cache`, in forwards of `chunk` rows (default: prefill_chunk's rule). images: the image
+    rows of rows start.. (image_inputs). Returns the last row's logits [V] with logits=True;
+    None without, or when `cancel` was set before a chunk (cache.length says how far it got).
+    With logits the last chunk always runs: it decides the answer's first token, and the
+    decode loop sees the cancel right after it.
+    """
+    start = cache.length - prompt.offset if start is None else int(start)
+    n = len(prompt.ids)
+    step = int(chunk) if chunk else prefill_chunk(model, n - start, small_rows)
+    done, out = start, None
+    while done < n:
+        end = min(n, done + step)
+        if cancel is not None and cancel.is_set() and (end < n or not logits):
+            return None
+        want = "last" if logits and end == n else "none"
+        out = model.text.forward(
+            np.asarray(prompt.ids[done:end]),
+            prompt.positions[:, done:end],
+            cache,
+            timer=timer,
+            logits=want,
+            **_image_kw(images, done - start, end - start),
+        )
+        done = end
+    return out[-1] if logits and out is not None else None
+
+
+def decode_step(
+    model,
+    cache: KVCache,
+    tokens: Sequence[int],
+    rope_delta: int,
+    *,
+    all_logits: bool = False,
+    timer: StepTimer | None = None,
+) -> np.ndarray:
+    """One forward of `tokens` after the cached rows (text positions: index + rope_delta);
+    logits of the last row [1, V], or of every row with all_logits."""
+    feed = np.asarray(tokens)
+    return model.text.forward(
+        feed,
+        text_positions(cache.length, len(feed), rope_delta),
+        cache,
+        timer=timer,
+        logits="all" if all_logits else "last",
+    )
+
+
+def speculative_step(
+    model,
+    cache: KVCache,
+    last: int,
+    drafts: Sequence[int],
+    rope_delta: int,
+    sampler: Sampler,
+    history: Sequence[int],
+    *,
+    exact_greedy: bool,
+    timer: StepTimer | None = None,
+) -> tuple[int, list[int]]:
+    """Feed [last, *drafts] in one forward (its rows equal one-token forwards), accept the
+    longest prefix of drafts the model agrees with (engine.speculative), roll the cache back
+    to last + the accepted drafts. Returns (accepted, the tokens this forward decided)."""
+    round_start = cache.length
+    logits = decode_step(model, cache, [last, *drafts], rope_delta, all_logits=True, timer=timer)
+    check_logits(logits, cache, round_start, "a verify step of the answer")  # NaN/inf: stop
+    if exact_greedy:
+        accepted, new = accept_greedy(logits, drafts)
+    else:
+        accepted, new = accept_sampled(logits, drafts, sampler, history)
+    cache.truncate(round_start + 1 + accepted)
+    return accepted, new
+
+
+# ---- the loop ----------------------------------------------------------------------------------
+
+
 def generate(
-    model: Model,
-    request: GenerationRequest,
+    model,
+    prompt: Prompt,
+    options: AnswerOptions | None = None,
     *,
     cache: KVCache | None = None,
+    start: int | None = None,
+    images=None,
     max_context: int | None = None,
     cancel: threading.Event | None = None,
     drafter: Drafter | None = None,
+    small_rows: int = SMALL_PREFILL_ROWS,
 ) -> Iterator[PrefillDone | Tokens | Finished]:
-    """Run one answer. `cache` may hold a shared prefix already (prompt_ids continue it);
-    `drafter` may carry the earlier history for speculative drafts."""
+    """Answer `prompt`. `cache` may hold its first rows already (start: how many; default
+    cache.length - prompt.offset, and it must be that); images: the image rows of rows
+    start.. (image_inputs; default: the encoder runs on the prompt's images); `drafter` may
+    carry the history for speculative drafts (default: a new one over the prompt)."""
+    options = (options or AnswerOptions()).resolved(model)
     max_context = min(max_context or model.max_context, model.max_context)
     if cache is None:
         cache = model.new_cache(max_context)
-    check_prompt(model, request.prompt_ids, max_context - cache.length)
-    policy, spec_notice = SpecPolicy.or_off(request.spec, request.spec_k)
-    sampler = Sampler(request.sampling)
-    exact_greedy = request.sampling.greedy and request.sampling.repetition_penalty == 1.0
+    start = cache.length - prompt.offset if start is None else int(start)
+    if start + prompt.offset != cache.length or start < 0:
+        raise ValueError(f"the cache holds {cache.length} rows, not the prompt's first {start}")
+    n = len(prompt.ids)
+    check_prompt(model, prompt.ids[start:], max_context - cache.length)
+    policy, spec_notice = SpecPolicy.or_off(options.spec, options.spec_k)
+    sampling = options.sampling
+    sampler = Sampler(sampling)
+    exact_greedy = sampling.greedy and sampling.repetition_penalty == 1.0
     stream = StreamDecoder(model.tokenizer)
     if drafter is None:
         drafter = Drafter(exclude={model.config.image_token_id, model.config.video_token_id})
-        drafter.extend(request.prompt_ids)
-    history = list(request.prompt_ids)
+        drafter.extend(prompt.ids)
+    history = list(prompt.ids)
     generated: list[int] = []
     text_parts: list[str] = []
+    notices = [spec_notice] if spec_notice else []
     stats = SpecStats()
     bytes_per_token = model.bytes_per_token
+    rope_delta = prompt.rope_delta
+    routed = model.config.is_moe  # bytes read depend on the experts each forward chose
 
-    # prefill
-    n = len(request.prompt_ids)
-    positions = request.positions
-    rope_delta = request.rope_delta
-    if positions is None and request.images:
-        positions, rope_delta = mrope_positions(
-            request.prompt_ids,
-            model.config.image_token_id,
-            [im.grid_thw for im in request.images],
-            request.images[0].merge_size,
-            start=cache.length,
-            delta=request.rope_delta,
-        )
-    if positions is None:
-        positions = text_positions(cache.length, n, request.rope_delta)
     timer = StepTimer()  # the vision encoder's time shows in this step's "other"
     t0 = time.perf_counter()
-    vision_ms = encoder_ms = 0.0  # encoder_ms: the part of vision_ms spent in this call
-    image_kw = {}
-    if request.image_inputs is not None or request.images:
-        inputs = request.image_inputs
-        if inputs is None:
-            inputs = model.vision.prompt_inputs(request.prompt_ids, request.images)
-            encoder_ms = inputs.vision_ms
-        vision_ms = inputs.vision_ms
-        image_kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
-    logits = model.text.forward(
-        np.asarray(request.prompt_ids), positions, cache, timer=timer, **image_kw
-    )
+    encoder_ms = 0.0  # the part of vision_ms spent in this call
+    if images is None and any(sp.end > start for sp in prompt.spans):
+        images = image_inputs(model, prompt, start)
+        encoder_ms = images.vision_ms
+    vision_ms = images.vision_ms if images is not None else 0.0
+    prompt_start = cache.length
+    logits = prefill(
+        model, cache, prompt, start, images=images, cancel=cancel, timer=timer,
+        small_rows=small_rows,
+    )  # fmt: skip
     prefill_ms = (time.perf_counter() - t0) * 1e3 - encoder_ms
-    yield PrefillDone(n_tokens=n, vision_ms=vision_ms, prefill_ms=prefill_ms)
+    if logits is None:  # cancelled between prefill chunks
+        yield Finished(
+            "cancelled",
+            prompt_tokens=cache.length - start,
+            prefill_ms=prefill_ms,
+            vision_ms=vision_ms,
+            cached_tokens=cache.length,
+            notices=notices,
+        )
+        return
+    check_logits(logits, cache, prompt_start, "the prompt")  # NaN/inf: stop with a message
+    yield PrefillDone(n_tokens=n - start, vision_ms=vision_ms, prefill_ms=prefill_ms)
     t_decode0 = time.perf_counter()
     stats.forwards = 1
     reason = None
     step = 0
-    new_tokens = [sampler.sample(logits[-1], history)]  # decided by the last forward
-    rows, drafted, accepted, round_start = n, 0, 0, 0
+    new_tokens = [sampler.sample(logits, history)]  # decided by the last forward
+    rows, drafted, accepted, round_start = n - start, 0, 0, 0
     while True:
         # emit what the last forward decided, up to a stop token or the token budget
         emit = []
         for token in new_tokens:
-            if token in model.eos_ids and not request.ignore_eos:
+            if token in model.eos_ids and not options.ignore_eos:
                 reason = "stop_token"
                 break
             emit.append(token)
-            if len(generated) + len(emit) >= request.max_new_tokens:
+            if len(generated) + len(emit) >= options.max_new_tokens:
                 reason = "max_tokens"
                 break
         if drafted:
@@ -190,8 +439,9 @@ def generate(
                 context=cache.length,
                 n_tokens=rows,
                 emitted=len(emit),
-                weight_bytes=bytes_per_token,
+                weight_bytes=model.text.last_weight_bytes if routed else bytes_per_token,
                 kv_bytes=cache.length * cache.bytes_per_token(),
+                experts_read=model.text.experts_read,
                 spec=spec,
             )
         )
@@ -206,56 +456,45 @@ def generate(
             break
         # next forward: one token, or the last token plus verified drafts
         last = generated[-1]
-        room = min(request.max_new_tokens - len(generated) - 1, max_context - cache.length - 1)
+        room = min(options.max_new_tokens - len(generated) - 1, max_context - cache.length - 1)
         drafts = drafter.draft(min(policy.k_max, room)) if policy.mode != "off" else []
-        k = policy.choose_k(len(drafts))
-        drafts = drafts[:k]
+        drafts = drafts[: policy.choose_k(len(drafts))]
         timer = StepTimer()
         round_start = cache.length
-        feed = np.array([last, *drafts])
-        logits = model.text.forward(
-            feed,
-            text_positions(round_start, len(feed), rope_delta),
-            cache,
-            timer=timer,
-            logits="all" if drafts else "last",
-        )
-        forward_s = time.perf_counter() - timer._t0
+        rows, drafted = 1 + len(drafts), len(drafts)
         stats.forwards += 1
-        rows, drafted = len(feed), len(drafts)
         if not drafts:
             accepted = 0
-            policy.record_step(forward_s)
+            logits = decode_step(model, cache, [last], rope_delta, timer=timer)
+            check_logits(logits, cache, round_start, f"token {len(generated) + 1} of the answer")
+            policy.record_step(time.perf_counter() - timer._t0)
             new_tokens = [sampler.sample(logits[-1], history)]
             continue
-        if exact_greedy:
-            accepted, new_tokens = accept_greedy(logits, drafts)
-        else:
-            accepted, new_tokens = accept_sampled(logits, drafts, sampler, history)
-        policy.record_verify(drafted, accepted, forward_s)
+        accepted, new_tokens = speculative_step(
+            model, cache, last, drafts, rope_delta, sampler, history,
+            exact_greedy=exact_greedy, timer=timer,
+        )  # fmt: skip
+        policy.record_verify(drafted, accepted, time.perf_counter() - timer._t0)
         stats.tries += 1
         stats.drafted += drafted
         stats.hits += accepted
         stats.kv_rolls += drafted - accepted
-        cache.truncate(round_start + 1 + accepted)
     tail = stream.flush()
     if tail:
         text_parts.append(tail)
         yield Tokens(text=tail, ids=[], profile=StepProfile(step=step, context=cache.length))
     decode_s = time.perf_counter() - t_decode0
     yield Finished(
-        reason=reason,
-        totals={
-            "prompt_tokens": n,
-            "generated_tokens": len(generated),
-            "prefill_ms": round(prefill_ms, 3),
-            "vision_ms": round(vision_ms, 3),
-            "decode_ms": round(decode_s * 1e3, 3),
-            "tokens_per_s": round(len(generated) / decode_s, 3) if decode_s > 0 else 0.0,
-            "cached_tokens": cache.length,
-            "spec": {"mode": policy.mode, **stats.to_dict()},
-            "notices": [spec_notice] if spec_notice else [],
-            "token_ids": generated,
-            "text": "".join(text_parts),
-        },
+        reason,
+        prompt_tokens=n - start,
+        generated_tokens=len(generated),
+        prefill_ms=prefill_ms,
+        vision_ms=vision_ms,
+        decode_ms=decode_s * 1e3,
+        tokens_per_s=len(generated) / decode_s if decode_s > 0 else 0.0,
+        cached_tokens=cache.length,
+        spec={"mode": policy.mode, **stats.to_dict()},
+        notices=notices,
+        token_ids=generated,
+        text="".join(text_parts),
     )

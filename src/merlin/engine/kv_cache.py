@@ -162,17 +162,44 @@ class KVCache:
 
     @classmethod
     def read_from(
-        cls, reader: arrayfile.Reader, desc: dict, max_tokens: int, prefix: str = "kv."
+        cls,
+        reader: arrayfile.Reader,
+        desc: dict,
+        max_tokens: int,
+        prefix: str = "kv.",
+        expect: tuple[int, int, int] | None = None,
     ) -> KVCache:
         """A new cache holding the rows stored in `reader` (described by `desc`, from
-        describe()). Raises arrayfile.FileFormatError if anything is missing or damaged."""
+        describe()). expect: (layers, kv_heads, head_dim) the description must equal (the
+        model's; a cache is never sized by the file alone). Raises arrayfile.FileFormatError
+        if anything is missing, damaged or out of range."""
         try:
-            fmt, n = desc["fmt"], int(desc["length"])
-            nl, nkv, hd = int(desc["layers"]), int(desc["kv_heads"]), int(desc["head_dim"])
+            fmt, n = desc["fmt"], desc["length"]
+            nl, nkv, hd = desc["layers"], desc["kv_heads"], desc["head_dim"]
         except (KeyError, TypeError, ValueError):
             raise arrayfile.FileFormatError("it is damaged (no KV cache description)") from None
         if fmt not in KV_FORMATS:
             raise arrayfile.FileFormatError(f"it holds an unknown KV format {fmt!r}")
+        from .limits import MAX_CONTEXT_TOKENS, count
+
+        for value, what, hi in (
+            (nl, "layers", 1024),
+            (nkv, "KV heads", 1024),
+            (hd, "head_dim", 1024),
+            (n, "length", MAX_CONTEXT_TOKENS),
+        ):  # the arrays are sized from these: bounded before anything is allocated
+            count(
+                value,
+                f"its KV cache {what}",
+                hi,
+                lo=0 if what == "length" else 1,
+                error=arrayfile.FileFormatError,
+            )
+        if expect is not None and (nl, nkv, hd) != tuple(expect):
+            raise arrayfile.FileFormatError(
+                f"its KV cache is {nl} layers x {nkv} KV heads x {hd}; this model needs "
+                f"{expect[0]} x {expect[1]} x {expect[2]}"
+            )
         if n > max_tokens:
             raise arrayfile.FileFormatError(
                 f"it holds {n} tokens, more than the context budget of {max_tokens}"

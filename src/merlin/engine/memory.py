@@ -37,6 +37,7 @@ from .errors import InputError, MerlinError, ResourceError
 from .kernels.attention import KEY_BLOCK, key_tiles
 from .kv_cache import KV_FORMATS
 from .linear import WEIGHT_FORMATS, quantizable
+from .moe import memory as moe_memory
 from .quant import BLOCK
 from .text import HEAD_FORMAT, check_text_tensors
 
@@ -58,18 +59,20 @@ def matrix_bytes(out_features: int, in_features: int, fmt: str) -> int:
 
 
 def text_weight_bytes(cfg: ModelConfig, fmt: str) -> int:
+    """All text weights, a mixture-of-experts model's routers and experts included."""
     t = cfg.text
     d, head = t.hidden_size, HEAD_FORMAT[fmt]
     layer = (
         matrix_bytes(t.q_size + 2 * t.kv_size, d, fmt)
         + matrix_bytes(d, t.q_size, fmt)
-        + matrix_bytes(2 * t.intermediate_size, d, fmt)
-        + matrix_bytes(d, t.intermediate_size, fmt)
         + 4 * (2 * d + 2 * t.head_dim)
     )
+    mlp = matrix_bytes(2 * t.intermediate_size, d, fmt) + matrix_bytes(d, t.intermediate_size, fmt)
+    dense_layers = t.num_hidden_layers - moe_memory.routed_layers(cfg)
     embed = matrix_bytes(t.vocab_size, d, head)
     lm_head = 0 if cfg.tie_word_embeddings else embed
-    return t.num_hidden_layers * layer + embed + lm_head + 4 * d
+    routed = moe_memory.routed_weight_bytes(cfg, fmt)
+    return t.num_hidden_layers * layer + dense_layers * mlp + routed + embed + lm_head + 4 * d
 
 
 def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
@@ -77,6 +80,7 @@ def decode_bytes_per_token(cfg: ModelConfig, fmt: str) -> int:
     lm_head; of an untied embedding only one row."""
     t = cfg.text
     held = text_weight_bytes(cfg, fmt)
+    held += moe_memory.routed_bytes_per_token(cfg, fmt) - moe_memory.routed_weight_bytes(cfg, fmt)
     if cfg.tie_word_embeddings:
         return held
     embed = matrix_bytes(t.vocab_size, t.hidden_size, HEAD_FORMAT[fmt])
@@ -95,18 +99,22 @@ def prefill_bytes_per_row(cfg: ModelConfig) -> int:
     buffers, gate_up, act), in float32."""
     t = cfg.text
     d, q, kv, i = t.hidden_size, t.q_size, t.kv_size, t.intermediate_size
-    return 4 * (3 * d + 3 * q + 3 * kv + 3 * i)
+    return 4 * (3 * d + 3 * q + 3 * kv + 3 * i) + moe_memory.routed_bytes_per_row(cfg)
 
 
 def vision_weight_bytes(cfg: ModelConfig) -> int:
-    """The vision weights held in memory in f32: all but the block and merger matrices, which
-    stay in the checkpoint file (engine.vision.encoder.StoredWeight)."""
+    """The vision weights held in memory: all but the block and merger matrices in f32 (those
+    stay in the checkpoint file, engine.vision.encoder.StoredWeight), plus the block and
+    merger matrices' q8 copies (34 bytes a block of 32: engine/vision/qweights.py, the default
+    vision weights format), made at the first image."""
     from .vision.encoder import expected_vision_tensors, is_stored_matrix
 
     if cfg.vision is None:
         return 0
     shapes = expected_vision_tensors(cfg.vision)
-    return 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+    f32 = 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
+    q8 = sum(math.prod(s) for name, s in shapes.items() if is_stored_matrix(name)) * 34 // 32
+    return f32 + q8
 
 
 def vision_widen_bytes(cfg: ModelConfig) -> int:
@@ -114,7 +122,9 @@ def vision_widen_bytes(cfg: ModelConfig) -> int:
     matrices and one merger's two."""
     v = cfg.vision
     vd, vi, m = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
-    return 4 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
+    # f32 scratch plus the stored-dtype scratch pread() fills (vision/stored.py): at most 4
+    # more bytes per element (F32 is read straight into the f32 buffer; BF16/F16 take 2)
+    return 8 * (4 * vd * vd + 2 * vi * vd + m * m + v.out_hidden_size * m)
 
 
 def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
@@ -131,7 +141,11 @@ def vision_buffer_bytes(cfg: ModelConfig, patches: int) -> tuple[int, int]:
     per_patch = 4 * (10 * v.hidden_size + patch_dim + v.hidden_size // v.num_heads)
     outputs = 4 * tokens * v.out_hidden_size * (1 + len(v.deepstack_visual_indexes))
     merger = 4 * tokens * m2 * v.hidden_size * 2
-    chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + ATTN_CHUNK_ELEMS)
+    from .threads import default_threads
+
+    # the attention's score chunks: one per thread (engine/vision/attention.py)
+    attn = ATTN_CHUNK_ELEMS * default_threads()
+    chunks = 4 * (min(patches, MLP_CHUNK_ROWS) * v.intermediate_size + attn)
     widen = vision_widen_bytes(cfg)
     return patches * per_patch + outputs + merger + chunks + widen, outputs
 
@@ -150,6 +164,7 @@ class MemoryEstimate:
     buffers: int
     margin: int
     kv_bytes_per_token: int
+    mapped_experts: int = 0  # expert bytes left in the mapped weight cache (not in total)
 
     @property
     def total(self) -> int:
@@ -160,6 +175,11 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         parts = [f"weights {gb(self.text_weights)} ({self.weights_fmt})"]
+        if self.mapped_experts:
+            parts.append(
+                f"experts {gb(self.mapped_experts)} memory-mapped from the weight cache "
+                "(read from disk as needed, one layer's worth counted in the buffers)"
+            )
         if self.vision_weights:
             parts.append(f"vision encoder {gb(self.vision_weights)}")
         parts.append(f"KV cache {gb(self.kv_cache)} ({self.kv_fmt}, {self.context} tokens)")
@@ -212,8 +232,11 @@ def estimate_for(
     context: int | None = None,
     image_pixels: int | None = None,
     vision_usable: bool = True,
+    map_experts: bool = False,
 ) -> MemoryEstimate:
-    """The estimate from a parsed config whose tensor shapes have been checked."""
+    """The estimate from a parsed config whose tensor shapes have been checked. map_experts:
+    a mixture-of-experts model's experts stay in the memory-mapped weight cache (only one
+    layer of them counted as resident); quantized formats only (f32 is not cached)."""
     weights = _check_formats(weights, kv)
     limit = cfg.text.max_position_embeddings
     context = min(context or min(DEFAULT_CONTEXT, limit), limit)
@@ -226,17 +249,20 @@ def estimate_for(
     )
     vision_peak, image_rows = vision_buffer_bytes(cfg, patches)
     prefill = context * prefill_bytes_per_row(cfg) + 4 * cfg.text.vocab_size
+    mapped = moe_memory.all_expert_bytes(cfg, weights) if map_experts and weights != "f32" else 0
+    resident = moe_memory.layer_expert_bytes(cfg, weights) if mapped else 0
     return MemoryEstimate(
         weights_fmt=weights,
         kv_fmt=kv,
         context=context,
         image_pixels=pixels,
-        text_weights=text_weight_bytes(cfg, weights),
+        text_weights=text_weight_bytes(cfg, weights) - mapped,
         vision_weights=vision_weight_bytes(cfg) if vision_usable else 0,
         kv_cache=kv_cache,
-        buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES),
+        buffers=max(prefill + image_rows, vision_peak, LOAD_CHUNK_BYTES) + resident,
         margin=MARGIN,
         kv_bytes_per_token=per_token,
+        mapped_experts=mapped,
     )
 
 
@@ -353,4 +379,21 @@ def check_memory(
         f"{name} needs {est.describe()}, but only {gb(available)} of memory is available."
         f"{hint} Close other programs or choose smaller settings (weights format, KV cache "
         "format, context budget, image detail)."
+    )
+
+
+def check_kv_cache(cfg: ModelConfig, kv: str, tokens: int, available: int | None = None) -> None:
+    """Raise ResourceError before allocating a KV cache of `tokens` tokens that does not fit
+    in the memory available now (the load-time guard checked the default context only; a
+    budget of the model's maximum can be far larger)."""
+    need = key_tiles(max(int(tokens), 1)) * KEY_BLOCK * kv_bytes_per_token(cfg, kv)
+    if available is None:
+        available = available_memory()
+    if available is None or need <= available:
+        return
+    per_gb = max(1, int(1e9 // max(1, kv_bytes_per_token(cfg, kv))))
+    raise ResourceError(
+        f"a context of {tokens:,} tokens needs a {gb(need)} KV cache ({kv}), but only "
+        f"{gb(available)} of memory is available. Lower the context budget (--max-context, or "
+        f"the setting; about {per_gb:,} tokens per GB) or use a q8 KV cache."
     )

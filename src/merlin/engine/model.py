@@ -13,6 +13,7 @@ from .config import ModelConfig, load_config, read_json
 from .errors import CheckpointError, InputError
 from .kv_cache import KV_FORMATS, KVCache
 from .linear import WEIGHT_FORMATS
+from .moe.cache import ExpertSink
 from .sampling import SamplingParams
 from .text import TextModel, check_text_tensors, load_text_weights
 from .tokenizer import Tokenizer
@@ -37,12 +38,14 @@ class Model:
     kv_fmt: str = "f32"
     vision: VisionModel | None = None  # images; vision.require() raises why not if unusable
     memory: memory.MemoryEstimate | None = None  # what the guard estimated at load time
+    experts_mapped: bool = False  # experts are views of the mapped weight cache (engine.moe)
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
-        """An empty KV cache in this model's KV format (max_tokens: the context budget)."""
-        return self.text.new_cache(
-            min(max_tokens or self.max_context, self.max_context), self.kv_fmt
-        )
+        """An empty KV cache in this model's KV format (max_tokens: the context budget).
+        ResourceError when the cache would not fit in the memory available now."""
+        n = min(max_tokens or self.max_context, self.max_context)
+        memory.check_kv_cache(self.config, self.kv_fmt, n)
+        return self.text.new_cache(n, self.kv_fmt)
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -60,7 +63,7 @@ class Model:
 def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDefaults:
     """generation_config.json when present; otherwise stop on <|im_end|> / <|endoftext|>."""
     path = Path(folder) / "generation_config.json"
-    raw = read_json(path, "generation_config.json") if path.is_file() else {}
+    raw = read_json(path, "generation_config.json") if path.exists() else {}
     eos = raw.get("eos_token_id")
     if isinstance(eos, int) and not isinstance(eos, bool):
         eos_ids = {eos}
@@ -112,11 +115,18 @@ def load_model(
     *,
     context: int | None = None,
     check_memory: bool = True,
+    map_experts: bool | None = None,
+    vision_weights: str | None = None,
 ) -> Model:
     """Load everything needed to chat. Raises CheckpointError/TokenizerError with a message,
     and ResourceError before converting anything when the model would not fit in the memory
     available (engine.memory: weights in this format + KV for `context` tokens, default
-    memory.DEFAULT_CONTEXT, + working buffers). weights "auto": engine/autoweights.py."""
+    memory.DEFAULT_CONTEXT, + working buffers).
+
+    map_experts (mixture-of-experts models, quantized weights): keep the experts in the
+    memory-mapped weight cache instead of anonymous memory; None (default) maps them only
+    when the model does not fit in memory otherwise but does with them mapped. weights "auto":
+    engine/autoweights.py."""
     if weights == "auto":
         from .autoweights import resolve
 
@@ -141,17 +151,32 @@ def load_model(
         check_text_tensors(ckpt, config)
         usable = memory.vision_usable(ckpt, config)
 
-        def estimate(w, k, c):
-            return memory.estimate_for(config, folder, w, k, c, vision_usable=usable)
+        def estimate(w, k, c, mapped=False):
+            return memory.estimate_for(
+                config, folder, w, k, c, vision_usable=usable, map_experts=mapped
+            )
 
-        needs = estimate(weights, kv, context)
+        mappable = config.is_moe and weights != "f32" and map_experts is not False
+        available = memory.available_memory() if check_memory else None
+
+        def best(w, k, c):  # in memory when it fits, else with the experts mapped
+            est = estimate(w, k, c, mapped=bool(map_experts) and mappable)
+            if map_experts is None and mappable and available and est.total > available:
+                est = estimate(w, k, c, mapped=True)
+            return est
+
+        needs = best(weights, kv, context)
+        mapped = needs.mapped_experts > 0
         if check_memory:
-            memory.check_memory(needs, folder.name, alternative=estimate)
+            memory.check_memory(needs, folder.name, available=available, alternative=best)
         # quantized weights are cached on disk (f32 would be 4x the checkpoint: not cached)
         key = weight_cache.cache_key(ckpt, config, weights) if weights != "f32" else None
-        weights_ = weight_cache.load(key, config) if key else None
+        weights_ = weight_cache.load(key, config, map_experts=mapped) if key else None
         if weights_ is None:
-            weights_ = load_text_weights(ckpt, config, weights, progress)
+            sink = None
+            if key and config.is_moe:  # experts written (and mapped) layer by layer
+                sink = ExpertSink(weight_cache.cache_dir(), key, config, mapped)
+            weights_ = load_text_weights(ckpt, config, weights, progress, experts_sink=sink)
             if key:
                 if progress:
                     progress(0.95, "saving the converted weights for the next start")
@@ -159,6 +184,7 @@ def load_model(
         if progress:
             progress(0.97, "reading the vision encoder")
         vision = load_vision(folder, ckpt, config)
+        vision.set_weights_format(vision_weights)  # None: q8 where it can (engine/vision)
     if progress:
         progress(1.0, "ready")
     return Model(
@@ -172,4 +198,5 @@ def load_model(
         kv_fmt=kv,
         vision=vision,
         memory=needs,
+        experts_mapped=mapped,
     )

@@ -23,6 +23,7 @@ class StepProfile:
     total_ms: float = 0.0
     weight_bytes: int = 0  # weight bytes read by this forward
     kv_bytes: int = 0  # KV cache bytes read by this forward
+    experts_read: int = 0  # routed experts this forward read, all layers (mixture of experts)
     spec: dict = field(
         default_factory=dict
     )  # drafted/accepted and running totals, when speculating

@@ -1,15 +1,24 @@
-"""Turn what the user typed into prompt token ids through the checkpoint's own chat template."""
+"""What the user typed, and the conversation around it, -> the Prompt the model computes.
+
+One builder (build_prompt) for the CLI's one-shot prompt, the session's whole conversation and
+the warm-up: the chat template renders it, image pads are expanded, 3D positions and the rope
+delta computed, image spans recorded with their content hash. The checks on what a person
+typed (sanitize_user_text, check_user_text) live here too, so every path applies them.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from .errors import InputError, TokenizerError
+from .prompt_pads import expand_image_pads
 from .rope import mrope_positions, text_positions
-from .tokenizer import Tokenizer, clean_text, expand_image_pads
+from .tokenizer import Tokenizer, clean_text
 
 # The longest message Merlin accepts, in characters. About 32k tokens of English, 4x the
 # default context budget; encoding this much takes well under a second (tests/robustness), so a
@@ -62,36 +71,114 @@ def chat_prompt_ids(tokenizer: Tokenizer, user_text: str, system: str | None = N
     return tokenizer.encode_chat(messages, add_generation_prompt=True)
 
 
+class ImageSpan(NamedTuple):
+    """The rows of one image in a prompt: start..end-1 are its pads. hash: SHA-256 of its
+    prepared pixels and grid (the same picture at another pixel budget is another image);
+    budget: the pixel budget it was prepared with (None: the checkpoint's default)."""
+
+    start: int
+    end: int
+    hash: str
+    budget: int | None = None
+
+
 @dataclass
 class Prompt:
-    """Token ids of a chat prompt with its images' pads expanded, and its 3D positions.
+    """A chat prompt as the model computes it: token ids (image pads expanded), 3D positions,
+    rope delta, image spans. Built once, by build_prompt; everything downstream (prefix reuse,
+    prefill, decode) reads it and never renders or tokenizes again.
 
     positions: [3, N] int64 (t, h, w); rope_delta: decode position = cache index + rope_delta.
-    images: the PreparedImage of each image, in prompt order.
+    images: the image of each span (PreparedImage or session image), in prompt order.
+    offset: the cache index of row 0 (a prompt that continues a cache holding `offset` rows
+    it does not repeat, e.g. text_prompt(ids, start=cache.length)); 0 for build_prompt.
     """
 
     ids: list[int]
     positions: np.ndarray
     rope_delta: int
     images: list = field(default_factory=list)
+    spans: list[ImageSpan] = field(default_factory=list)
+    offset: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def text_prompt(ids: Sequence[int], start: int = 0, rope_delta: int = 0) -> Prompt:
+    """Token ids without images (e.g. from a benchmark or a test) as a Prompt whose first
+    row sits at cache index `start` (it continues a cache of `start` rows)."""
+    ids = [int(t) for t in ids]
+    return Prompt(ids, text_positions(start, len(ids), rope_delta), rope_delta, offset=int(start))
+
+
+def image_hash(prepared, salt: str = "") -> str:
+    """Content hash of a prepared image: its grid, merge size and pixels (salt: what else
+    changes its embedding, e.g. the vision weights format)."""
+    h = hashlib.sha256()
+    h.update(repr((tuple(prepared.grid_thw), prepared.merge_size)).encode())
+    if salt:
+        h.update(salt.encode())
+    h.update(memoryview(np.ascontiguousarray(prepared.pixel_values, np.float32)).cast("B"))
+    return h.hexdigest()[:32]
+
+
+def _image_key(im) -> str:
+    h = getattr(im, "hash", None)
+    return h if isinstance(h, str) else image_hash(im)
+
+
+def _chat(system, messages, check: bool) -> tuple[list[dict], list, dict[int, list[int]]]:
+    """Messages (Message-like: role, text, images, ids) -> template messages, their images
+    in order, and the generated ids per template message index (assistant answers)."""
+    chat = [{"role": "system", "content": system}] if system else []
+    images: list = []
+    answer_ids: dict[int, list[int]] = {}
+    for m in messages:
+        if m.role == "user":
+            text = check_user_text(m.text) if check else m.text
+            content = [{"type": "image"} for _ in m.images]
+            content.append({"type": "text", "text": text})
+            images += list(m.images)
+            chat.append({"role": "user", "content": content})
+        else:
+            ids = getattr(m, "ids", None)
+            if ids:
+                answer_ids[len(chat)] = list(ids)
+            chat.append({"role": "assistant", "content": m.text})
+    return chat, images, answer_ids
 
 
 def build_prompt(
     tokenizer: Tokenizer,
     config,
-    user_text: str,
+    messages: str | Sequence,
     images: Sequence = (),
     system: str | None = None,
+    *,
+    generation_prompt: bool = True,
 ) -> Prompt:
-    """One user turn, images first then the text (as the reference chat template renders it),
-    each image's `<|image_pad|>` expanded to its t*h*w/merge**2 tokens, positions as
-    transformers' get_rope_index. config: the model's ModelConfig; images: PreparedImage."""
-    images = list(images)
-    messages = []
-    if system:
-        messages.append({"role": "system", "content": system})
-    messages.append(user_message(user_text, len(images)))
-    ids = tokenizer.encode_chat(messages, add_generation_prompt=True)
+    """The one prompt builder: (system, messages, images) through the checkpoint's chat
+    template -> Prompt.
+
+    messages: a str (one user turn with `images`, images first then the text, as the
+    reference template renders it; InputError when empty or too long) or a sequence of
+    conversation messages (engine.session.Message or anything with role, text, images and,
+    for answers, ids). Images: PreparedImage or session images (grid_thw, merge_size,
+    n_tokens; hash and budget when known). Each `<|image_pad|>` is expanded to its image's
+    t*h*w/merge**2 tokens; positions as transformers' get_rope_index. An assistant message's
+    `ids` (the tokens it was generated as) are used for its text wherever the template
+    renders that text unchanged (Tokenizer.encode_chat's token_ids)."""
+    if isinstance(messages, str):
+        images = list(images)
+        chat = [{"role": "system", "content": system}] if system else []
+        chat.append(user_message(messages, len(images)))
+        answer_ids: dict[int, list[int]] = {}
+    else:
+        if images:
+            raise ValueError("images go in the messages when messages is a sequence")
+        chat, images, answer_ids = _chat(system, messages, check=True)
+    ids = tokenizer.encode_chat(chat, add_generation_prompt=generation_prompt, token_ids=answer_ids)
     if not images:
         return Prompt(ids, text_positions(0, len(ids)), 0)
     pad = config.image_token_id
@@ -103,4 +190,10 @@ def build_prompt(
     ids = expand_image_pads(ids, pad, [im.n_tokens for im in images])
     merge = config.vision.spatial_merge_size if config.vision else images[0].merge_size
     positions, delta = mrope_positions(ids, pad, [im.grid_thw for im in images], merge)
-    return Prompt(ids, positions, delta, images)
+    rows = np.flatnonzero(np.asarray(ids) == pad)
+    spans, o = [], 0
+    for im in images:
+        s = int(rows[o])
+        spans.append(ImageSpan(s, s + im.n_tokens, _image_key(im), getattr(im, "budget", None)))
+        o += im.n_tokens
+    return Prompt(ids, positions, delta, images, spans)

@@ -23,7 +23,7 @@ one shift, vectorisable on x86 and NEON alike; it costs 8 mantissa bits, i.e. at
 larger step, far below the quantization error itself.
 
 Why this layout (dev boxes: 2-core AMD EPYC Zen 4 and Intel Ice Lake, AVX-512; figures from
-engine/qlinear_bench.py, see the kernels' docstring):
+`python -m merlin.engine.bench kernels`, see the kernels' docstring):
   - separate, contiguous qs and scales arrays instead of llama.cpp's interleaved 34- or 18-byte
     blocks: every weight load is a whole block at a fixed stride, the kernels need no byte
     shuffling, and the scale stream (1/17 of the q8 bytes, 1/9 of q4) streams alongside.

@@ -3,6 +3,10 @@
 The same entry point serves prefill (N large), decode (N = 1) and speculative verify
 (N = K + 1). Image embeddings replace rows at image-pad positions and DeepStack features are
 added after the first decoder layers, so the vision encoder plugs in without changes here.
+
+A routed layer of a mixture-of-experts model (cfg.is_moe_layer) has LayerWeights.moe
+(engine.moe.weights.ExpertWeights) in place of gate_up / down; its tensor names are the
+decoder prefix's (ModelConfig.text_prefix: qwen3_moe names them model.*).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from .kernels.norm import rmsnorm
 from .kernels.rope import norm_rope_heads
 from .kv_cache import KVCache
 from .linear import F32Linear, quantizable, quantized_linear
+from .moe.weights import ExpertWeights, accepted_shapes, expected_expert_tensors, load_experts
 from .profile import StepTimer
 from .quant import BLOCK, QTensor, quantize
 from .rope import MRope
@@ -37,8 +42,9 @@ class LayerWeights:
     q_norm: np.ndarray  # [HD]
     k_norm: np.ndarray  # [HD]
     post_norm: np.ndarray  # [D]
-    gate_up: object  # Linear [2*I, D]
-    down: object  # Linear [D, I]
+    gate_up: object  # Linear [2*I, D] (None in a routed layer)
+    down: object  # Linear [D, I] (None in a routed layer)
+    moe: ExpertWeights | None = None  # a routed layer's router and experts
 
 
 @dataclass
@@ -49,9 +55,13 @@ class TextWeights:
     lm_head: object  # Linear [V, D]
 
     def matrices(self):
+        """Every dense matrix (a routed layer's experts: experts())."""
         for layer in self.layers:
-            yield from (layer.qkv, layer.o, layer.gate_up, layer.down)
+            yield from (m for m in (layer.qkv, layer.o, layer.gate_up, layer.down) if m)
         yield self.lm_head
+
+    def experts(self):
+        return [layer.moe for layer in self.layers if layer.moe is not None]
 
     @property
     def bytes_per_token(self) -> int:
@@ -64,16 +74,18 @@ class TextWeights:
             + self.norm.nbytes
         )
         embed_row = self.embed.nbytes // self.embed.out_features
-        return sum(m.nbytes for m in self.matrices()) + norms + embed_row
+        routed = sum(ew.bytes_per_token for ew in self.experts())
+        return sum(m.nbytes for m in self.matrices()) + norms + embed_row + routed
 
 
 def expected_text_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Checkpoint name -> shape for every text tensor, the one place that knows the names."""
     t = cfg.text
     d, hd = t.hidden_size, t.head_dim
-    names = {PREFIX + "embed_tokens.weight": (t.vocab_size, d), PREFIX + "norm.weight": (d,)}
+    pre = cfg.text_prefix
+    names = {pre + "embed_tokens.weight": (t.vocab_size, d), pre + "norm.weight": (d,)}
     for i in range(t.num_hidden_layers):
-        p = f"{PREFIX}layers.{i}."
+        p = f"{pre}layers.{i}."
         names.update(
             {
                 p + "input_layernorm.weight": (d,),
@@ -84,11 +96,18 @@ def expected_text_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
                 p + "self_attn.q_norm.weight": (hd,),
                 p + "self_attn.k_norm.weight": (hd,),
                 p + "post_attention_layernorm.weight": (d,),
-                p + "mlp.gate_proj.weight": (t.intermediate_size, d),
-                p + "mlp.up_proj.weight": (t.intermediate_size, d),
-                p + "mlp.down_proj.weight": (d, t.intermediate_size),
             }
         )
+        if t.is_moe_layer(i):
+            names.update(expected_expert_tensors(cfg, i))
+        else:
+            names.update(
+                {
+                    p + "mlp.gate_proj.weight": (t.intermediate_size, d),
+                    p + "mlp.up_proj.weight": (t.intermediate_size, d),
+                    p + "mlp.down_proj.weight": (d, t.intermediate_size),
+                }
+            )
     if not cfg.tie_word_embeddings:
         names["lm_head.weight"] = (t.vocab_size, d)
     return names
@@ -97,7 +116,7 @@ def expected_text_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
     """Fail before loading anything if a text tensor is missing or has the wrong shape."""
     layers = cfg.text.num_hidden_layers
-    if f"{PREFIX}layers.{layers - 1}.input_layernorm.weight" not in ckpt:
+    if f"{cfg.text_prefix}layers.{layers - 1}.input_layernorm.weight" not in ckpt:
         # checked first: listing every expected name of a config that claims 10**12 layers
         # would never finish
         raise CheckpointError(
@@ -111,7 +130,7 @@ def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
                 hint = " (config.json says tie_word_embeddings is false)"
             raise CheckpointError(f"{ckpt.folder}: tensor {name!r} is missing{hint}.")
         info = ckpt.info(name)
-        if info.shape != shape:
+        if info.shape not in accepted_shapes(name, shape):
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has shape {list(info.shape)} but config.json "
                 f"implies {list(shape)}. The config does not match the weights."
@@ -127,6 +146,7 @@ HEAD_FORMAT = {"f32": "f32", "q8": "q8", "q4": "q8"}
 # Q8_0 x Q8_0) instead of q8's int16: half the dot instructions, which a verify of 5 tokens
 # is bound by (qgroup.matmul_q8a8g).
 HEAD_INT8_ACTIVATIONS = {"q4"}
+MLP_IN = ("mlp.gate_proj.weight", "mlp.up_proj.weight")  # a dense MLP's gate_up rows
 CHUNK_WEIGHTS = 1 << 22  # rows are converted in chunks of about this many weights
 
 
@@ -162,13 +182,21 @@ def build_matrix(ckpt: Checkpoint, names: list[str], fmt: str, int8_activations:
     return quantized_linear(QTensor(fmt, qs, scales), int8_activations)
 
 
+def _experts(ckpt, cfg, i, fmt, sink):
+    experts = load_experts(ckpt, cfg, i, fmt)
+    return sink(i, experts) if sink is not None else experts
+
+
 def load_text_weights(
     ckpt: Checkpoint,
     cfg: ModelConfig,
     fmt: str = "f32",
     progress: Callable[[float, str], None] | None = None,
+    experts_sink: Callable | None = None,
 ) -> TextWeights:
-    """Read and convert tensor by tensor: peak memory stays near the final weights."""
+    """Read and convert tensor by tensor: peak memory stays near the final weights.
+    experts_sink(i, experts) -> experts sees each routed layer as it is converted (the
+    weight cache writes it and may hand back memory-mapped views: engine.moe.cache)."""
     check_text_tensors(ckpt, cfg)
     t = cfg.text
     head_fmt = HEAD_FORMAT[fmt]
@@ -177,11 +205,13 @@ def load_text_weights(
     def vec(name):
         return ckpt.read_f32(name)
 
+    pre = cfg.text_prefix
     layers = []
     for i in range(t.num_hidden_layers):
         if progress:
             progress(i / (t.num_hidden_layers + 1), f"{verb} layer {i + 1}/{t.num_hidden_layers}")
-        p = f"{PREFIX}layers.{i}."
+        p = f"{pre}layers.{i}."
+        routed = t.is_moe_layer(i)
         layers.append(
             LayerWeights(
                 input_norm=vec(p + "input_layernorm.weight"),
@@ -190,20 +220,19 @@ def load_text_weights(
                 q_norm=vec(p + "self_attn.q_norm.weight"),
                 k_norm=vec(p + "self_attn.k_norm.weight"),
                 post_norm=vec(p + "post_attention_layernorm.weight"),
-                gate_up=build_matrix(
-                    ckpt, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"], fmt
-                ),
-                down=build_matrix(ckpt, [p + "mlp.down_proj.weight"], fmt),
+                gate_up=None if routed else build_matrix(ckpt, [p + n for n in MLP_IN], fmt),
+                down=None if routed else build_matrix(ckpt, [p + "mlp.down_proj.weight"], fmt),
+                moe=_experts(ckpt, cfg, i, fmt, experts_sink) if routed else None,
             )
         )
     if progress:
         progress(t.num_hidden_layers / (t.num_hidden_layers + 1), f"{verb} embeddings")
     int8 = fmt in HEAD_INT8_ACTIVATIONS
-    embed = build_matrix(ckpt, [PREFIX + "embed_tokens.weight"], head_fmt, int8)
+    embed = build_matrix(ckpt, [pre + "embed_tokens.weight"], head_fmt, int8)
     head = (
         embed if cfg.tie_word_embeddings else build_matrix(ckpt, ["lm_head.weight"], head_fmt, int8)
     )
-    return TextWeights(embed=embed, layers=layers, norm=vec(PREFIX + "norm.weight"), lm_head=head)
+    return TextWeights(embed=embed, layers=layers, norm=vec(pre + "norm.weight"), lm_head=head)
 
 
 class TextModel:
@@ -212,6 +241,22 @@ class TextModel:
         self.w = weights
         self.rope = MRope(cfg)
         self.scale = np.float32(cfg.head_dim**-0.5)
+        # called with (layer, idx [N, k], weights [N, k]) after each routed layer (tests)
+        self.on_routing: Callable | None = None
+
+    @property
+    def experts_read(self) -> int:
+        """Experts the last forward read, over all routed layers (0 for a dense model)."""
+        return sum(ew.last_used for ew in self.w.experts())
+
+    @property
+    def last_weight_bytes(self) -> int:
+        """Weight bytes the last forward read: a routed layer's router and the experts its
+        rows chose (their union: a verify of K + 1 rows reads each chosen expert once)."""
+        routed = self.w.experts()
+        per_token = sum(ew.bytes_per_token for ew in routed)
+        used = sum(ew.router.nbytes + ew.last_used * ew.expert_bytes for ew in routed)
+        return self.w.bytes_per_token - per_token + used
 
     def new_cache(self, max_tokens: int, fmt: str = "f32") -> KVCache:
         c = self.cfg
@@ -251,8 +296,10 @@ class TextModel:
         q = np.empty((n, nh, hd), np.float32)
         k = np.empty((n, nkv, hd), np.float32)
         attn = np.empty((n, c.q_size), np.float32)
-        gate_up = np.empty((n, 2 * c.intermediate_size), np.float32)
-        act = np.empty((n, c.intermediate_size), np.float32)
+        dense = any(lw.moe is None for lw in self.w.layers)
+        inter = c.intermediate_size if dense else 0
+        gate_up = np.empty((n, 2 * inter), np.float32)
+        act = np.empty((n, inter), np.float32)
         proj = np.empty_like(x)
         perf = time.perf_counter
         for li, lw in enumerate(self.w.layers):
@@ -272,11 +319,16 @@ class TextModel:
             x += proj
             rmsnorm(x, lw.post_norm, c.rms_norm_eps, h)
             t0 = perf()
-            lw.gate_up(h, gate_up)
-            timer.gemm += perf() - t0
-            silu_mul(gate_up, act)
-            t0 = perf()
-            lw.down(act, proj)
+            if lw.moe is not None:
+                routing = lw.moe(h, proj)
+                if self.on_routing is not None:
+                    self.on_routing(li, *routing)
+            else:
+                lw.gate_up(h, gate_up)
+                timer.gemm += perf() - t0
+                silu_mul(gate_up, act)
+                t0 = perf()
+                lw.down(act, proj)
             timer.gemm += perf() - t0
             x += proj
             if deepstack is not None and li < len(deepstack):

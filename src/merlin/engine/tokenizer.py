@@ -10,26 +10,35 @@ from the checkpoint, never hard-coded.
 Vocabulary: in this module "special token" means every *added* token of `tokenizer.json`
 (Qwen marks some, e.g. `<think>`, as non-special, but all of them steer the model). Text a
 person wrote is never encoded into any of them.
+
+Layout: the Tokenizer class (loading and checks, plain encode/decode, chat encoding with its
+sentinel and escape paths). It stays one file of ~600 lines because those three share the
+special-token tables and the two `tokenizers` objects (full and plain-text); the jobs around it
+live apart: the template sandbox (chat_template.py), reading the files (hf_files.py), stream
+decoding (stream_decoder.py), image pads (prompt_pads.py), all re-exported here.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import tokenizers
-from jinja2 import nodes
-from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError, safe_range
+from jinja2.sandbox import SecurityError
 
+from .chat_template import (  # noqa: F401 (the render limits are part of this API)
+    RENDER_MAX_OPS,
+    RENDER_MAX_VALUE,
+    RENDER_MIN_OUTPUT,
+    RENDER_SECONDS,
+    make_jinja_env,
+)
 from .errors import TokenizerError
+from .hf_files import _read_json, _read_text, _token_content
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -49,152 +58,7 @@ _TEMPLATE_TOKEN_KEYS = (
 # Private-use code points for sentinels/markers; never produced by a tokenizer from real text.
 _PRIVATE_USE_START = 0xF0000
 _PRIVATE_USE_END = 0x10FFFD
-# A chat template is a program from the checkpoint folder. A damaged or hostile one must not
-# freeze or exhaust the app: rendering stops with a TokenizerError after this long, after this
-# many template operations (calls, lookups, operators, range() items), or when the output or a
-# value built by `*`, `+` grows past the limits below.
-RENDER_SECONDS = 10.0
-RENDER_MAX_OPS = 2_000_000
-RENDER_MAX_VALUE = 16 * 1024 * 1024  # chars (or items) of one value made by * or +
-RENDER_MIN_OUTPUT = 1024 * 1024  # chars of output allowed beyond twice the messages' text
 _SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-# --------------------------------------------------------------------------------------------
-# Chat-template environment (mirrors transformers' _compile_jinja_template)
-# --------------------------------------------------------------------------------------------
-
-
-class _GenerationTag(Extension):
-    """`{% generation %}...{% endgeneration %}` from transformers: renders its body unchanged.
-
-    transformers uses the tag to mark assistant spans for training masks; some checkpoint
-    templates contain it, so it must parse.
-    """
-
-    tags = {"generation"}
-
-    def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-    def _body(self, caller: Any) -> str:
-        return caller()
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(
-    x: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    # Like transformers: plain json.dumps, no HTML escaping (Jinja's built-in escapes '<').
-    return json.dumps(
-        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-class _RenderBudget:
-    def __init__(self, max_output: int) -> None:
-        self.deadline = time.perf_counter() + RENDER_SECONDS
-        self.ops = 0
-        self.max_output = max_output
-
-    def charge(self, n: int = 1) -> None:
-        before = self.ops
-        self.ops += n
-        if self.ops > RENDER_MAX_OPS:
-            raise SecurityError(f"it ran more than {RENDER_MAX_OPS} operations")
-        if (before ^ self.ops) >> 10 and time.perf_counter() > self.deadline:
-            raise SecurityError(f"it ran longer than {RENDER_SECONDS:.0f} s")
-
-
-def _length(x: Any) -> int:
-    return len(x) if isinstance(x, (str, bytes, list, tuple)) else 0
-
-
-class _BudgetedSandbox(ImmutableSandboxedEnvironment):
-    """The sandbox transformers uses, plus a per-render budget (see RENDER_SECONDS)."""
-
-    intercepted_binops = frozenset(["*", "**", "+"])
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._local = threading.local()
-        self.globals["range"] = self._range
-
-    def _charge(self, n: int = 1) -> None:
-        budget = getattr(self._local, "budget", None)
-        if budget is not None:
-            budget.charge(n)
-
-    def _range(self, *args: int) -> range:
-        r = safe_range(*args)
-        self._charge(1 + len(r))
-        return r
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        self._charge()
-        return super().getattr(obj, attribute)
-
-    def getitem(self, obj: Any, argument: Any) -> Any:
-        self._charge()
-        return super().getitem(obj, argument)
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        __self._charge()
-        return super().call(__context, __obj, *args, **kwargs)
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        self._charge()
-        size = 0
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if _length(seq) and isinstance(n, int):
-                    size = _length(seq) * n
-        elif operator == "+":
-            size = _length(left) + _length(right)
-        elif isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
-            size = right  # ** : the result has about `right` bits
-        if size > RENDER_MAX_VALUE:
-            raise SecurityError(f"it builds a value of {size} elements with {operator!r}")
-        return super().call_binop(context, operator, left, right)
-
-    def render_budgeted(self, template: jinja2.Template, max_output: int, variables: dict) -> str:
-        self._local.budget = budget = _RenderBudget(max_output)
-        try:
-            parts, size = [], 0
-            for chunk in template.generate(**variables):
-                size += len(chunk)
-                if size > budget.max_output:
-                    raise SecurityError(f"its output passed {budget.max_output} characters")
-                budget.charge()
-                parts.append(chunk)
-            return "".join(parts)
-        finally:
-            self._local.budget = None
-
-
-def _make_jinja_env() -> _BudgetedSandbox:
-    env = _BudgetedSandbox(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[_GenerationTag, "jinja2.ext.loopcontrols"],
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
 
 
 def _library_error(e: BaseException) -> bool:
@@ -211,51 +75,6 @@ def clean_text(text: str) -> str:
     if not _SURROGATES.search(text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-# --------------------------------------------------------------------------------------------
-# File loading helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise TokenizerError(
-            f"{path} is not valid UTF-8 text ({e.reason} at byte {e.start}). "
-            "Replace it with the original file from the model download."
-        ) from e
-    except OSError as e:
-        raise TokenizerError(
-            f"Cannot read {path}: {e.strerror or e}. Check that the file exists and is readable."
-        ) from e
-
-
-def _read_json(path: Path) -> Any:
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TokenizerError(
-            f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}). "
-            "The file is probably truncated or edited; replace it with the original file from "
-            "the model download."
-        ) from e
-    except (ValueError, RecursionError) as e:  # a 5000-digit number; `[[[[...` too deep
-        raise TokenizerError(
-            f"{path} is not valid JSON ({e}). Replace it with the original file from the model "
-            "download."
-        ) from None
-
-
-def _token_content(value: Any) -> str | None:
-    """tokenizer_config.json writes a token as "text" or as {"content": "text", ...}."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
 
 
 def _unused_private_chars(n: int, texts: Iterable[str]) -> list[str]:
@@ -333,8 +152,9 @@ class Tokenizer:
         self.chat_template = chat_template
         self.chat_template_source = chat_template_source
         # Leftmost-longest match of added tokens, as the `tokenizers` AddedVocabulary does.
-        if self._special:
-            alts = sorted(self._special, key=lambda s: (-len(s), s))
+        # an added token with empty content would match between every two characters
+        alts = sorted((t for t in self._special if t), key=lambda s: (-len(s), s))
+        if alts:
             self._control_re: re.Pattern[str] | None = re.compile(
                 "|".join(re.escape(s) for s in alts)
             )
@@ -359,7 +179,7 @@ class Tokenizer:
         self._template: jinja2.Template | None = None
         if chat_template is not None:
             try:
-                self._template = _make_jinja_env().from_string(chat_template)
+                self._template = make_jinja_env().from_string(chat_template)
             except jinja2.TemplateSyntaxError as e:
                 raise TokenizerError(
                     f"The chat template in {chat_template_source} has a Jinja syntax error on "
@@ -385,7 +205,7 @@ class Tokenizer:
                 f"{TOKENIZER_FILE}."
             )
         tok_path = folder / TOKENIZER_FILE
-        if not tok_path.is_file():
+        if not tok_path.exists():
             raise TokenizerError(
                 f"{tok_path} is missing. Merlin needs the Hugging Face fast-tokenizer file; "
                 "download the complete model folder (including tokenizer.json)."
@@ -434,7 +254,7 @@ class Tokenizer:
 
         config: dict[str, Any] = {}
         cfg_path = folder / TOKENIZER_CONFIG_FILE
-        if cfg_path.is_file():
+        if cfg_path.exists():
             loaded = _read_json(cfg_path)
             if not isinstance(loaded, dict):
                 raise TokenizerError(
@@ -485,10 +305,10 @@ class Tokenizer:
     ) -> tuple[str | None, Path | None]:
         """chat_template.jinja, then chat_template.json, then tokenizer_config.json."""
         jinja_path = folder / CHAT_TEMPLATE_JINJA_FILE
-        if jinja_path.is_file():
+        if jinja_path.exists():
             return _read_text(jinja_path), jinja_path
         json_path = folder / CHAT_TEMPLATE_JSON_FILE
-        if json_path.is_file():
+        if json_path.exists():
             data = _read_json(json_path)
             if not isinstance(data, dict) or not isinstance(data.get("chat_template"), str):
                 raise TokenizerError(
@@ -583,7 +403,7 @@ class Tokenizer:
                 raise
             raise TokenizerError(f"cannot decode token ids ({e}).") from None
 
-    def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
+    def stream_decoder(self, skip_special: bool = False):
         return StreamDecoder(self, skip_special=skip_special)
 
     # ---- chat ------------------------------------------------------------------------------
@@ -611,10 +431,18 @@ class Tokenizer:
         self,
         messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
+        *,
+        token_ids: Mapping[int, Sequence[int]] | None = None,
         **template_kwargs: Any,
     ) -> list[int]:
         """Token ids of the rendered chat: the template's control tokens are control tokens,
         everything a person (or the model, in earlier turns) wrote is plain text.
+
+        token_ids: message index -> the ids a message's string `content` was generated as
+        (an answer of the model). They are used as they are, instead of encoding the text,
+        when the template renders every text unchanged (the first path below): models emit
+        non-canonical tokenizations, and the KV cache of an earlier turn holds those ids.
+        Otherwise (the fallback path) the text is encoded like any other.
 
         Method: render once with each text replaced by a sentinel, rebuild the string with
         the real texts and check it equals the real render. Then control tokens are matched
@@ -634,32 +462,47 @@ class Tokenizer:
         _check_messages(messages)
         messages = self._map_texts(messages, clean_text)
         rendered = self._render(messages, add_generation_prompt, template_kwargs)
+        if messages and not rendered:
+            raise TokenizerError(
+                f"The chat template ({self.chat_template_source}) renders nothing for the "
+                "conversation, so there is no prompt to answer. Replace it with the original "
+                "template from the model download."
+            )
 
         texts: list[str] = []
+        fixed: dict[int, list[int]] = {}  # text index -> the ids it is taken as
         sentinel = _unused_private_chars(1, self._all_texts(messages, self.chat_template))[0]
+        token_ids = token_ids or {}
+        protected = []
+        for i, m in enumerate(messages):
+            content = m.get("content")
+            first = [isinstance(content, str) and bool(content) and i in token_ids]
 
-        def protect(text: str) -> str:
-            texts.append(text)
-            return f"{sentinel}{len(texts) - 1}{sentinel}"
+            def protect(text: str, first=first, i=i) -> str:
+                if first[0]:  # _map_texts passes a string content first
+                    fixed[len(texts)] = [int(t) for t in token_ids[i]]
+                    first[0] = False
+                texts.append(text)
+                return f"{sentinel}{len(texts) - 1}{sentinel}"
 
-        templated = self._render(
-            self._map_texts(messages, protect), add_generation_prompt, template_kwargs
-        )
+            protected += self._map_texts([m], protect)
+
+        templated = self._render(protected, add_generation_prompt, template_kwargs)
         parts = re.split(f"{sentinel}([0-9]+){sentinel}", templated)
-        segments: list[tuple[str, bool]] = []  # (text, written by the template?)
+        segments: list[tuple[str, bool, list[int] | None]] = []  # (text, by template?, ids)
         intact = True
         for i, part in enumerate(parts):
             if i % 2 == 0:
-                segments.append((part, True))
+                segments.append((part, True, None))
             elif int(part) < len(texts):
-                segments.append((texts[int(part)], False))
+                segments.append((texts[int(part)], False, fixed.get(int(part))))
             else:
                 intact = False
-        if intact and "".join(s for s, _ in segments) == rendered:
+        if intact and "".join(s for s, _, _ in segments) == rendered:
             return self._encode_segments(segments, None)
 
         # Fallback: the template changed the texts. Escape instead of replacing them.
-        starts = sorted({s[0] for s in self._special})
+        starts = sorted({s[0] for s in self._special if s})
         markers = _unused_private_chars(len(starts), self._all_texts(messages, self.chat_template))
         escape = str.maketrans(dict(zip(starts, markers)))
         unescape = str.maketrans(dict(zip(markers, starts)))
@@ -668,7 +511,7 @@ class Tokenizer:
             add_generation_prompt,
             template_kwargs,
         )
-        return self._encode_segments([(escaped, True)], unescape)
+        return self._encode_segments([(escaped, True, None)], unescape)
 
     def _render(
         self,
@@ -743,9 +586,12 @@ class Tokenizer:
         return texts
 
     def _encode_segments(
-        self, segments: Sequence[tuple[str, bool]], unescape: dict[int, int] | None
+        self,
+        segments: Sequence[tuple[str, bool, list[int] | None]],
+        unescape: dict[int, int] | None,
     ) -> list[int]:
-        """Match control tokens in template-written segments; BPE the stretches between them."""
+        """Match control tokens in template-written segments; BPE the stretches between them;
+        a segment with ids is taken as those ids (and ends the stretch before it)."""
         ids: list[int] = []
         buf: list[str] = []
 
@@ -757,7 +603,11 @@ class Tokenizer:
             if text:
                 ids.extend(self._encode_plain(text))
 
-        for text, by_template in segments:
+        for text, by_template, fixed in segments:
+            if fixed is not None:
+                flush()
+                ids.extend(fixed)
+                continue
             if not by_template or self._control_re is None:
                 buf.append(text)
                 continue
@@ -772,75 +622,5 @@ class Tokenizer:
         return ids
 
 
-def expand_image_pads(ids: Sequence[int], image_pad_id: int, counts: Sequence[int]) -> list[int]:
-    """Replace the k-th `image_pad_id` in `ids` by `counts[k]` copies (vision tokens of image k).
-
-    The chat template writes one pad per image; the vision encoder yields
-    t*h*w/merge_size**2 embeddings per image, and each needs its own position.
-    """
-    n_pads = sum(1 for i in ids if i == image_pad_id)
-    if n_pads != len(counts):
-        raise TokenizerError(
-            f"The prompt has {n_pads} image placeholder(s) but {len(counts)} image(s) were "
-            "given. Attach each image through an image item of a message, once."
-        )
-    for c in counts:
-        if int(c) < 1:
-            raise TokenizerError(f"An image must give at least one vision token, got {c}.")
-    out: list[int] = []
-    k = 0
-    for i in ids:
-        if i == image_pad_id:
-            out.extend([image_pad_id] * int(counts[k]))
-            k += 1
-        else:
-            out.append(i)
-    return out
-
-
-class StreamDecoder:
-    """Incremental detokenizer: `push(id)` returns only newly completed text.
-
-    Byte-level BPE tokens can end inside a multi-byte UTF-8 character (Chinese, emoji); the
-    decoded text then ends with U+FFFD. That tail is held back until a later token completes
-    it, or until `flush()`. Each push decodes only a small window: the ids since the last
-    point where the text ended cleanly, plus one id before it as context (decoders such as
-    SentencePiece's drop a leading space on the first token).
-
-    Special tokens (e.g. `<think>`, `<tool_call>`) are shown as their strings so the app can
-    recognise and style them; with `skip_special=True` they are dropped. End-of-turn tokens
-    are the caller's business and should never be pushed. The concatenation of all pushes
-    and the flush equals `tokenizer.decode(all_ids, skip_special)`.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, skip_special: bool = False) -> None:
-        self._tok = tokenizer
-        self._skip_special = skip_special
-        self._window: list[int] = []  # ids: [context id] + ids since the text last ended cleanly
-        self._emitted = 0  # characters of decode(window) already returned
-
-    def push(self, token_id: int) -> str:
-        token_id = int(token_id)
-        if self._skip_special and self._tok.is_special(token_id):
-            return ""
-        self._window.append(token_id)
-        text = self._tok.decode(self._window)
-        if text.endswith("\ufffd"):
-            # Incomplete character at the end (a genuine U+FFFD goes out once text follows it).
-            stable = len(text.rstrip("\ufffd"))
-            out = text[self._emitted : stable] if stable > self._emitted else ""
-            self._emitted = max(self._emitted, stable)
-            return out
-        out = text[self._emitted :]
-        # Clean end: restart the window with the last id as context.
-        self._window = self._window[-1:]
-        self._emitted = len(self._tok.decode(self._window))
-        return out
-
-    def flush(self) -> str:
-        """Whatever is held back (an incomplete character decodes to U+FFFD); resets."""
-        text = self._tok.decode(self._window) if self._window else ""
-        out = text[self._emitted :]
-        self._window = []
-        self._emitted = 0
-        return out
+from .prompt_pads import expand_image_pads  # noqa: E402, F401 (re-exported)
+from .stream_decoder import StreamDecoder  # noqa: E402 (it needs Tokenizer's name only)

@@ -172,9 +172,9 @@ def run_question(model, kv_fmt: str, image: bool, sampled: bool = False) -> None
     decode steps and speculative verifies (spec on), in the given KV format."""
     from dataclasses import replace
 
-    from .generate import GenerationRequest, generate
+    from .generate import AnswerOptions, generate
     from .linear import SMALL_N
-    from .prompt import build_prompt
+    from .prompt import build_prompt, text_prompt
     from .sampling import SamplingParams
 
     model = replace(model, kv_fmt=kv_fmt)
@@ -196,20 +196,16 @@ def run_question(model, kv_fmt: str, image: bool, sampled: bool = False) -> None
         if sampled
         else SamplingParams(temperature=0.0)
     )  # fmt: skip
-    request = GenerationRequest(
-        prompt_ids=prompt.ids, sampling=sampling, max_new_tokens=6, ignore_eos=True,
-        positions=prompt.positions, rope_delta=prompt.rope_delta, images=prompt.images,
-        spec="off" if sampled else "on", spec_k=4,
-    )  # fmt: skip
-    for _ in generate(model, request, max_context=len(prompt.ids) + 16):
+    options = AnswerOptions(
+        sampling, max_new_tokens=6, ignore_eos=True, spec="off" if sampled else "on", spec_k=4
+    )
+    for _ in generate(model, prompt, options, max_context=len(prompt.ids) + 16):
         pass
     if not sampled:
         # a one-token forward and a K+1-token verify on an image-free context (text positions)
-        request = GenerationRequest(
-            prompt_ids=model.tokenizer.encode_text("a a a a a a a a"), sampling=sampling,
-            max_new_tokens=4, ignore_eos=True, spec="on", spec_k=3,
-        )  # fmt: skip
-        for _ in generate(model, request, max_context=32):
+        ids = model.tokenizer.encode_text("a a a a a a a a")
+        options = AnswerOptions(sampling, max_new_tokens=4, ignore_eos=True, spec="on", spec_k=3)
+        for _ in generate(model, text_prompt(ids), options, max_context=32):
             pass
 
 

@@ -32,6 +32,8 @@ from .config import ModelConfig
 from .errors import CheckpointError
 from .kernels.qgroup import LAYOUT, Q4_BLOCK_BYTES, Q8_BLOCK_BYTES
 from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays, linear_kind
+from .moe import cache as moe_cache
+from .moe.weights import KINDS as EXPERT_KINDS
 from .quant import BLOCK
 from .text import LayerWeights, TextWeights
 
@@ -68,8 +70,10 @@ def _flatten(w: TextWeights) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
     for i, lw in enumerate(w.layers):
         p = f"layers.{i}."
-        for n in ("qkv", "o", "gate_up", "down"):
+        for n in ("qkv", "o") if lw.moe is not None else ("qkv", "o", "gate_up", "down"):
             add_linear(p + n, getattr(lw, n))
+        if lw.moe is not None:  # a routed layer: its experts have a file of their own
+            formats[p + "experts"] = lw.moe.kind
         for n in ("input_norm", "q_norm", "k_norm", "post_norm"):
             arrays[p + n] = getattr(lw, n)
     add_linear("embed", w.embed)
@@ -79,15 +83,32 @@ def _flatten(w: TextWeights) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     return arrays, formats
 
 
-def _unflatten(arrays: dict[str, np.ndarray], formats: dict[str, str], n_layers: int):
-    def linear(name):
+def _unflatten(arrays: dict[str, np.ndarray], formats: dict[str, str], cfg: ModelConfig, experts):
+    def parts(name):
         prefix = name + "."
-        parts = {k[len(prefix) :]: a for k, a in arrays.items() if k.startswith(prefix)}
-        return linear_from_arrays(formats[name], parts)
+        return {k[len(prefix) :]: a for k, a in arrays.items() if k.startswith(prefix)}
+
+    def linear(name):
+        return linear_from_arrays(formats[name], parts(name))
 
     layers = []
-    for i in range(n_layers):
+    for i in range(cfg.text.num_hidden_layers):
         p = f"layers.{i}."
+        if cfg.text.is_moe_layer(i):
+            layers.append(
+                LayerWeights(
+                    input_norm=arrays[p + "input_norm"],
+                    qkv=linear(p + "qkv"),
+                    o=linear(p + "o"),
+                    q_norm=arrays[p + "q_norm"],
+                    k_norm=arrays[p + "k_norm"],
+                    post_norm=arrays[p + "post_norm"],
+                    gate_up=None,
+                    down=None,
+                    moe=experts(i, formats[p + "experts"]),
+                )
+            )
+            continue
         layers.append(
             LayerWeights(
                 input_norm=arrays[p + "input_norm"],
@@ -144,8 +165,9 @@ def _check_weights(w: TextWeights, cfg: ModelConfig) -> None:
         p = f"layers.{i}."
         _check_linear(p + "qkv", lw.qkv, t.q_size + 2 * t.kv_size, d)
         _check_linear(p + "o", lw.o, d, t.q_size)
-        _check_linear(p + "gate_up", lw.gate_up, 2 * t.intermediate_size, d)
-        _check_linear(p + "down", lw.down, d, t.intermediate_size)
+        if lw.moe is None:  # experts_from_arrays checked a routed layer's shapes
+            _check_linear(p + "gate_up", lw.gate_up, 2 * t.intermediate_size, d)
+            _check_linear(p + "down", lw.down, d, t.intermediate_size)
         for n, size in (("input_norm", d), ("q_norm", hd), ("k_norm", hd), ("post_norm", d)):
             a = getattr(lw, n)
             if a.dtype != np.float32 or a.shape != (size,):
@@ -156,8 +178,10 @@ def _check_weights(w: TextWeights, cfg: ModelConfig) -> None:
         raise CheckpointError(f"norm is {w.norm.dtype}{list(w.norm.shape)}")
 
 
-def load(key: str, cfg: ModelConfig) -> TextWeights | None:
+def load(key: str, cfg: ModelConfig, map_experts: bool = False) -> TextWeights | None:
     """The cached weights, or None (missing, foreign or corrupt: corrupt files are deleted).
+    map_experts: a mixture-of-experts model's experts stay views of their mapped files
+    (engine.moe.cache) instead of copies.
 
     Never raises for a bad file: every check failure means "convert again"."""
     path = cache_dir() / f"{key}.safetensors"
@@ -173,7 +197,7 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
             formats = json.loads(meta["formats"])
             if not isinstance(crcs, dict) or not isinstance(formats, dict):
                 raise CheckpointError("the metadata is damaged")
-            kinds = set(WEIGHT_FORMATS) | set(GroupLinear.KINDS)
+            kinds = set(WEIGHT_FORMATS) | set(GroupLinear.KINDS) | set(EXPERT_KINDS)
             if not all(kind in kinds for kind in formats.values()):
                 raise CheckpointError("unknown weight format")
             arrays = {}
@@ -185,13 +209,20 @@ def load(key: str, cfg: ModelConfig) -> TextWeights | None:
                 arrays[name] = a
             if set(crcs) != set(arrays):
                 raise CheckpointError("tensors are missing")
-            weights = _unflatten(arrays, formats, cfg.text.num_hidden_layers)
+            folder = cache_dir()
+
+            def experts(i, kind):
+                return moe_cache.load_layer(folder, key, i, kind, cfg, map_experts)
+
+            weights = _unflatten(arrays, formats, cfg, experts)
             _check_weights(weights, cfg)
         finally:
             f.close()  # the arrays are copies
     except (CheckpointError, KeyError, ValueError, TypeError, AttributeError) as e:
         log.warning("weight cache %s is unusable (%s); rebuilding it", path, e)
         try:
+            for p in path.parent.glob(f"{key}-L*.safetensors"):
+                p.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
         except OSError as e2:  # read-only cache folder: the next store() fails and logs too
             log.warning("could not delete %s (%s)", path, e2.strerror or e2)
@@ -207,6 +238,10 @@ def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) ->
     """Write the cache file; a failure (disk full, read-only folder) is logged, not raised."""
     folder = cache_dir()
     arrays, formats = _flatten(weights)
+    for i, lw in enumerate(weights.layers):  # routed layers an ExpertSink has not written
+        if lw.moe is not None and not moe_cache.layer_path(folder, key, i).is_file():
+            if moe_cache.store_layer(folder, key, i, lw.moe) is None:
+                return
     meta = {
         "key": key,
         "formats": json.dumps(formats),
@@ -236,11 +271,17 @@ def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
                 p.unlink()
         except OSError:
             pass  # another process finished or removed it meanwhile
-    files = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime)
-    total = sum(p.stat().st_size for p in files)
-    for p in files:
+    # a model's files (its own and one per routed layer, engine.moe.cache) go together
+    groups: dict[str, list[Path]] = {}
+    for p in folder.glob("*.safetensors"):
+        groups.setdefault(moe_cache.group_key(p), []).append(p)
+    kept = moe_cache.group_key(keep) if keep is not None else None
+    order = sorted(groups, key=lambda g: max(p.stat().st_mtime for p in groups[g]))
+    total = sum(p.stat().st_size for ps in groups.values() for p in ps)
+    for g in order:
         if total <= cap_bytes:
             break
-        if p != keep:
-            total -= p.stat().st_size
-            p.unlink(missing_ok=True)
+        if g != kept:
+            for p in groups[g]:
+                total -= p.stat().st_size
+                p.unlink(missing_ok=True)

@@ -45,3 +45,61 @@ def test_decode_prefill_report(demo_dir, tmp_path):
     assert report["compile"]["q4/f32"]["cold_s"] > report["compile"]["q4/f32"]["warm_s"]
     assert "machine: read bandwidth" in done.stdout and "load q4 weights: first" in done.stdout
     assert "V(4) vs T ms: gemm" in done.stdout
+
+
+def test_serve_report(demo_dir, tmp_path):
+    """`bench serve`: the same request in-process and through `merlin-cli serve`, same run."""
+    out = tmp_path / "serve.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "merlin.engine.bench", "serve", "--model", str(demo_dir)]
+        + ["--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = json.loads(out.read_text())["serve"]
+    for side in ("in_process", "http"):
+        assert len(s["runs"][side]) == s["rounds"]
+        assert all(r["tokens"] == s["answer_tokens"] for r in s["runs"][side])
+        assert s[side]["ttft_ms"] > 0 and s[side]["tokens_per_s"] > 0
+    assert s["paired"]["ttft_overhead_ms"] > 0  # the client sees the first token later
+    assert all(r["engine_tokens_per_s"] > 0 for r in s["runs"]["http"])
+    assert "server overhead: TTFT" in done.stdout and "paired" in done.stdout
+
+
+def _bench(*args, env_extra=None, timeout=900):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "merlin.engine.bench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def test_unknown_section_is_an_error_listing_the_sections():
+    done = _bench("decod")
+    assert done.returncode == 2
+    assert "unknown section decod" in done.stderr and "board peer" in done.stderr
+
+
+def test_kernels_section(tmp_path):
+    """The kernel roofline figures (the former engine.qlinear_bench), in cache, one repeat."""
+    out = tmp_path / "kernels.json"
+    done = _bench("kernels", "--in-cache", "--repeats", "1", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())["kernels"]
+    rows = report["decode"]
+    assert {r["fmt"] for r in rows} == {"f32", "q8", "q8g", "q4"}
+    assert all(r["GBps"] > 0 and r["V_over_T"] > 0 for r in rows)
+    assert report["quantize"]["q4"]["s_per_100M"] > 0
+    assert "decode / verify" in done.stdout
+
+
+def test_board_section_without_llvm_mca_says_how_to_install_it():
+    done = _bench("board", env_extra={"MERLIN_LLVM_MCA": ""})
+    assert done.returncode == 2
+    assert "llvm-mca" in done.stderr and "apt-get install llvm" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,9 +1,22 @@
-"""python -m merlin.engine.bench [decode] [prefill] [vision] [spec] [session] [--weights f32,q8,q4]
-[--kv f32,q8] [--json PATH]
+"""python -m merlin.engine.bench [SECTION ...] [options]: every benchmark of the engine.
 
-Builds (once, cached) a random-weight checkpoint with the exact Qwen3-VL-2B shapes in the real
-format, measures the machine's read bandwidth and sgemm in the same run, then runs each
-(weights, KV) pair in its own process so load time, compile time and peak RSS are its own.
+Sections (default: decode prefill):
+  decode, prefill  the engine end to end on the 2B shapes, each (weights, KV) pair in its own
+                   process (load time, compile time and peak RSS its own), with the machine's
+                   read bandwidth and sgemm measured in the same run (this module, decode.py)
+  kernels          roofline figures of the weight kernels alone (kernels.py)
+  vision           the vision encoder (vision.py)
+  spec             speculative decoding (spec.py)
+  session          how fast a follow-up question starts (session.py)
+  board            cycle model of the decode step on CPUs that are not here: the RK3588's
+                   Cortex-A76 / A55, the Cortex-A72; checked against this host (board.py)
+  peer             llama.cpp side by side on the same checkpoint (peer.py)
+  serve            the OpenAI-compatible server against the same request in-process (serve.py)
+  moe              a mixture-of-experts checkpoint with the real widths (moe.py)
+  demo-quality     the shipped demo model's answers, per weights format (demo_quality.py;
+                   its own options: python -m merlin.engine.bench demo-quality --help)
+
+The 2B-shaped random-weight checkpoint is built once in the real format and cached.
 """
 
 from __future__ import annotations
@@ -19,7 +32,17 @@ from pathlib import Path
 
 from ..kv_cache import KV_FORMATS
 from ..model import WEIGHT_FORMATS
+from . import board as board_section
+from . import kernels as kernels_section
+from . import peer as peer_section
+from . import vision as vision_section
 from .decode import SPLIT_K
+from .sections import SectionUnavailable
+
+SECTIONS = (
+    "decode", "prefill", "kernels", "vision", "spec", "session", "board", "peer", "serve", "moe",
+    "demo-quality",
+)  # fmt: skip
 
 
 def _one(args) -> None:
@@ -143,13 +166,17 @@ def print_table(report: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m merlin.engine.bench", description=__doc__)
-    p.add_argument(
-        "what",
-        nargs="*",
-        default=[],
-        help="decode prefill vision spec session (default: decode prefill)",
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["demo-quality"]:  # its own section and flags (bench/demo_quality.py)
+        from . import demo_quality
+
+        return demo_quality.main(argv[1:])
+    p = argparse.ArgumentParser(
+        prog="python -m merlin.engine.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("what", nargs="*", default=[], help=" ".join(SECTIONS))
     p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
     p.add_argument("--kv", default=",".join(KV_FORMATS))
     p.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
@@ -159,9 +186,18 @@ def main(argv=None) -> int:
     p.add_argument(
         "--no-compile", action="store_true", help="skip the cold-compile and first-load runs"
     )
+    p.add_argument("--repeats", type=int, default=None, help="kernels (7), vision (3), peer (5)")
+    p.add_argument("--moe-layers", type=int, default=4, help="layers of the moe checkpoint")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    kernels_section.add_arguments(p)
+    vision_section.add_arguments(p)
+    board_section.add_arguments(p)
+    peer_section.add_arguments(p)
     args = p.parse_args(argv)
     what = args.what or ["decode", "prefill"]
+    unknown = [w for w in what if w not in SECTIONS]
+    if unknown:
+        p.error(f"unknown section {', '.join(unknown)}; choose from {' '.join(SECTIONS)}")
     args.what = what
     if args.threads:
         os.environ["NUMBA_NUM_THREADS"] = str(args.threads)
@@ -174,12 +210,23 @@ def main(argv=None) -> int:
 
     threads = set_threads(args.threads)
     report: dict = {"threads": threads}
-    if "vision" in what:
-        from ..vision import bench as vision_bench
+    for name, module in (
+        ("kernels", kernels_section),
+        ("vision", vision_section),
+        ("board", board_section),
+        ("peer", peer_section),
+    ):
+        if name in what:
+            try:
+                report[name] = module.section(args)
+            except SectionUnavailable as e:
+                print(f"{name}: {e}", file=sys.stderr)
+                return 2
+            what = [w for w in what if w != name]
+            if name == "vision":  # f32 vs q8, time to first token (vision_ttft.py)
+                from .vision_ttft import section as vision_ttft
 
-        report["vision"] = vision_bench.run(progress=lambda m: print(m, file=sys.stderr))
-        print(vision_bench.report(report["vision"]))
-        what = [w for w in what if w != "vision"]
+                report["vision_ttft"] = vision_ttft(progress=lambda m: print(m, file=sys.stderr))
     if "spec" in what:
         from ..demo import QWEN3VL_2B as _2b
         from ..demo import ensure_random_checkpoint as _ensure
@@ -193,6 +240,22 @@ def main(argv=None) -> int:
             report["spec"].append(spec_bench.run(folder, weights))
         print(spec_bench.report(report["spec"]))
         what = [w for w in what if w != "spec"]
+    if "moe" in what:
+        from . import moe as moe_bench
+
+        report["moe"] = moe_bench.main_section(args)
+        what = [w for w in what if w != "moe"]
+    if "serve" in what:
+        from . import serve as serve_bench
+
+        w = args.weights if "," not in args.weights else "q4"
+        kv = args.kv if "," not in args.kv else "q8"
+        model_dir = Path(args.model) if args.model else None
+        report["serve"] = serve_bench.run(
+            model_dir, w, kv, progress=lambda m: print(m, file=sys.stderr)
+        )
+        print(serve_bench.report(report["serve"]))
+        what = [w for w in what if w != "serve"]
     if "session" in what:
         from . import session as session_bench
 

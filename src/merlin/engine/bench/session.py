@@ -1,4 +1,4 @@
-"""Session figures for `python -m merlin.engine.bench session`: how fast a follow-up question starts.
+"""Session figures for `python -m merlin.engine.bench session`: how fast a follow-up starts.
 
 On the 2B-shaped random checkpoint: a conversation whose first turn holds an image, then
 text turns up to a history of about `history_tokens` text tokens (plus the image's). Time to
@@ -42,7 +42,7 @@ def _text(rng, n_words: int) -> str:
 
 
 def _image(path: Path, size: int) -> Path:
-    from ..vision.bench import bench_image
+    from .vision import bench_image
 
     return bench_image(size, size, path)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 
-from ..generate import Finished, GenerationRequest, generate
+from ..generate import AnswerOptions, Finished, generate
 from ..model import load_model
-from ..prompt import chat_prompt_ids
+from ..prompt import chat_prompt_ids, text_prompt
 from ..sampling import SamplingParams
 from ..speculative import Drafter
 from .decode import fill_cache, verify_cost
@@ -27,30 +27,23 @@ MODES = ("off", "on", "auto")
 def _run(model, prompt, mode, k, n, history, sampling=GREEDY):
     drafter = Drafter(exclude={model.config.image_token_id, model.config.video_token_id})
     drafter.extend(history + prompt)
-    request = GenerationRequest(
-        prompt_ids=prompt,
-        sampling=sampling,
-        max_new_tokens=n,
-        ignore_eos=True,
-        spec=mode,
-        spec_k=k,
-    )
-    for event in generate(model, request, drafter=drafter):
+    options = AnswerOptions(sampling, max_new_tokens=n, ignore_eos=True, spec=mode, spec_k=k)
+    for event in generate(model, text_prompt(prompt), options, drafter=drafter):
         if isinstance(event, Finished):
-            return event.totals
+            return event
 
 
 def scenario(model, prompt, n, k, history_of, sampling=GREEDY) -> dict:
     plain = _run(model, prompt, "off", k, n, [], sampling)
-    history = history_of(plain["token_ids"])
+    history = history_of(plain.token_ids)
     out = {}
     for mode in MODES:
-        totals = _run(model, prompt, mode, k, n, history, sampling)
+        done = _run(model, prompt, mode, k, n, history, sampling)
         out[mode] = {
-            "tokens_per_s": totals["tokens_per_s"],
+            "tokens_per_s": done.tokens_per_s,
             # sampled runs draw differently with drafts: equal in distribution, not in ids
-            "identical_to_off": totals["token_ids"] == plain["token_ids"],
-            **totals["spec"],
+            "identical_to_off": done.token_ids == plain.token_ids,
+            **done.spec,
         }
     off = out["off"]["tokens_per_s"]
     for mode in ("on", "auto"):

@@ -2,8 +2,8 @@
 
 Typical use, with a loaded `engine.model.Model`: `model.vision.prepare(path, max_pixels)` gives
 a PreparedImage; `engine.prompt.build_prompt(tokenizer, config, text, images)` gives the ids
-with expanded image pads, 3D positions and the rope delta; `GenerationRequest(images=...)` or
-`model.vision.prompt_inputs(ids, images)` runs the encoder and places its outputs.
+with expanded image pads, 3D positions, the rope delta and image spans; `engine.generate`
+(generate, or image_inputs) runs the encoder and places its outputs at the pads.
 """
 
 from .encoder import VisionEncoder, VisionOutput, expected_vision_tensors, load_vision_weights

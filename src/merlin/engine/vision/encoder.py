@@ -6,23 +6,32 @@ fc1, tanh-GELU, fc2] -> 2x2 patch merger (LayerNorm, fc1, erf-GELU, fc2); the De
 take the outputs of the blocks listed in deepstack_visual_indexes (LayerNorm after the 2x2
 shuffle). Tokens stay in 2x2-merge-block order throughout, the order of the pixel patches.
 
-All matrix products are NumPy BLAS calls (the encoder is compute-bound; BLAS uses every core);
-the element-wise work between them is in single-threaded Numba kernels (engine/vision/kernels.py
-says why). Activations are float32.
+Weight formats (VisionEncoder.weights_format, `--vision-weights`): "f32", every matrix product
+a NumPy BLAS call on the widened checkpoint matrices (the reference); "q8", the block and
+merger matrices quantized once to q8_0 and multiplied by the grouped integer kernels with int8
+activations per block of 32 (engine/vision/qweights.py; the text model's q8a8 path), the
+patch embedding and the attention's score and value products staying f32 BLAS. The
+element-wise work between products is in single-threaded Numba kernels
+(engine/vision/kernels.py says why). Activations are float32.
+
+forward() takes `cancel` (an Event, checked between blocks: EncodeCancelled) and `progress`
+(called with (0, depth) before the first block and (blocks done, depth) after each), so an
+encode started while the user types can be stopped within one block's time.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checkpoint import FLOAT_DTYPES, Checkpoint, to_f32
+from ..checkpoint import FLOAT_DTYPES, Checkpoint
 from ..config import VisionConfig
-from ..errors import CheckpointError
+from ..errors import CheckpointError, InputError
+from . import qweights
+from .attention import ATTN_CHUNK_ELEMS, attention  # noqa: F401 (engine.memory reads it)
 from .kernels import (
     POW2,
     add_bias,
@@ -32,12 +41,17 @@ from .kernels import (
     layernorm,
     split_heads_rope,
 )
+from .stored import StoredWeight, WeightFile
 
 PREFIX = "model.visual."
 LN_EPS = 1e-6
 ROPE_THETA = 10000.0
-ATTN_CHUNK_ELEMS = 1 << 20  # score rows per chunk ~ this / keys: 4 MB of scores stay in cache
 MLP_CHUNK_ROWS = 2048  # bounds the [rows, intermediate] activation
+VISION_WEIGHTS = ("f32", "q8")
+
+
+class EncodeCancelled(Exception):
+    """The encode was stopped between blocks (its cancel Event was set)."""
 
 
 def expected_vision_tensors(v: VisionConfig) -> dict[str, tuple[int, ...]]:
@@ -132,30 +146,6 @@ def vision_tensor_problem(ckpt: Checkpoint, v: VisionConfig) -> str | None:
     return None
 
 
-class StoredWeight:
-    """A weight matrix left in the mapped checkpoint file, in its stored dtype (BF16, F16 or
-    F32). It becomes float32 (exactly: the widening is lossless) only while an image is
-    encoded, one block at a time into reused scratch, and its file pages are dropped after:
-    an idle model holds none of it. For Qwen3-VL-2B that is 1.6 GB of f32 (0.8 GB of bf16)
-    that a chat without images never needs; the widening costs one pass over 0.8 GB per
-    encode (memory-bound, small next to the encoder's compute)."""
-
-    def __init__(self, raw: np.ndarray, dtype: str, release: Callable[[], None]):
-        self.raw = raw
-        self.dtype = dtype
-        self.release = release
-
-    def f32(self, scratch: dict[str, np.ndarray], role: str) -> np.ndarray:
-        """The matrix as float32: the file's own array for F32, else widened into
-        scratch[role] (allocated on first use)."""
-        if self.dtype == "F32":
-            return self.raw
-        buf = scratch.get(role)
-        if buf is None or buf.shape != self.raw.shape:
-            buf = scratch[role] = np.empty(self.raw.shape, np.float32)
-        return to_f32(self.raw, self.dtype, out=buf)
-
-
 @dataclass
 class BlockWeights:
     norm1_w: np.ndarray
@@ -222,6 +212,8 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
         ckpt.release(PREFIX + name)  # the file pages are not needed once converted
         return arr
 
+    files: dict = {}
+
     def stored(name):
         name = PREFIX + name
         info = ckpt.info(name)
@@ -229,7 +221,11 @@ def load_vision_weights(ckpt: Checkpoint, v: VisionConfig) -> VisionWeights:
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
             )
-        return StoredWeight(ckpt.raw(name), info.dtype, ckpt.releaser(name))
+        ckpt.check_finite(name)  # NaN/inf refused once, here, with the tensor's name
+        path, offset, _ = ckpt.location(name)
+        if path not in files:
+            files[path] = WeightFile(path)  # read with pread, never mapped (stored.py: SIGBUS)
+        return StoredWeight(files[path], offset, info.shape, info.dtype)
 
     def merger(p):
         return MergerWeights(
@@ -303,9 +299,11 @@ def merge_block_rows_cols(h: int, w: int, m: int) -> tuple[np.ndarray, np.ndarra
 
 
 class VisionEncoder:
-    def __init__(self, cfg: VisionConfig, weights: VisionWeights):
+    def __init__(self, cfg: VisionConfig, weights: VisionWeights, weights_format: str = "f32"):
         self.cfg = cfg
         self.w = weights
+        self.weights_format = "f32"
+        self.set_weights_format(weights_format)
         self.side = math.isqrt(cfg.num_position_embeddings)
         if self.side * self.side != cfg.num_position_embeddings:
             raise CheckpointError(
@@ -319,6 +317,36 @@ class VisionEncoder:
         self.inv_freq = (np.float32(1.0) / (np.float32(theta) ** exps)).astype(np.float32)
         self.scale = np.float32(hd**-0.5)
         self._grid_cache: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+
+    def set_weights_format(self, fmt: str) -> None:
+        """'f32' (BLAS on the widened checkpoint matrices, the reference) or 'q8' (grouped
+        integer kernels; the matrices are quantized at the first q8 encode and kept)."""
+        if fmt not in VISION_WEIGHTS:
+            raise InputError(
+                f"unknown vision weights format {fmt!r}; choose {' or '.join(VISION_WEIGHTS)}."
+            )
+        if fmt == "q8" and not qweights.quantizable(self.w.stored):
+            raise InputError(
+                "this vision encoder's matrices cannot be quantized to q8 (an input width is "
+                "not a multiple of 32); use --vision-weights f32."
+            )
+        self.weights_format = fmt
+
+    def _ready(self, weight: StoredWeight, role: str, scratch):
+        """The matrix in the encoder's weights format: f32 [O, K] or a q8 GroupLinear."""
+        if self.weights_format == "q8":
+            return qweights.q8_linear(weight, scratch)
+        return weight.f32(scratch, role)
+
+    @staticmethod
+    def _apply(w, x: np.ndarray, out=None) -> np.ndarray:
+        """x @ w.T for a matrix from _ready()."""
+        if isinstance(w, np.ndarray):
+            return np.matmul(x, w.T) if out is None else np.matmul(x, w.T, out=out)
+        return qweights.apply(w, x, out)
+
+    def _mm(self, x: np.ndarray, weight: StoredWeight, role: str, scratch, out=None):
+        return self._apply(self._ready(weight, role, scratch), x, out)
 
     # ---- per-grid tables ---------------------------------------------------------------------
 
@@ -386,16 +414,19 @@ class VisionEncoder:
 
     # ---- forward -----------------------------------------------------------------------------
 
-    def forward(self, pixel_values: np.ndarray, grids) -> VisionOutput:
+    def forward(self, pixel_values: np.ndarray, grids, cancel=None, progress=None) -> VisionOutput:
         """pixel_values: [N, C*T*P*P] f32 (images concatenated, reference patch order);
-        grids: [(t, h, w)] per image. Returns merged embeddings and DeepStack features."""
+        grids: [(t, h, w)] per image. Returns merged embeddings and DeepStack features.
+        cancel: an Event checked between blocks (EncodeCancelled); progress(done, depth)."""
         try:
-            return self._forward(pixel_values, grids, {})
+            return self._forward(pixel_values, grids, {}, cancel, progress)
         finally:
             for w in self.w.stored:  # the file pages are read again at the next image
                 w.release()
 
-    def _forward(self, pixel_values: np.ndarray, grids, scratch: dict) -> VisionOutput:
+    def _forward(
+        self, pixel_values: np.ndarray, grids, scratch: dict, cancel=None, progress=None
+    ) -> VisionOutput:
         c = self.cfg
         t_start = time.perf_counter()
         perf = time.perf_counter
@@ -439,36 +470,42 @@ class VisionEncoder:
         mlp_rows = min(n, MLP_CHUNK_ROWS)
         act = np.empty((mlp_rows, c.intermediate_size), np.float32)
         deepstack = []
+        if progress is not None:
+            progress(0, c.depth)
         for i, b in enumerate(self.w.blocks):
+            if cancel is not None and cancel.is_set():
+                raise EncodeCancelled
             layernorm(x, b.norm1_w, b.norm1_b, LN_EPS, hbuf)
             t0 = perf()
-            np.matmul(hbuf, b.qkv_w.f32(scratch, "qkv").T, out=qkv)
+            self._mm(hbuf, b.qkv_w, "qkv", scratch, qkv)
             timer.gemm += perf() - t0
             split_heads_rope(qkv, b.qkv_b, cos, sin, q, k, v)
             t0 = perf()
             self._attention(q, k, v, spans, attn)
             t1 = perf()
-            np.matmul(attn, b.proj_w.f32(scratch, "proj").T, out=proj)
+            self._mm(attn, b.proj_w, "proj", scratch, proj)
             timer.attn += t1 - t0
             timer.gemm += perf() - t1
             add_bias_residual(x, proj, b.proj_b)
             layernorm(x, b.norm2_w, b.norm2_b, LN_EPS, hbuf)
-            fc1_w = b.fc1_w.f32(scratch, "fc1")
-            fc2_w = b.fc2_w.f32(scratch, "fc2")
+            fc1 = self._ready(b.fc1_w, "fc1", scratch)
+            fc2 = self._ready(b.fc2_w, "fc2", scratch)
             for r0 in range(0, n, mlp_rows):
                 r1 = min(n, r0 + mlp_rows)
                 a = act[: r1 - r0]
                 t0 = perf()
-                np.matmul(hbuf[r0:r1], fc1_w.T, out=a)
+                self._apply(fc1, hbuf[r0:r1], a)
                 timer.gemm += perf() - t0
                 bias_gelu_tanh(a, b.fc1_b, POW2)
                 t0 = perf()
-                np.matmul(a, fc2_w.T, out=proj[r0:r1])
+                self._apply(fc2, a, proj[r0:r1])
                 timer.gemm += perf() - t0
             add_bias_residual(x, proj, b.fc2_b)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
                 deepstack.append(self._merge(x, self.w.deepstack[j], True, timer, scratch))
+            if progress is not None:
+                progress(i + 1, c.depth)
         embeds = self._merge(x, self.w.merger, False, timer, scratch)
         counts = [t * h * w // m2 for t, h, w in grids]
         ms = (time.perf_counter() - t_start) * 1e3
@@ -497,49 +534,19 @@ class VisionEncoder:
             h = np.empty_like(x)
             layernorm(x, mw.norm_w, mw.norm_b, LN_EPS, h)
             h = h.reshape(n // m2, m2 * vd)
-        fc1_w = mw.fc1_w.f32(scratch, "merge_fc1")
-        fc2_w = mw.fc2_w.f32(scratch, "merge_fc2")
         t0 = time.perf_counter()
-        a = np.matmul(h, fc1_w.T)
+        a = self._mm(h, mw.fc1_w, "merge_fc1", scratch)
         timer.gemm += time.perf_counter() - t0
         bias_gelu_erf(a, mw.fc1_b)
         t0 = time.perf_counter()
-        out = np.matmul(a, fc2_w.T)
+        out = self._mm(a, mw.fc2_w, "merge_fc2", scratch)
         timer.gemm += time.perf_counter() - t0
         add_bias(out, mw.fc2_b)
         return out
 
     def _attention(self, q, k, v, spans, out) -> None:
-        """Bidirectional attention inside each span; q, k, v: [H, S, HD]; out: [S, H*HD].
+        """Bidirectional attention inside each span; q, k, v: [H, S, HD]; out: [S, H*HD]
+        (engine/vision/attention.py: heads side by side on the kernel threads)."""
+        import numba
 
-        NumPy only, one head and one chunk of query rows at a time so the scores stay in
-        cache: BLAS q@k.T (q pre-scaled), row max, exp, then BLAS p@[v, 1], whose last column
-        is the softmax denominator, so the division runs on HD columns instead of S. No Numba
-        kernel runs between these BLAS calls (a parallel Numba softmax here, interleaved with
-        BLAS, was ~9x slower on a 2-core machine: see engine/vision/kernels.py).
-        """
-        nh, _, hd = q.shape
-        for s0, s1 in spans:
-            n = s1 - s0
-            rows = int(min(n, max(16, ATTN_CHUNK_ELEMS // n)))
-            buf = np.empty(rows * n, np.float32)
-            row_max = np.empty((rows, 1), np.float32)
-            o_aug = np.empty((rows, hd + 1), np.float32)
-            v_aug = np.ones((n, hd + 1), np.float32)
-            for h in range(nh):
-                q_h = q[h, s0:s1] * self.scale
-                k_t = k[h, s0:s1].T
-                v_aug[:, :hd] = v[h, s0:s1]
-                for r0 in range(0, n, rows):
-                    r1 = min(n, r0 + rows)
-                    sc = buf[: (r1 - r0) * n].reshape(r1 - r0, n)
-                    np.matmul(q_h[r0:r1], k_t, out=sc)
-                    mx = row_max[: r1 - r0]
-                    np.max(sc, axis=1, keepdims=True, out=mx)
-                    np.subtract(sc, mx, out=sc)
-                    np.exp(sc, out=sc)
-                    o = o_aug[: r1 - r0]
-                    np.matmul(sc, v_aug, out=o)
-                    np.divide(
-                        o[:, :hd], o[:, hd:], out=out[s0 + r0 : s0 + r1, h * hd : (h + 1) * hd]
-                    )
+        attention(q, k, v, spans, self.scale, out, numba.get_num_threads())

@@ -9,8 +9,9 @@ parallel kernels, 3.8-4.2 s with one thread (the element-wise part itself is mem
 gained little from a second thread); a tight loop alternating the two was ~9x slower.
 
 `_exp` is a vectorisable exp (range reduction to 2^k * 2^f, a degree-6 polynomial for 2^f and
-a table for 2^k): Numba's own exp is a scalar libm call that stops LLVM from vectorising the
-loop (tanh-GELU was ~4x slower with it). Relative error below 2e-7 for arguments in [-87, 87];
+2^k built from its exponent bits; no table, so no index a NaN could move). Numba's own exp
+is a scalar libm call that stops LLVM from vectorising the loop (tanh-GELU was ~4x slower
+with it). Relative error below 2e-7 for arguments in [-87, 87];
 below that it returns tiny positive numbers instead of 0, harmless in the logistic of
 tanh-GELU.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels import FASTMATH
+from ..kernels.mathfn import _pow2
 
 POW2 = np.ldexp(np.float32(1.0), np.arange(-126, 128)).astype(np.float32)  # 2^k, k = -126..127
 _LOG2E = np.float32(1.4426950408889634)
@@ -30,10 +32,14 @@ _LOG2E = np.float32(1.4426950408889634)
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _exp(x, pow2):
+    """exp(x); NaN in gives NaN out. 2^k is built from its exponent bits (mathfn._pow2), not
+    read from a table: a NaN or infinite argument (NaN weights, overflowing activations)
+    must never become an index, since Numba checks no bounds. `pow2` is kept for the
+    callers' signature and unused."""
     t = x * _LOG2E
     t = min(max(t, np.float32(-125.0)), np.float32(125.0))
-    ki = np.int32(t + np.float32(126.5))  # floor(t + 0.5) + 126; the argument is positive
-    f = t - np.float32(ki - 126)  # in [-0.5, 0.5]
+    n = np.floor(t + np.float32(0.5))
+    f = t - n  # in [-0.5, 0.5]
     p = np.float32(1.5403530393381606e-4)
     p = p * f + np.float32(1.3333558146428443e-3)
     p = p * f + np.float32(9.618129107628477e-3)
@@ -41,7 +47,8 @@ def _exp(x, pow2):
     p = p * f + np.float32(2.402265069591007e-1)
     p = p * f + np.float32(6.931471805599453e-1)
     p = p * f + np.float32(1.0)
-    return p * pow2[ki]
+    y = p * _pow2(n)
+    return y if x == x else x
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)

@@ -15,6 +15,8 @@ import numpy as np
 from ..checkpoint import Checkpoint
 from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
+from . import cost, qweights
+from .embed_cache import EmbeddingCache
 from .encoder import VisionEncoder, VisionOutput, load_vision_weights, vision_tensor_problem
 from .preprocess import PreparedImage, PreprocessConfig, load_preprocess_config, prepare_image
 
@@ -42,6 +44,8 @@ class VisionModel:
         self.preprocess = preprocess
         self.encoder = encoder
         self.problem = problem if encoder is None else None
+        self._encodes = 0
+        self.embeddings = EmbeddingCache()  # shared by sessions (engine/vision/embed_cache.py)
 
     @property
     def available(self) -> bool:
@@ -57,12 +61,35 @@ class VisionModel:
         self.require()
         return prepare_image(path, self.preprocess, max_pixels)
 
-    def encode(self, images: list[PreparedImage]) -> VisionOutput:
+    def set_weights_format(self, fmt: str | None) -> None:
+        """'f32' or 'q8' for the encoder's matrices; None: q8 where the shapes allow it."""
+        if self.encoder is None:
+            return
+        if fmt is None:
+            fmt = "q8" if qweights.quantizable(self.encoder.w.stored) else "f32"
+        self.encoder.set_weights_format(fmt)
+
+    @property
+    def weights_format(self) -> str:
+        return self.encoder.weights_format if self.encoder is not None else "f32"
+
+    def encode(self, images: list[PreparedImage], cancel=None, progress=None) -> VisionOutput:
+        """Run the encoder (cancel: an Event checked between blocks, EncodeCancelled;
+        progress(done, depth) after each block) and record its speed (engine/vision/cost.py)."""
         enc = self.require()
         if not images:
             raise ValueError("encode() needs at least one image")
         pixels = np.concatenate([im.pixel_values for im in images])
-        return enc.forward(pixels, [im.grid_thw for im in images])
+        out = enc.forward(pixels, [im.grid_thw for im in images], cancel, progress)
+        self._encodes += 1
+        if self._encodes > 1:  # the first one of a process also compiles or loads kernels
+            cost.record(enc, out, pixels.shape[0])
+        return out
+
+    def estimate_seconds(self, width: int, height: int, tokens: int | None) -> float:
+        """Predicted encode time of a width x height picture at this budget, here."""
+        enc = self.require()
+        return cost.estimate_seconds(enc, [cost.grid_for(width, height, self.preprocess, tokens)])
 
     def prompt_inputs(self, prompt_ids, images: list[PreparedImage]) -> ImageInputs:
         """Run the encoder and place its outputs at the image pads of prompt_ids."""

@@ -35,6 +35,15 @@ MIN_SIDE = 2  # a 1-pixel-wide image carries no picture; refuse it with a messag
 # damaged config or setting must not make every image be resized to gigapixels.
 PIXEL_LIMIT = 16_777_216
 RESAMPLE = Image.Resampling.BICUBIC
+MAX_PIXEL_VALUE = 1000.0  # |normalised pixel| a preprocessor config may produce
+# The decoders Merlin lets Pillow use: formats that only decode pixels. Never EPS (runs
+# Ghostscript), PDF, or any plugin that starts a program or reads other files.
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+# Memory bounds of decoding: an image whose decoded pixels would take more than this is refused
+# from its header, before decoding; one with more pixels than REDUCE_ABOVE (and 4x the pixel
+# budget) is decoded at a lower resolution (JPEG: draft) or halved right after decoding.
+MAX_DECODE_BYTES = 512 << 20
+REDUCE_ABOVE = 24_000_000
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,7 @@ def parse_preprocess_config(raw: dict, path: Path) -> PreprocessConfig:
             f"{path}: min/max pixels ({cfg.min_pixels}/{cfg.max_pixels}) must be at most "
             f"{PIXEL_LIMIT}."
         )
+    _check_pixel_range(cfg, path)
     if cfg.factor**2 > cfg.max_pixels:
         raise CheckpointError(
             f"{path}: one image token covers patch_size x merge_size = {cfg.factor} pixels "
@@ -146,6 +156,25 @@ def parse_preprocess_config(raw: dict, path: Path) -> PreprocessConfig:
             f"{path}: max pixels ({cfg.max_pixels}) is below min pixels ({cfg.min_pixels})."
         )
     return cfg
+
+
+def _check_pixel_range(cfg: PreprocessConfig, path: Path) -> None:
+    """The normalised pixel values these constants give must be finite and moderate: a tiny
+    image_std or a huge rescale_factor makes them infinite (NaN in the encoder)."""
+    if cfg.patch_size > 1024 or cfg.temporal_patch_size > 64 or cfg.merge_size > 64:
+        raise CheckpointError(
+            f"{path}: patch_size {cfg.patch_size}, temporal_patch_size "
+            f"{cfg.temporal_patch_size} or merge_size {cfg.merge_size} is not a Qwen3-VL value."
+        )
+    with np.errstate(all="ignore"):
+        lut = _lut(cfg)
+    top = float(np.max(np.abs(lut))) if np.all(np.isfinite(lut)) else math.inf
+    if not top <= MAX_PIXEL_VALUE:
+        raise CheckpointError(
+            f"{path}: image_mean, image_std and rescale_factor give normalised pixel values up to "
+            f"{top:g}; they must stay within +-{MAX_PIXEL_VALUE:g} (Qwen3-VL's are within +-1). "
+            "The file is damaged; replace it with the original from the model download."
+        )
 
 
 def _triple(raw: dict, key: str, default, path: Path) -> tuple[float, float, float]:
@@ -165,11 +194,14 @@ def _triple(raw: dict, key: str, default, path: Path) -> tuple[float, float, flo
 
 def load_preprocess_config(folder: Path | str) -> PreprocessConfig:
     """preprocessor_config.json of a checkpoint folder; the Qwen3-VL hub values if absent."""
+    from ..safe_open import read_bytes
+
     path = Path(folder) / PREPROCESSOR_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return PreprocessConfig(source=f"{path} (missing: Qwen3-VL defaults)")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        # a FIFO or device is refused with what it is, never opened blocking
+        raw = json.loads(read_bytes(path, PREPROCESSOR_FILE, CheckpointError, 1 << 20))
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, or a 5000-digit number
         raise CheckpointError(f"{path}: not valid JSON ({e}).") from None
     except RecursionError:
@@ -216,29 +248,117 @@ def _name(source) -> str:
     return str(source) if source is not None else "the image"
 
 
-def open_image(path: Path | str) -> Image.Image:
+def _decoded_bytes(mode: str, size: tuple[int, int]) -> int:
+    """Bytes Pillow holds for a decoded image of this mode and size (multi-band 8-bit modes
+    are stored as 4 bytes per pixel)."""
+    if mode in ("1", "L", "P"):
+        per = 1
+    elif mode.startswith("I;16"):
+        per = 2
+    else:
+        per = 4
+    return size[0] * size[1] * per
+
+
+def _check_decoded_size(im: Image.Image, name: str) -> None:
+    need = _decoded_bytes(im.mode, im.size)
+    if need > MAX_DECODE_BYTES:
+        w, h = im.size
+        raise InputError(
+            f"{name}: the image is {w}x{h} pixels ({im.mode}); decoding it would take "
+            f"{need / 1e9:.1f} GB of memory (at most {MAX_DECODE_BYTES / 1e9:.1f} GB). Scale it "
+            "down or crop it, then attach it again."
+        )
+
+
+def _reduction(size: tuple[int, int], target_pixels: int | None) -> int:
+    """The integer factor a very large image may be shrunk by before the exact resize, or 1."""
+    pixels = size[0] * size[1]
+    target = max(int(target_pixels or PIXEL_LIMIT), 1)
+    if pixels <= max(REDUCE_ABOVE, 4 * target):
+        return 1
+    return max(1, int(math.sqrt(pixels / (4 * target))))
+
+
+def _draft(im: Image.Image, target_pixels: int | None) -> None:
+    """JPEG: decode at 1/2, 1/4 or 1/8 scale when the image is far larger than needed."""
+    k = _reduction(im.size, target_pixels)
+    if k > 1 and im.format in ("JPEG", "MPO"):
+        w, h = im.size
+        im.draft(im.mode, (max(1, w // k), max(1, h // k)))
+
+
+def _reduce_after_decode(im: Image.Image, target_pixels: int | None) -> Image.Image:
+    """A decoded image still far larger than needed, shrunk by an integer factor (box
+    average) so colour conversion and resizing stay within memory; else the image itself."""
+    k = _reduction(im.size, target_pixels)
+    if k <= 1:
+        return im
+    if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+        im = _high_depth_to_l(im)
+    elif im.mode in ("P", "PA", "1"):
+        im = im.convert("RGBA")
+    try:
+        return im.reduce(k)
+    except (ValueError, NotImplementedError):
+        return im
+
+
+_ORIENTATIONS = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
+def _orient(image: Image.Image, original: Image.Image) -> Image.Image:
+    try:
+        method = _ORIENTATIONS.get(original.getexif().get(0x0112))
+    except Exception:  # an unreadable EXIF block: as transformers, ignore it
+        method = None
+    return image.transpose(method) if method is not None else image
+
+
+def open_image(path: Path | str, target_pixels: int | None = None) -> Image.Image:
     """Decode an image file fully (first frame), EXIF orientation applied.
 
     Every failure becomes an InputError naming the file: missing, unreadable, not an image,
     truncated or corrupt, or larger than Pillow's decompression-bomb limit.
     """
+    from ..safe_open import open_regular
+
     path = Path(path).expanduser()
     name = str(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise InputError(f"{name}: no such file. Check the path of the image.")
     if path.is_dir():
         raise InputError(f"{name} is a folder, not an image file. Choose an image file.")
     try:
-        with warnings.catch_warnings():
+        # a FIFO or device is refused (never opened blocking); only IMAGE_FORMATS decode
+        f = open_regular(path, "the image", InputError)
+    except PermissionError:
+        raise InputError(f"{name}: permission denied. Check that the file is readable.") from None
+    try:
+        with f, warnings.catch_warnings():
             # Between Pillow's warning and error limits an image is big but legitimate (a
             # 100-megapixel photo): decode it; smart_resize brings it down to max_pixels.
             # Plugin warnings about odd tags are noise for the user: errors still raise.
             warnings.simplefilter("ignore")
-            with Image.open(path) as im:
+            with Image.open(f, formats=IMAGE_FORMATS) as im:
                 im.seek(0)  # first frame of an animation
+                _check_decoded_size(im, name)
+                _draft(im, target_pixels)
                 im.load()
-                oriented = ImageOps.exif_transpose(im)
-                image = oriented if oriented is not im else im.copy()
+                small = _reduce_after_decode(im, target_pixels)
+                if small is im:
+                    oriented = ImageOps.exif_transpose(im)
+                    image = oriented if oriented is not im else im.copy()
+                else:  # the reduced copy has no EXIF: orient it as the original says
+                    image = _orient(small, im)
     except Image.DecompressionBombError:
         raise InputError(
             f"{name}: the image is too large to open safely (more than "
@@ -293,18 +413,34 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
         ) from None
 
 
+_CHUNK = 1 << 20  # elements converted at a time (bounded temporaries for big images)
+
+
 def _high_depth_to_l(image: Image.Image) -> Image.Image:
+    """16/32-bit grey (I;16*, I, F) -> 8-bit L, converted in row bands so that the
+    temporaries stay small next to the decoded image."""
     a = np.asarray(image)
+    out = np.empty(a.shape, np.uint8)
+    rows = max(1, _CHUNK // max(1, a.shape[1] if a.ndim > 1 else 1))
     if image.mode == "F":
-        a = a.astype(np.float64)
-        top = 1.0 if np.nanmax(a, initial=0.0) <= 1.0 else 255.0
-        a = np.nan_to_num(a, nan=0.0) * (255.0 / top)
-        return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), "L")
-    a = a.astype(np.int64)
-    if image.mode == "I" and a.max(initial=0) <= 255 and a.min(initial=0) >= 0:
-        return Image.fromarray(a.astype(np.uint8), "L")  # 8-bit data stored as I
-    a = np.clip(a, 0, 65535)
-    return Image.fromarray(((a * 255 + 32767) // 65535).astype(np.uint8), "L")
+        with np.errstate(invalid="ignore"):
+            top = np.nanmax(a, initial=0.0)
+        top = 1.0 if not top > 1.0 else 255.0
+        for i in range(0, a.shape[0], rows):
+            band = np.nan_to_num(
+                a[i : i + rows].astype(np.float64), nan=0.0, posinf=top, neginf=0.0
+            ) * (255.0 / top)
+            out[i : i + rows] = np.clip(np.rint(band), 0, 255)
+        return Image.fromarray(out, "L")
+    eight_bit = image.mode == "I" and a.max(initial=0) <= 255 and a.min(initial=0) >= 0
+    for i in range(0, a.shape[0], rows):
+        band = a[i : i + rows].astype(np.int64)
+        if eight_bit:  # 8-bit data stored as I
+            out[i : i + rows] = band
+        else:
+            band = np.clip(band, 0, 65535)
+            out[i : i + rows] = (band * 255 + 32767) // 65535
+    return Image.fromarray(out, "L")
 
 
 # ---- pixels ----------------------------------------------------------------------------------
@@ -415,7 +551,7 @@ def prepare_image(
 
     t0 = time.perf_counter()
     cfg = cfg.with_max_pixels(max_pixels)
-    image = open_image(path)
+    image = open_image(path, cfg.max_pixels)
     try:
         prepared = prepare_pil(image, cfg, source=Path(path).expanduser())
     finally:

@@ -1,0 +1,435 @@
+"""Train the shipped demo model: a tiny Qwen3-VL that answers questions about drawn shapes.
+
+Runs in a separate venv with torch and transformers (never Merlin dependencies); Merlin's
+own package (for the scene drawer, the preprocessing and the final check) is imported from
+the source tree next to this script:
+
+    python -m venv /work/venvs/torch
+    /work/venvs/torch/bin/pip install torch==2.13.0 transformers safetensors numpy pillow \
+        tokenizers jinja2 platformdirs numba
+    /work/venvs/torch/bin/python scripts/train_demo.py --steps 3000           # -> a build folder
+    /work/venvs/torch/bin/python scripts/train_demo.py --steps 3000 --install --force
+
+What it does, in order:
+1. the side files (tokenizer trained with `tokenizers` on the question/answer text, config.json
+   in the published 4.57 spelling, the real Qwen3-VL Instruct chat template, generation and
+   preprocessor configs) from `merlin.engine.demo_model`;
+2. a Qwen3VLForConditionalGeneration from that config.json, trained from scratch with AdamW
+   on conversations drawn on the fly (`engine.demo_scenes`: a picture, then one to three
+   questions and answers; a few text-only turns; some with a system prompt). The loss is on
+   the answer tokens and their <|im_end|>. Prompt ids are made exactly as Merlin makes them:
+   the chat template rendered by Merlin's tokenizer, image pads expanded to the grid;
+3. bf16 safetensors via save_pretrained, config.json rewritten in the 4.57 spelling, a README
+   and train_log.json (seed, recipe, loss curve, wall time);
+4. the check: transformers reloads the folder and Merlin loads it; on held-out scenes both
+   must give the same greedy answer, and the exact-answer accuracy is printed. Only then is
+   the folder moved into place. The shipped checkpoint is never replaced without --force.
+
+Everything is seeded (torch, the scene seeds); torch runs on --threads threads. A rerun with
+the same versions and thread count gives the same loss curve up to float summation order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+
+from merlin.engine import demo_model as dm  # noqa: E402
+from merlin.engine import demo_scenes as ds  # noqa: E402
+from merlin.engine.tokenizer import Tokenizer  # noqa: E402
+from merlin.engine.vision.preprocess import parse_preprocess_config, prepare_pil  # noqa: E402
+
+SYSTEM_PROMPTS = ["You are a helpful assistant.", "Answer briefly.", "你是一个有用的助手。"]
+
+
+def make_conversation(rng: random.Random, index: int) -> tuple[str | None, list[dict]]:
+    """(image seed or None, turns): turns are {"q": text, "a": answer}."""
+    if rng.random() < 0.07:
+        turns = []
+        for _ in range(rng.choice([1, 1, 2])):
+            text, lang = ds.text_only_prompt(rng)
+            turns.append({"q": text, "a": ds.TEXT_ONLY_ANSWER[lang]})
+        return None, turns
+    seed = index
+    sc = ds.scene(seed)
+    lang = rng.choice(ds.LANGS)
+    turns = []
+    kinds = [k for k in ds.QUESTION_KINDS if ds.can_ask(sc, k)]
+    for _ in range(rng.choice([1, 2, 2, 3, 3])):
+        if rng.random() < 0.2:
+            lang = rng.choice(ds.LANGS)
+        q = ds.question(sc, rng.choice(kinds), lang, rng.randrange(10**9))
+        turns.append({"q": q.text, "a": q.answer})
+    return seed, turns
+
+
+class Encoder:
+    """Conversation -> (input_ids, labels, pixel_values, grid) as Merlin builds prompts."""
+
+    def __init__(self, folder: Path):
+        self.tok = Tokenizer.from_folder(folder)
+        self.pre = parse_preprocess_config(dm.PREPROCESSOR, folder / "preprocessor_config.json")
+        self.pad = self.tok.token_id("<|image_pad|>")
+        self.im_end = self.tok.token_id("<|im_end|>")
+
+    def encode(self, image_seed, turns, system=None):
+        messages = [{"role": "system", "content": system}] if system else []
+        pixels = grid = None
+        n_pad = 0
+        if image_seed is not None:
+            prepared = prepare_pil(ds.draw(ds.scene(image_seed)), self.pre)
+            pixels, grid = prepared.pixel_values, prepared.grid_thw
+            n_pad = grid[0] * grid[1] * grid[2] // 4
+        ids: list[int] = []
+        labels: list[int] = []
+        for t, turn in enumerate(turns):
+            content = turn["q"]
+            if t == 0 and image_seed is not None:
+                content = [{"type": "image"}, {"type": "text", "text": turn["q"]}]
+            messages.append({"role": "user", "content": content})
+            prompt = self.tok.encode_chat(messages, add_generation_prompt=True)
+            new = prompt[len(ids) :]
+            assert prompt[: len(ids)] == ids, "the template re-rendered an earlier turn"
+            ids += new
+            labels += [-100] * len(new)
+            answer = self.tok.encode_text(turn["a"]) + [self.im_end]
+            ids += answer
+            labels += answer
+            messages.append({"role": "assistant", "content": turn["a"]})
+            full = self.tok.encode_chat(messages, add_generation_prompt=False)
+            assert full[: len(ids)] == ids, "answer tokens differ from the template's"
+            ids += full[len(ids) :]  # the "\n" after <|im_end|>
+            labels += [-100] * (len(full) - len(labels))
+        if n_pad:
+            at = ids.index(self.pad)
+            ids = ids[:at] + [self.pad] * n_pad + ids[at + 1 :]
+            labels = labels[:at] + [-100] * n_pad + labels[at + 1 :]
+        return ids, labels, pixels, grid
+
+
+def batch_tensors(samples, pad_id, pad_token):
+    import torch
+
+    n = max(len(s[0]) for s in samples)
+    ids = torch.full((len(samples), n), pad_id, dtype=torch.long)
+    labels = torch.full((len(samples), n), -100, dtype=torch.long)
+    mask = torch.zeros((len(samples), n), dtype=torch.long)
+    for i, (a, b, _, _) in enumerate(samples):
+        ids[i, : len(a)] = torch.tensor(a)
+        labels[i, : len(b)] = torch.tensor(b)
+        mask[i, : len(a)] = 1
+    kw = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    kw["mm_token_type_ids"] = (ids == pad_token).long()
+    pix = [torch.from_numpy(s[2]) for s in samples if s[2] is not None]
+    if pix:
+        kw["pixel_values"] = torch.cat(pix)
+        kw["image_grid_thw"] = torch.tensor([s[3] for s in samples if s[3] is not None])
+    return kw
+
+
+def train(args, folder: Path) -> dict:
+    """Train with --procs data-parallel processes (one thread each by default: on a shared
+    machine, separate processes lose less to a busy neighbour than threads that meet at a
+    barrier in every op); rank 0 saves the model and returns the log."""
+    if args.procs == 1:
+        return _train_rank(0, args, folder)
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args.port = port
+    mp.spawn(_spawned, args=(args, folder), nprocs=args.procs, join=True)
+    return json.loads((folder / ".train_result.json").read_text())
+
+
+def _spawned(rank, args, folder):
+    result = _train_rank(rank, args, folder)
+    if rank == 0:
+        (folder / ".train_result.json").write_text(json.dumps(result))
+
+
+def _train_rank(rank: int, args, folder: Path) -> dict:
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    world = args.procs
+    dist = None
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world
+        )
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    torch.set_num_threads(args.threads)
+    config = Qwen3VLConfig.from_pretrained(folder)
+    # config.json says bfloat16 (the stored dtype); train in float32, store bf16 at the end
+    model = Qwen3VLForConditionalGeneration(config).to(torch.float32)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    enc = Encoder(folder)
+    pad_id = enc.tok.token_id("<|endoftext|>")
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.98),
+    )
+
+    budget = args.minutes * 60 if args.minutes else 0.0
+    t0 = time.time()
+
+    def progress(step):
+        """Fraction of training done: by steps, or by the time budget if that comes first
+        (a shared machine: the schedule ends on time whatever the load)."""
+        done = step / args.steps
+        if budget:
+            done = max(done, (time.time() - t0) / budget)
+        return min(1.0, done)
+
+    def lr_at(step, done):
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * done)))
+
+    rng = random.Random(args.seed * 1000 + rank)
+    per_rank = args.batch // world
+    curve = []
+    running = None
+    params = [p for p in model.parameters()]
+    for step in range(args.steps):
+        done = progress(step)
+        if dist is not None:  # every rank follows rank 0's clock
+            flag = torch.tensor([done])
+            dist.broadcast(flag, 0)
+            done = float(flag[0])
+        if done >= 1.0:
+            if rank == 0:
+                print(f"time budget reached at step {step}", flush=True)
+            break
+        samples = []
+        for b in range(per_rank):
+            index = step * args.batch + rank * per_rank + b
+            image_seed, turns = make_conversation(rng, index)
+            system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
+            samples.append(enc.encode(image_seed, turns, system))
+        kw = batch_tensors(samples, pad_id, enc.pad)
+        lr = lr_at(step, done)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = model(**kw).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        value = float(loss.detach())
+        if dist is not None:  # average gradients (one flat buffer) and the logged loss
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([value])])
+            dist.all_reduce(flat)
+            flat /= world
+            offset = 0
+            for p, g in zip(params, grads):
+                n = g.numel()
+                p.grad = flat[offset : offset + n].view_as(p).clone()
+                offset += n
+            value = float(flat[-1])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        running = value if running is None else 0.95 * running + 0.05 * value
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
+            elapsed = time.time() - t0
+            curve.append(
+                {
+                    "step": step,
+                    "loss": round(value, 4),
+                    "smoothed": round(running, 4),
+                    "lr": round(lr, 6),
+                    "seconds": round(elapsed, 1),
+                }
+            )
+            print(
+                f"step {step:5d}  loss {value:.4f}  smoothed {running:.4f}  "
+                f"lr {lr:.2e}  {elapsed:7.1f}s",
+                flush=True,
+            )
+    else:
+        step = args.steps
+    wall = time.time() - t0
+    if dist is not None:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank != 0:
+        return {}
+    model.eval()
+    model.to(torch.bfloat16)
+    model.save_pretrained(folder)
+    for f in folder.glob("*.safetensors"):
+        f.chmod(0o644)
+    return {
+        "steps_done": step,
+        "wall_seconds": round(wall, 1),
+        "parameters": n_params,
+        "curve": curve,
+    }
+
+
+def write_config_457(folder: Path, config: dict) -> None:
+    """save_pretrained wrote the 5.x spelling; ship the published 4.57 one (what hub files use)."""
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def check(folder: Path, n: int, threads: int) -> dict:
+    """Greedy answers of transformers and Merlin on held-out scenes: equal, and how right."""
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    torch.set_num_threads(threads)
+    hf = Qwen3VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    enc = Encoder(folder)
+
+    from merlin.engine.model import load_model
+    from merlin.engine.sampling import SamplingParams
+    from merlin.engine.session import Message, Session
+
+    merlin = load_model(folder, weights="f32", kv="f32")
+    greedy = SamplingParams(temperature=0.0, top_k=0, top_p=1.0)
+    same = right = total = 0
+    stops = {enc.im_end, enc.tok.token_id("<|endoftext|>")}
+    for kind in ds.QUESTION_KINDS:
+        for i in range(n):
+            sc, q = ds.eval_case(kind, i)
+            image = ds.draw(sc)
+            prepared = prepare_pil(image, enc.pre)
+            pixels, grid = prepared.pixel_values, prepared.grid_thw
+            prompt = enc.tok.encode_chat(
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image"}, {"type": "text", "text": q.text}],
+                    }
+                ],
+                add_generation_prompt=True,
+            )
+            at = prompt.index(enc.pad)
+            n_pad = grid[0] * grid[1] * grid[2] // 4
+            prompt = prompt[:at] + [enc.pad] * n_pad + prompt[at + 1 :]
+            t_ids = torch.tensor([prompt])
+            with torch.no_grad():
+                out = hf.generate(
+                    input_ids=t_ids,
+                    attention_mask=torch.ones_like(t_ids),
+                    mm_token_type_ids=(t_ids == enc.pad).long(),
+                    pixel_values=torch.from_numpy(pixels),
+                    image_grid_thw=torch.tensor([grid]),
+                    max_new_tokens=96,
+                    do_sample=False,
+                    eos_token_id=sorted(stops),
+                )
+            new = [t for t in out[0, len(prompt) :].tolist() if t not in stops]
+            hf_text = enc.tok.decode(new)
+            session = Session(merlin)
+            events = session.respond(
+                [Message.user(q.text, [image])], sampling=greedy, max_new_tokens=96, spec="off"
+            )
+            for _ in events:
+                pass
+            m_text = session.messages[-1].text
+            same += hf_text == m_text
+            right += m_text == q.answer
+            total += 1
+            if m_text != hf_text:
+                print(f"  differ [{kind}] {q.text!r}: transformers {hf_text!r} merlin {m_text!r}")
+    return {"cases": total, "merlin_equals_transformers": same, "merlin_exact": right}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument(
+        "--minutes", type=float, default=0, help="time budget: the schedule ends by then"
+    )
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=20260)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--procs", type=int, default=2, help="data-parallel processes")
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--check", type=int, default=10, help="held-out cases per question kind")
+    ap.add_argument("--build", type=Path, default=ROOT / "build" / "demo-model")
+    ap.add_argument("--install", action="store_true", help="move the result into the package")
+    ap.add_argument("--force", action="store_true", help="replace the shipped checkpoint")
+    args = ap.parse_args(argv)
+
+    target = dm.shipped_dir()
+    if args.install and (target / "model.safetensors").exists() and not args.force:
+        print(
+            f"{target} already holds the shipped demo model; pass --force to replace it.",
+            file=sys.stderr,
+        )
+        return 2
+    folder = args.build
+    if folder.exists():
+        shutil.rmtree(folder)
+    config = dm.write_side_files(folder)
+    import torch
+    import transformers
+
+    result = train(args, folder)
+    write_config_457(folder, config)
+    (folder / "README.md").write_text(
+        f"# {dm.DEMO_MODEL_NAME}\n\nMerlin's demo model: a tiny Qwen3-VL trained by the project "
+        "on pictures of shapes (scripts/train_demo.py; docs/demo-model.md). It answers "
+        "questions about shapes and colours in English and Chinese; load a Qwen3-VL "
+        "checkpoint for real answers.\n"
+    )
+    verdict = check(folder, args.check, args.threads)
+    log = {
+        "seed": args.seed,
+        "steps": args.steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "warmup": args.warmup,
+        "threads": args.threads,
+        "procs": args.procs,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "machine": platform.processor() or platform.machine(),
+        "load_average_at_end": os.getloadavg(),
+        **result,
+        "check": verdict,
+    }
+    (folder / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in log.items() if k != "curve"}, indent=1))
+    if verdict["merlin_equals_transformers"] != verdict["cases"]:
+        print("Merlin and transformers disagree; not installing.", file=sys.stderr)
+        return 1
+    if args.install:
+        tmp = target.with_name(target.name + ".new")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(folder, tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+        print(f"installed into {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

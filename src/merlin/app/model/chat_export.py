@@ -1,0 +1,344 @@
+"""Chats to files and back: JSON (versioned, images embedded) and Markdown (images beside it).
+
+Qt-free. The JSON format, "merlin-chats" version 1 (docs/chat-format.md describes it):
+
+    {"format": "merlin-chats", "version": 1, "exported": "2026-12-02T10:00:00+00:00",
+     "app": "Merlin 0.1.0",
+     "conversations": [
+        {"title": "...", "created": 1764669600.0, "updated": 1764669700.0,
+         "messages": [
+            {"role": "user" | "assistant", "text": "...", "state": "done", "stats": {},
+             "images": [{"name": "cat.jpg", "ext": "jpg", "sha256": "<hex>",
+                         "data": "<base64>"}]}]}]}
+
+Import reads and checks the whole file before it writes anything (format, version, every
+field's type and size, every image's bytes against its sha256), then adds all conversations
+in one transaction: a bad file is refused with a message and never half-imported, and nothing
+already in the store is changed. Files are written atomically (a temporary file, then a
+rename), so an export interrupted half-way never leaves a truncated file in the user's place.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from merlin.app.model.store import MESSAGE_STATES, ImageRef, Store
+
+FORMAT = "merlin-chats"
+VERSION = 1
+MAX_FILE_BYTES = 1 << 30  # an export of many chats with pictures stays well under this
+MAX_CONVERSATIONS = 100_000
+MAX_MESSAGES = 100_000  # per conversation
+MAX_TEXT_CHARS = 8 << 20  # per message
+MAX_TITLE_CHARS = 1000
+MAX_IMAGES = 64  # per message
+_EXT = re.compile(r"^[a-z0-9]{1,8}$")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ChatFileError(ValueError):
+    """The file cannot be imported; the message says why, for the user."""
+
+
+@dataclass
+class ImportedImage:
+    name: str
+    ext: str
+    data: bytes
+
+
+@dataclass
+class ImportedMessage:
+    role: str
+    text: str
+    state: str = "done"
+    stats: dict = field(default_factory=dict)
+    images: list[ImportedImage] = field(default_factory=list)
+
+
+@dataclass
+class ImportedConversation:
+    title: str
+    created: float | None
+    messages: list[ImportedMessage]
+
+
+# ---- export ------------------------------------------------------------------------------
+
+
+def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
+    """The conversations (in the order given) as a "merlin-chats" document."""
+    from merlin.engine.version import __version__
+
+    convs = []
+    for cid in conversation_ids:
+        row = store.conversation(cid)
+        if row is None:
+            continue
+        messages = []
+        for m in store.messages(cid):
+            images = []
+            for ref in m.images:
+                path = store.image_path(ref)
+                data = path.read_bytes() if path.is_file() else b""
+                images.append(
+                    {
+                        "name": ref.name,
+                        "ext": ref.ext,
+                        "sha256": hashlib.sha256(data).hexdigest() if data else ref.sha256,
+                        "data": base64.b64encode(data).decode("ascii") if data else None,
+                    }
+                )
+            messages.append(
+                {
+                    "role": m.role,
+                    "text": m.text,
+                    "state": m.state,
+                    "stats": m.stats,
+                    "images": images,
+                }
+            )
+        convs.append(
+            {
+                "title": row.title,
+                "created": row.created,
+                "updated": row.updated,
+                "messages": messages,
+            }
+        )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "app": f"Merlin {__version__}",
+        "conversations": convs,
+    }
+
+
+def conversation_markdown(store: Store, conversation_id: int, image_folder: str = "") -> str:
+    """One chat as Markdown: a heading, then each message under its speaker's name. Images
+    are linked as `image_folder/<name>` (what write_markdown puts beside the file), or named
+    only when image_folder is empty (copy as Markdown)."""
+    row = store.conversation(conversation_id)
+    if row is None:
+        return ""
+    out = [f"# {row.title}", ""]
+    for m in store.messages(conversation_id):
+        out += [f"## {'You' if m.role == 'user' else 'Merlin'}", ""]
+        for name in _image_file_names(m.images):
+            out.append(f"![{name}]({image_folder}/{name})" if image_folder else f"[image: {name}]")
+        if m.images:
+            out.append("")
+        out += [m.text.rstrip(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_markdown(store: Store, conversation_id: int, path: Path | str) -> Path:
+    """Write the chat to `path` (a .md file) and its images into `<stem>_images/` beside it.
+    Returns the Markdown file's path."""
+    path = Path(path)
+    row = store.conversation(conversation_id)
+    if row is None:
+        raise ChatFileError(f"There is no chat {conversation_id} to export.")
+    folder = path.with_name(f"{path.stem}_images")
+    messages = store.messages(conversation_id)
+    if any(m.images for m in messages):
+        folder.mkdir(parents=True, exist_ok=True)
+        for m in messages:
+            for ref, name in zip(m.images, _image_file_names(m.images)):
+                source = store.image_path(ref)
+                if source.is_file():
+                    write_atomically(folder / name, source.read_bytes())
+    text = conversation_markdown(store, conversation_id, image_folder=folder.name)
+    write_atomically(path, text.encode("utf-8"))
+    return path
+
+
+def write_json(store: Store, conversation_ids: Sequence[int], path: Path | str) -> Path:
+    path = Path(path)
+    doc = export_json(store, conversation_ids)
+    write_atomically(path, json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8"))
+    return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write data to path through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _image_file_names(refs: Sequence[ImageRef]) -> list[str]:
+    """File names for a message's images: the user's name, made safe and unique by hash."""
+    out = []
+    for ref in refs:
+        stem = re.sub(r"[^\w.-]+", "_", Path(ref.name).stem)[:60] or "image"
+        out.append(f"{stem}-{ref.sha256[:8]}.{ref.ext}")
+    return out
+
+
+# ---- import ------------------------------------------------------------------------------
+
+
+def read_json(path: Path | str) -> list[ImportedConversation]:
+    """Read and check a "merlin-chats" file completely; raise ChatFileError with the reason."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise ChatFileError(f"{path} cannot be read ({e.strerror or e}).") from None
+    if not path.is_file():
+        raise ChatFileError(f"{path} is not a regular file.")
+    if st.st_size > MAX_FILE_BYTES:
+        raise ChatFileError(
+            f"{path} is {st.st_size / 2**20:,.0f} MB; Merlin imports files up to "
+            f"{MAX_FILE_BYTES >> 20:,} MB. Export fewer chats at a time."
+        )
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ChatFileError(f"{path} is not a Merlin chat export (not UTF-8 text).") from None
+    except json.JSONDecodeError as e:
+        raise ChatFileError(
+            f"{path} is not a Merlin chat export, or it is truncated (JSON error at line "
+            f"{e.lineno}: {e.msg})."
+        ) from None
+    except (OSError, RecursionError, MemoryError) as e:
+        raise ChatFileError(f"{path} cannot be read ({e}).") from None
+    return parse_document(doc, str(path))
+
+
+def parse_document(doc, where: str = "the file") -> list[ImportedConversation]:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ChatFileError(f'{where} is not a Merlin chat export (no "format": "{FORMAT}").')
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ChatFileError(f'{where}: "version" must be a whole number.')
+    if version > VERSION:
+        raise ChatFileError(
+            f"{where} was written by a newer Merlin (format version {version}; this one reads "
+            f"up to {VERSION}). Update Merlin to import it."
+        )
+    if version < 1:
+        raise ChatFileError(f"{where}: unknown format version {version}.")
+    convs = doc.get("conversations")
+    if not isinstance(convs, list):
+        raise ChatFileError(f'{where}: "conversations" must be a list.')
+    if len(convs) > MAX_CONVERSATIONS:
+        raise ChatFileError(f"{where} holds {len(convs):,} chats; at most {MAX_CONVERSATIONS:,}.")
+    return [_conversation(c, f"{where}, chat {i + 1}") for i, c in enumerate(convs)]
+
+
+def _conversation(c, where: str) -> ImportedConversation:
+    if not isinstance(c, dict):
+        raise ChatFileError(f"{where}: must be an object.")
+    title = _text(c.get("title"), f"{where}: title", MAX_TITLE_CHARS)
+    created = c.get("created")
+    if created is not None and (
+        not isinstance(created, (int, float)) or isinstance(created, bool) or created != created
+    ):
+        raise ChatFileError(f'{where}: "created" must be a number of seconds.')
+    messages = c.get("messages")
+    if not isinstance(messages, list):
+        raise ChatFileError(f'{where}: "messages" must be a list.')
+    if len(messages) > MAX_MESSAGES:
+        raise ChatFileError(f"{where}: {len(messages):,} messages; at most {MAX_MESSAGES:,}.")
+    return ImportedConversation(
+        title=title.strip() or "Imported chat",
+        created=float(created) if created is not None else None,
+        messages=[_message(m, f"{where}, message {j + 1}") for j, m in enumerate(messages)],
+    )
+
+
+def _message(m, where: str) -> ImportedMessage:
+    if not isinstance(m, dict):
+        raise ChatFileError(f"{where}: must be an object.")
+    role = m.get("role")
+    if role not in ("user", "assistant"):
+        raise ChatFileError(f'{where}: "role" must be "user" or "assistant", not {role!r}.')
+    text = _text(m.get("text"), f"{where}: text", MAX_TEXT_CHARS)
+    state = m.get("state", "done")
+    if state not in MESSAGE_STATES:
+        raise ChatFileError(f"{where}: unknown state {state!r}.")
+    if state in ("streaming", "queued"):
+        state = "interrupted"  # nothing is generating it in this store
+    stats = m.get("stats", {})
+    if not isinstance(stats, dict):
+        raise ChatFileError(f'{where}: "stats" must be an object.')
+    images = m.get("images", [])
+    if not isinstance(images, list) or len(images) > MAX_IMAGES:
+        raise ChatFileError(f'{where}: "images" must be a list of at most {MAX_IMAGES}.')
+    return ImportedMessage(
+        role,
+        text,
+        state,
+        stats,
+        [_image(im, f"{where}, image {k + 1}") for k, im in enumerate(images)],
+    )
+
+
+def _image(im, where: str) -> ImportedImage:
+    if not isinstance(im, dict):
+        raise ChatFileError(f"{where}: must be an object.")
+    name = _text(im.get("name", "image"), f"{where}: name", 255)
+    ext = im.get("ext")
+    if not isinstance(ext, str) or not _EXT.match(ext):
+        raise ChatFileError(f'{where}: "ext" must be a short file extension like "png".')
+    sha = im.get("sha256")
+    if not isinstance(sha, str) or not _SHA.match(sha):
+        raise ChatFileError(f'{where}: "sha256" must be 64 hexadecimal digits.')
+    data = im.get("data")
+    if not isinstance(data, str):
+        raise ChatFileError(
+            f"{where}: the picture's data is missing (it was missing when the chat was exported)."
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ChatFileError(f"{where}: the picture's data is not valid base64.") from None
+    if hashlib.sha256(raw).hexdigest() != sha:
+        raise ChatFileError(f"{where}: the picture's data does not match its sha256 (damaged).")
+    return ImportedImage(name, ext, raw)
+
+
+def _text(value, where: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise ChatFileError(f"{where} must be text.")
+    if len(value) > limit:
+        raise ChatFileError(f"{where} is {len(value):,} characters; at most {limit:,}.")
+    return value
+
+
+def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:
+    """Add the checked conversations to the store in one transaction; returns their ids. The
+    images are written first (content-addressed files: harmless if the transaction then
+    fails; the store's image collection removes files no message refers to)."""
+    prepared = []
+    for conv in convs:
+        messages = []
+        for m in conv.messages:
+            refs = [store.import_image_bytes(im.data, im.ext, im.name) for im in m.images]
+            messages.append((m.role, m.text, m.state, m.stats, refs))
+        prepared.append((conv.title, conv.created, messages))
+    return store.add_conversations(prepared)

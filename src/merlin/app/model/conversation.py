@@ -1,0 +1,543 @@
+"""The conversation flow of the app, without Qt: the chat store, the engine and the views kept
+consistent through plain callbacks. app/controller.py binds it to the widgets and the engine
+thread; tests drive it with fakes (tests/app/test_conversation_model.py, no QApplication).
+
+Order of a turn: the user message (and its images) is committed to the store, then shown,
+then the answer row is committed as `streaming`, then the engine is asked to generate. Tokens
+are buffered and shown by flush(), which the binding calls ~30 times a second while an answer
+streams; the answer text is committed at most every COMMIT_S seconds while it streams and
+once more when it ends.
+
+The engine keeps the session of the conversation shown (see app/worker.py): opening a
+conversation asks it to switch (restoring the saved session), deleting one deletes its saved
+session. Notices from the engine (older turns left out of the context, speculative decoding
+turned off) are shown on the answer they concern and stored with it.
+
+Ports (duck-typed, so fakes are easy):
+    engine:   load(LoadRequest), generate(GenerationJob), prepare(SessionJob), forget(id),
+              set_session_cap(bytes); its results come back through on_* methods here.
+    view:     the chat view: add_message(...) -> message handle (stream, finish, set_state,
+              set_notices) or None, message(id), remove_from(id), clear(), scroll_to_bottom(),
+              update_actions(busy=).
+    composer: set_busy(bool), show_notice(text), end_edit(restore_draft=), clear().
+    settings: app settings (generation_options(), spec_mode, spec_k, last_conversation).
+Callbacks (attributes, no-ops by default): model_ready(), model_changed(ModelInfo),
+load_progress(fraction, phase), load_failed(message), busy_changed(busy), answer_finished(state),
+conversations_changed(), notice(kind, text), session(report), confirm(title, text) -> bool.
+
+One class of ~500 lines on purpose: loading, sending, streaming, edits, conversations and
+saved sessions all read and change the same few things (the answer in flight, the chat shown,
+the model state); split, each part would need all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from merlin.app.model.history import missing_images_notice, prompt_turns
+from merlin.app.model.jobs import GenerationJob, LoadRequest, ModelInfo, SessionJob, SessionReport
+from merlin.app.model.perf_stats import PerfStats
+from merlin.app.model.prompting import Turn
+from merlin.app.model.store import MessageRow, Store, StoreError
+from merlin.engine.errors import InputError
+from merlin.engine.generate import Finished, PrefillDone, Tokens
+from merlin.engine.prompt import check_user_text
+from merlin.engine.session import ContextTrimmed
+
+log = logging.getLogger(__name__)
+
+COMMIT_S = 0.5  # the streaming answer reaches the disk at least this often
+STATE_OF_REASON = {
+    "stop_token": "done",
+    "max_tokens": "done",
+    "context_full": "done",
+    "cancelled": "stopped",
+    "error": "error",
+}
+
+
+def _nothing(*args, **kwargs) -> None:
+    return None
+
+
+@dataclass
+class Answer:
+    """The answer being generated."""
+
+    job: GenerationJob
+    conversation_id: int
+    message_id: int
+    widget: object | None  # the view's handle of the answer's message
+    text: str = ""
+    dirty: bool = False
+    committed_at: float = field(default_factory=time.monotonic)
+    committed_text: str = ""
+    notices: list[str] = field(default_factory=list)  # shown on the answer, stored with it
+    trim_notice: str = ""  # the engine's own words for a ContextTrimmed (not shown twice)
+    drafted: list[tuple[int, int]] = field(default_factory=list)  # text spans of verify steps
+    # that accepted speculative drafts (tinted in the chat when the answer ends)
+
+
+def answer_stats(done: Finished | None, a: Answer, stats: PerfStats, reason: str) -> dict:
+    """What is stored with an answer (the message row's stats), from the typed Finished."""
+    out = {
+        "reason": reason,
+        "tokens": done.generated_tokens if done is not None else stats.tokens,
+        "tokens_per_s": done.tokens_per_s if done is not None else None,
+        "prompt_tokens": done.prompt_tokens if done is not None else None,
+        "prefill_ms": done.prefill_ms if done is not None else None,
+        "vision_ms": done.vision_ms if done is not None else None,
+        "ttft_ms": round(stats.ttft_ms, 1) if stats.ttft_ms else None,
+        "reused_tokens": done.reused_tokens if done is not None else None,
+        "notices": list(a.notices) or None,
+        "drafted": [list(span) for span in a.drafted] or None,
+        # the ids the text was generated as: the next prompts use them (engine.prompt)
+        "token_ids": list(done.token_ids) if done is not None and done.token_ids else None,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class ConversationModel:
+    """The turn state machine of the chat window. Everything runs on one thread (the GUI's)."""
+
+    def __init__(self, store: Store, settings, engine, view, composer, stats: PerfStats, tr=None):
+        self.store = store
+        self.settings = settings
+        self.engine = engine
+        self.view = view
+        self.composer = composer
+        self.stats = stats
+        self.tr: Callable[[str], str] = tr or (lambda text: text)
+        self.model: ModelInfo | None = None
+        self.loading: LoadRequest | None = None
+        self.current_id: int | None = None
+        self.answer: Answer | None = None
+        self.editing_id: int | None = None
+        self.waiting_for_model = False
+        self.last_restore: SessionReport | None = None  # for the status and tests
+        self.last_save: SessionReport | None = None
+        self._after_answer: list[Callable[[], None]] = []
+        self._job_ids = itertools.count(1)
+        # callbacks (the Qt binding turns them into signals)
+        self.model_ready = self.conversations_changed = _nothing
+        self.model_changed = self.load_failed = self.busy_changed = _nothing
+        self.load_progress = self.answer_finished = self.notice = self.session = _nothing
+        self.loaded_hook: Callable[[], None] = _nothing  # after a model is in use
+        # images encoded on attach (the Qt binding's app/image_encoding.py): a stored image's
+        # path -> what the engine gets (its budget with it); attachments stored; answer stopped
+        self.image_for: Callable[[str], object] = lambda path: path
+        self.images_stored: Callable[[list, list], None] = lambda attachments, paths: None
+        self.stopped: Callable[[], None] = _nothing
+        self.confirm: Callable[[str, str], bool] = lambda title, text: True
+
+    # ---- state ---------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None and self.loading is None
+
+    # ---- model ---------------------------------------------------------------------------
+
+    def load_model(self, source: str, weights: str = "f32", kv: str = "f32", remote=None) -> None:
+        """Load (in the engine); the current model stays in use until the new one is ready.
+        remote: a merlin.app.model.remote.RemoteConfig, to answer with that server instead."""
+        if self.loading is not None:
+            self.loading.cancel.set()
+        if self.answer is not None:
+            self.answer.job.cancel.set()  # the engine finishes the answer, then loads
+        self.loading = LoadRequest(source, weights, kv, remote=remote)
+        self.load_progress(0.0, "waiting for the engine")
+        self.engine.load(self.loading)
+
+    def cancel_load(self) -> None:
+        if self.loading is not None:
+            self.loading.cancel.set()
+
+    def on_load_progress(self, fraction: float, phase: str) -> None:
+        if self.loading is not None:
+            self.load_progress(fraction, phase)
+
+    def on_loaded(self, info: ModelInfo) -> None:
+        self.loading = None
+        self.loaded_hook()
+        self.model = info
+        self.stats.model_name = info.name
+        self.stats.weights_fmt, self.stats.kv_fmt = info.weights, info.kv
+        self.stats.spec_mode, self.stats.spec_k = self.settings.spec_mode, self.settings.spec_k
+        self.stats.clear_history()
+        self.model_changed(info)
+        self.model_ready()
+        self._prepare_session()
+        self._answer_waiting()
+
+    def on_load_failed(self, message: str) -> None:
+        self.loading = None
+        self.load_failed(message)
+        self.model_ready()
+
+    def on_load_cancelled(self) -> None:
+        tr = self.tr
+        self.loading = None
+        self.notice("info", tr("Loading was cancelled; the previous model stays."))
+        self.model_ready()
+        self._answer_waiting()
+
+    def _answer_waiting(self) -> None:
+        if not self.ready or self.answer is not None or self.current_id is None:
+            return
+        rows = self.store.messages(self.current_id)
+        if rows and rows[-1].role == "user":
+            self.waiting_for_model = False
+            widget = self.view.message(rows[-1].id)
+            if widget is not None:
+                widget.set_state("done")
+            if rows[-1].state == "queued":
+                self.store.update_message(rows[-1].id, state="done")
+            self._start_answer()
+
+    # ---- sending -------------------------------------------------------------------------
+
+    def submit(self, text: str, attachments: list) -> None:
+        """The composer's send: on success the composer is emptied."""
+        if self.send(text, attachments):
+            self.composer.end_edit(restore_draft=False)
+            self.composer.clear()
+
+    def send(self, text: str, attachments=()) -> bool:
+        """Commit the user's message and start (or queue) the answer. False: nothing was
+        taken from the composer (busy, empty, refused edit, or the store failed).
+        attachments: objects with a path and a name (app/widgets/attachments.py)."""
+        tr = self.tr
+        if self.answer is not None or (not text.strip() and not attachments):
+            return False
+        try:
+            text = check_user_text(text)
+        except InputError as e:  # too long: say so under the box, keep the text in it
+            self.composer.show_notice(tr("This message cannot be sent: {why}").format(why=e))
+            return False
+        if self.editing_id is not None:
+            rows = self.store.messages(self.current_id) if self.current_id else []
+            later = [r for r in rows if r.id >= self.editing_id]
+            if later and not self.confirm(
+                tr("Replace messages?"),
+                tr(
+                    "Sending the edited message replaces it and the {n} message(s) after it. "
+                    "Continue?"
+                ).format(n=len(later) - 1),
+            ):
+                return False
+        try:
+            refs = [self.store.import_image(a.path, a.name) for a in attachments]
+            self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])
+            if self.editing_id is not None and self.current_id is not None:
+                self.store.delete_messages_from(self.current_id, self.editing_id)
+                self.view.remove_from(self.editing_id)
+                self.editing_id = None
+            if self.current_id is None:
+                self.current_id = self.store.create_conversation(title(text, bool(refs), tr))
+                self.settings.last_conversation = self.current_id
+                self.conversations_changed()
+            state = "done" if self.ready else "queued"
+            mid = self.store.add_message(self.current_id, "user", text, refs, state=state)
+        except (OSError, sqlite3.Error, StoreError) as e:
+            self.notice(
+                "error",
+                tr("Your message could not be saved ({why}); it is still in the box below.").format(
+                    why=e
+                ),
+            )
+            return False
+        self.view.add_message(
+            mid,
+            "user",
+            text,
+            [str(self.store.image_path(r)) for r in refs],
+            [r.name for r in refs],
+            state=state,
+        )
+        self.view.scroll_to_bottom()
+        self.conversations_changed()
+        if self.ready:
+            self._start_answer()
+        else:
+            self.waiting_for_model = True
+            self.notice(
+                "info", tr("Your message is saved and will be answered when the model is ready.")
+            )
+        self._update_actions()
+        return True
+
+    def turns(self, rows: list[MessageRow]) -> list[Turn]:
+        turns, dropped = prompt_turns(rows, self.store.image_path, self.image_for)
+        if dropped:  # older images that are gone are left out, with a notice
+            self.notice("info", missing_images_notice(dropped, self.tr))
+        return turns
+
+    def _start_answer(self) -> None:
+        tr = self.tr
+        cid = self.current_id
+        rows = self.store.messages(cid)
+        job = GenerationJob(
+            next(self._job_ids),
+            self.turns(rows),
+            self.settings.generation_options(),
+            conversation_id=cid,
+        )
+        try:
+            mid = self.store.add_message(cid, "assistant", "", state="streaming")
+        except (sqlite3.Error, StoreError) as e:
+            self.notice("error", tr("The chat store failed: {why}").format(why=e))
+            return
+        widget = self.view.add_message(mid, "assistant", "", state="streaming")
+        self.answer = Answer(job, cid, mid, widget)
+        self.stats.spec_mode, self.stats.spec_k = self.settings.spec_mode, self.settings.spec_k
+        self.stats.start(time.perf_counter())
+        self.composer.set_busy(True)
+        self._update_actions()
+        self.busy_changed(True)
+        self.engine.generate(job)
+
+    # ---- streaming -----------------------------------------------------------------------
+
+    def on_event(self, job_id: int, event) -> None:
+        a = self.answer
+        if a is None or a.job.job_id != job_id:
+            return
+        if isinstance(event, Tokens):
+            if event.text:
+                start = len(a.text)
+                a.text += event.text
+                a.dirty = True
+                if event.profile.spec.get("accepted"):
+                    a.drafted.append((start, len(a.text)))
+            self.stats.tokens_event(event.ids, event.profile, time.perf_counter())
+        elif isinstance(event, PrefillDone):
+            self.stats.prefill(event.n_tokens, event.vision_ms, event.prefill_ms, event.reused)
+        elif isinstance(event, ContextTrimmed):
+            a.trim_notice = event.notice
+            self._add_notice(a, trim_notice(len(event.dropped), self.tr))
+        elif isinstance(event, Finished):
+            for text in event.notices:
+                if text and text != a.trim_notice:
+                    self._add_notice(a, text)
+            self._finish(event.reason, event)
+
+    def _add_notice(self, a: Answer, text: str) -> None:
+        if text not in a.notices:
+            a.notices.append(text)
+            if a.widget is not None:
+                a.widget.set_notices(a.notices)
+
+    def on_failed(self, job_id: int, message: str) -> None:
+        tr = self.tr
+        a = self.answer
+        if a is None or a.job.job_id != job_id:
+            return
+        self._finish("error", None, tr("The answer failed: {why}").format(why=message))
+
+    def on_job_done(self, job_id: int) -> None:
+        tr = self.tr
+        a = self.answer
+        if a is not None and a.job.job_id == job_id:  # ended without Finished: keep the text
+            self._finish("error", None, tr("The engine stopped without finishing the answer."))
+
+    def flush(self) -> None:
+        """Show the text streamed since the last flush; commit it now and then."""
+        a = self.answer
+        if a is None:
+            return
+        if a.dirty and a.widget is not None:
+            a.widget.stream(a.text)
+            a.dirty = False
+        if a.text != a.committed_text and time.monotonic() - a.committed_at >= COMMIT_S:
+            self._commit(a)
+
+    def _commit(self, a: Answer, state: str | None = None, stats: dict | None = None) -> None:
+        tr = self.tr
+        try:
+            self.store.update_message(a.message_id, a.text, state, stats)
+            a.committed_text = a.text
+        except (sqlite3.Error, StoreError) as e:
+            self.notice("error", tr("The answer could not be saved: {why}").format(why=e))
+        a.committed_at = time.monotonic()
+
+    def _finish(self, reason: str, done: Finished | None, error: str = "") -> None:
+        a = self.answer
+        if a is None:
+            return
+        state = STATE_OF_REASON.get(reason, "done")
+        stats = answer_stats(done, a, self.stats, reason)
+        if error:
+            stats["error"] = error
+        self._commit(a, state, stats)
+        if a.widget is not None:
+            a.widget.finish(a.text, state, stats, error)
+        self.answer = None
+        self.stats.finished(reason, done.tokens_per_s if done is not None else None)
+        self.composer.set_busy(False)
+        self._update_actions()
+        if error:
+            self.notice("error", error)
+        self.busy_changed(False)
+        self.answer_finished(state)
+        pending, self._after_answer = self._after_answer, []
+        for action in pending:
+            action()
+
+    def stop(self) -> None:
+        if self.answer is not None:
+            self.answer.job.cancel.set()
+            self.stopped()  # the sent images' encodes too, if still running
+
+    def when_idle(self, action: Callable[[], None]) -> None:
+        """Run now, or after the current answer ends (stopping it)."""
+        if self.answer is None:
+            action()
+        else:
+            self._after_answer.append(action)
+            self.stop()
+
+    # ---- regenerate and edit -------------------------------------------------------------
+
+    def regenerate(self, message_id: int) -> None:
+        if self.answer is not None or self.current_id is None or not self.ready:
+            return
+        rows = self.store.messages(self.current_id)
+        if not rows or rows[-1].id != message_id or rows[-1].role != "assistant":
+            return
+        self.store.delete_messages_from(self.current_id, message_id)
+        self.view.remove_from(message_id)
+        self._start_answer()
+
+    def edit_target(self, message_id: int) -> MessageRow | None:
+        """Start editing user message `message_id` (None: it cannot be edited now); the
+        binding puts its text and images in the composer."""
+        if self.answer is not None or self.current_id is None:
+            return None
+        row = next((r for r in self.store.messages(self.current_id) if r.id == message_id), None)
+        if row is None or row.role != "user":
+            return None
+        self.editing_id = message_id
+        return row
+
+    def cancel_edit(self) -> None:
+        self.editing_id = None
+
+    # ---- saved sessions ------------------------------------------------------------------
+
+    def _prepare_session(self) -> None:
+        """Let the engine switch to the session of the conversation shown (restoring it from
+        disk now, not when the next question arrives); None releases the previous one."""
+        if not self.ready:
+            return
+        cid = self.current_id
+        rows = self.store.messages(cid) if cid is not None else []
+        self.engine.prepare(SessionJob(cid, self.turns(rows), self.settings.generation_options()))
+
+    def set_session_cap(self, cap_bytes: int) -> None:
+        self.engine.set_session_cap(max(0, int(cap_bytes)))
+
+    def on_session_report(self, report: SessionReport) -> None:
+        tr = self.tr
+        if report.action in ("restored", "not_restored"):
+            self.last_restore = report
+            if report.reason and report.action == "not_restored":
+                log.info("chat %s is recomputed: %s", report.conversation_id, report.reason)
+        else:
+            self.last_save = report
+            if report.action == "not_saved" and report.reason:
+                self.notice(
+                    "info",
+                    tr("This chat's session was not saved for quick continuation: {why}").format(
+                        why=report.reason
+                    ),
+                )
+        self.session(report)
+
+    # ---- conversations -------------------------------------------------------------------
+
+    def open_conversation(self, conversation_id: int | None) -> None:
+        def do():
+            if self.editing_id is not None:
+                self.composer.end_edit(restore_draft=True)
+                self.editing_id = None
+            self.current_id = conversation_id
+            self.settings.last_conversation = conversation_id or 0
+            self.view.clear()
+            if conversation_id is not None:
+                for r in self.store.messages(conversation_id):
+                    self._show_row(r)
+                self.view.scroll_to_bottom()
+            self._update_actions()
+            self._prepare_session()
+            self._answer_waiting()
+
+        self.when_idle(do)
+
+    def new_conversation(self) -> None:
+        self.open_conversation(None)
+        self.conversations_changed()
+
+    def rename_conversation(self, conversation_id: int, name: str) -> None:
+        self.store.rename_conversation(conversation_id, name.strip()[:200])
+        self.conversations_changed()
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        def do():
+            self.store.delete_conversation(conversation_id)
+            self.engine.forget(conversation_id)
+            if conversation_id == self.current_id:
+                self.open_conversation(None)
+            self.conversations_changed()
+
+        self.when_idle(do)
+
+    def _show_row(self, r: MessageRow):
+        return self.view.add_message(
+            r.id,
+            r.role,
+            r.text,
+            [str(self.store.image_path(ref)) for ref in r.images],
+            [ref.name for ref in r.images],
+            state=r.state,
+            stats=r.stats,
+            error=r.stats.get("error", "") if r.state == "error" else "",
+        )
+
+    def _update_actions(self) -> None:
+        self.view.update_actions(busy=self.answer is not None)
+
+    # ---- shutdown ------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """A streaming answer is saved as stopped; loading is cancelled."""
+        a = self.answer
+        if a is not None:
+            a.job.cancel.set()
+            self._commit(a, "stopped", {"reason": "cancelled", "tokens": self.stats.tokens})
+            self.answer = None
+        if self.loading is not None:
+            self.loading.cancel.set()
+
+
+def trim_notice(n_dropped: int, tr=lambda text: text) -> str:
+    return tr(
+        "The conversation no longer fits in the context budget: the {n} oldest message(s) are "
+        "left out of what the model sees (they stay in the chat)."
+    ).format(n=n_dropped)
+
+
+def title(text: str, has_images: bool, tr=lambda text: text) -> str:
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not first:
+        return tr("Image chat") if has_images else tr("New chat")
+    return first if len(first) <= 48 else first[:47].rstrip() + "…"

@@ -1,0 +1,57 @@
+"""The stored conversation as the engine's turns, without images that can no longer be used.
+
+A chat keeps references to images stored under the data folder. If one of an older message
+is gone (deleted by hand, a restored backup without images/) or is of a kind the engine does
+not decode (an SVG attached by an older Merlin), sending it would make every later question
+of that chat fail. It is left out of what the model sees instead (the chat still shows the
+message), and the caller tells the user which. The images of the last user message are kept
+as they are, so a problem with the question just asked is reported as usual. Qt-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from merlin.app.model.prompting import Turn
+from merlin.engine.safe_open import is_regular
+
+# file extensions of what engine.vision.preprocess.IMAGE_FORMATS decodes
+ENGINE_SUFFIXES = {"png", "jpg", "jpeg", "jfif", "jpe", "webp", "gif", "bmp", "tif", "tiff"}
+
+
+def usable(path: Path) -> bool:
+    return path.suffix.lower().lstrip(".") in ENGINE_SUFFIXES and is_regular(path)
+
+
+def prompt_turns(
+    rows, image_path: Callable, image_for: Callable = str
+) -> tuple[list[Turn], list[str]]:
+    """(turns, names of the images left out). rows: store MessageRows in order;
+    image_path(ref) -> Path; image_for(path str) -> what the engine gets for it (the path, or
+    it with its own budget). Failed or empty answers are left out (never sent back)."""
+    last_user = max((i for i, r in enumerate(rows) if r.role == "user"), default=-1)
+    turns, dropped = [], []
+    for i, r in enumerate(rows):
+        if r.role == "assistant" and (r.state == "error" or not r.text.strip()):
+            continue  # a failed answer is shown, never sent back to the model
+        paths = []
+        for ref in r.images:
+            p = Path(image_path(ref))
+            if i == last_user or usable(p):
+                paths.append(image_for(str(p)))
+            else:
+                dropped.append(ref.name or p.name)
+        ids = r.stats.get("token_ids") if r.role == "assistant" else None
+        ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
+        turns.append(Turn(r.role, r.text, paths, ids))
+    return turns, dropped
+
+
+def missing_images_notice(names: list[str], tr=lambda text: text) -> str:
+    """The notice for left-out images (tr: the app's translation function)."""
+    shown = ", ".join(sorted(set(names))[:5])
+    return tr(
+        "Some images of earlier messages can no longer be read ({names}); the model answers "
+        "without them."
+    ).format(names=shown)

@@ -1,0 +1,385 @@
+"""A remote engine: any OpenAI-compatible chat-completions server (vLLM, SGLang, llama-server,
+`merlin-cli serve`), used by the app's worker beside the local engine. Qt-free.
+
+`RemoteBackend.respond(turns, options, cancel)` streams one answer and yields the same plain
+events as the local engine (engine.generate): PrefillDone when the first token arrives
+(prefill_ms = time to first token), Tokens per streamed chunk, and once the usage chunk is
+in, a second PrefillDone with the prompt tokens the server computed and the ones it had cached,
+then Finished. A remote server sends text, not token ids: each chunk's Tokens carries one
+placeholder id (-1) so that token counts and tokens/s work as for the local engine (vLLM and
+llama-server send one chunk per token), and a default StepProfile: the GEMM/attention split,
+bandwidth and speculative statistics are not measurable remotely (the panel says so).
+
+Failures never raise out of respond() once the request is sent: a network error, a timeout,
+401/403, 404, 429, 5xx, an error object in the stream or a connection dropped mid-answer end
+with Finished("error") whose totals keep the text so far and whose notices say what happened.
+Cancellation (the Stop button) closes the response from a watcher thread, so it works even
+while the server is silent; the answer so far is kept (reason "cancelled").
+
+Images go as data: URLs, scaled down to the pixel budget (options.max_pixels, else
+DEFAULT_MAX_PIXELS) so a photo does not become a 20 MB request.
+
+The API key is kept in a file of its own in the data folder (mode 0600), never in the chats
+database nor in settings.ini (which holds the URL and model name).
+
+httpx is the HTTP client: well kept, streaming responses with per-phase timeouts, HTTP/1.1
+keep-alive, and exceptions that tell a refused connection from a timeout from a dropped
+stream, which is what the messages here need; the standard library's urllib has no streaming
+timeouts per read and folds most of these into one URLError.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from merlin.engine.errors import MerlinError
+from merlin.engine.generate import Finished, PrefillDone, Tokens
+from merlin.engine.profile import StepProfile
+
+REMOTE_SOURCE = "remote"
+DEFAULT_MAX_PIXELS = 1024 * 1024
+MAX_IMAGE_BYTES = 16 * 1024 * 1024
+KEY_FILE = "remote-api-key"
+
+
+class RemoteError(MerlinError):
+    """A message for the user: why the server could not be used."""
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    base_url: str  # e.g. http://127.0.0.1:8000/v1
+    api_key: str = ""
+    model: str = ""
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0  # between two chunks (a big model's prefill can be long)
+
+    @property
+    def url(self) -> str:
+        return normalize_url(self.base_url)
+
+
+def normalize_url(url: str) -> str:
+    """'localhost:8000' -> 'http://localhost:8000/v1'; a URL ending in /v1 is kept."""
+    url = (url or "").strip().rstrip("/")
+    if not url:
+        raise RemoteError("give the server's address, e.g. http://127.0.0.1:8000/v1.")
+    if "://" not in url:
+        url = "http://" + url
+    if not url.startswith(("http://", "https://")):
+        raise RemoteError(f"{url}: the address must start with http:// or https://.")
+    if not url.endswith("/v1") and "/v1/" not in url + "/":
+        url += "/v1"
+    return url
+
+
+def _headers(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _timeout(config: RemoteConfig):
+    import httpx
+
+    return httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
+
+
+def _status_message(status: int, body: str, url: str, headers=None) -> str:
+    detail = ""
+    try:
+        err = json.loads(body).get("error")
+        detail = err.get("message", "") if isinstance(err, dict) else str(err or "")
+    except (ValueError, AttributeError):
+        detail = body.strip()[:300]
+    detail = f" ({detail})" if detail else ""
+    if status in (401, 403):
+        return f"the server refused the API key ({status}){detail}. Check the key in Load a model."
+    if status == 404:
+        return (
+            f"the server has no such model or endpoint (404){detail}. Check the address and model."
+        )
+    if status == 429:
+        retry = (headers or {}).get("retry-after")
+        when = f"; try again in {retry} s" if retry else "; try again shortly"
+        return f"the server is busy (429){detail}{when}."
+    if status >= 500:
+        return f"the server failed ({status}){detail}."
+    return f"the server refused the request ({status}){detail}."
+
+
+def _network_message(e: Exception, url: str, config: RemoteConfig) -> str:
+    import httpx
+
+    if isinstance(e, httpx.ConnectTimeout):
+        return f"{url} did not accept the connection within {config.connect_timeout:g} s."
+    if isinstance(e, httpx.ConnectError):
+        return f"cannot connect to {url} ({e}). Is the server running, and is the address right?"
+    if isinstance(e, httpx.ReadTimeout):
+        return f"the server sent nothing for {config.read_timeout:g} s; the answer so far is kept."
+    if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return (
+            "the server closed the connection in the middle of the answer; the answer so far "
+            "is kept."
+        )
+    return f"the connection to {url} failed ({type(e).__name__}: {e})."
+
+
+def list_models(config: RemoteConfig) -> list[str]:
+    """The model ids the server offers (GET /v1/models); RemoteError with a message if not."""
+    import httpx
+
+    url = config.url
+    try:
+        r = httpx.get(url + "/models", headers=_headers(config.api_key), timeout=_timeout(config))
+    except httpx.HTTPError as e:
+        raise RemoteError(_network_message(e, url, config)) from None
+    if r.status_code != 200:
+        raise RemoteError(_status_message(r.status_code, r.text, url, r.headers))
+    try:
+        data = r.json()["data"]
+        return [str(m["id"]) for m in data]
+    except (ValueError, KeyError, TypeError):
+        raise RemoteError(
+            f"{url}/models did not answer like an OpenAI-compatible server."
+        ) from None
+
+
+# ---- API key storage ------------------------------------------------------------------------
+
+
+def key_path(folder: Path) -> Path:
+    return Path(folder) / KEY_FILE
+
+
+def load_api_key(folder: Path) -> str:
+    try:
+        return key_path(folder).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def save_api_key(folder: Path, key: str) -> None:
+    """Write (or with an empty key, delete) the key file, readable by this user only."""
+    path = key_path(folder)
+    if not key:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(key)
+    os.replace(tmp, path)
+
+
+# ---- images ---------------------------------------------------------------------------------
+
+
+def image_data_url(path: str, max_pixels: int | None = None) -> str:
+    """An image file -> a data: URL, scaled down to max_pixels (aspect kept)."""
+    from PIL import Image
+
+    from merlin.engine.vision.preprocess import open_image, to_rgb
+
+    budget = max_pixels or DEFAULT_MAX_PIXELS
+    image = to_rgb(open_image(path), path)
+    w, h = image.size
+    if w * h > budget:
+        scale = (budget / (w * h)) ** 0.5
+        image = image.resize((max(1, int(w * scale)), max(1, int(h * scale))), Image.BICUBIC)
+    buf = io.BytesIO()
+    image.save(buf, "PNG", optimize=False)
+    mime = "image/png"
+    if buf.tell() > 2 * 1024 * 1024:  # a photo: JPEG is a tenth of the size
+        buf = io.BytesIO()
+        image.save(buf, "JPEG", quality=90)
+        mime = "image/jpeg"
+    if buf.tell() > MAX_IMAGE_BYTES:
+        raise RemoteError(f"{path}: the image is too large to send; lower the image max pixels.")
+    return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def chat_messages(turns, system: str = "", max_pixels: int | None = None) -> list[dict]:
+    """The app's turns (prompting.Turn) -> OpenAI messages; images first, as Merlin renders."""
+    out = [{"role": "system", "content": system}] if system else []
+    for t in turns:
+        if t.role == "user" and t.images:
+            parts = [
+                {"type": "image_url", "image_url": {"url": image_data_url(p, max_pixels)}}
+                for p in t.images
+            ]
+            parts.append({"type": "text", "text": t.text})
+            out.append({"role": "user", "content": parts})
+        else:
+            out.append({"role": t.role, "content": t.text})
+    return out
+
+
+# ---- answering ------------------------------------------------------------------------------
+
+
+def _interrupt(response) -> None:
+    """Wake a thread blocked reading `response`: closing a socket does not interrupt a recv()
+    in another thread on Linux, shutting it down does."""
+    import socket
+
+    stream = response.extensions.get("network_stream")
+    try:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class RemoteBackend:
+    def __init__(self, config: RemoteConfig):
+        self.config = config
+
+    def request_body(self, turns, options) -> dict:
+        body = {
+            "model": self.config.model,
+            "messages": chat_messages(turns, options.system_prompt, options.max_pixels or None),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": max(1, int(options.max_new_tokens)),
+        }
+        if options.sampling:  # None: the server's (the model's) defaults
+            for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed"):
+                if options.sampling.get(k) is not None:
+                    body[k] = options.sampling[k]
+        return body
+
+    def respond(self, turns, options, cancel: threading.Event | None = None) -> Iterator:
+        """Stream the answer to the last turn (see the module docstring for the events).
+        RemoteError before anything is sent (e.g. an unreadable image)."""
+        import httpx
+
+        cancel = cancel or threading.Event()
+        cfg = self.config
+        body = self.request_body(turns, options)
+        t0 = time.perf_counter()
+        state = {"text": [], "chunks": 0, "first": None, "last": None, "usage": None}
+
+        def finished(reason: str, notice: str = "") -> Finished:
+            text = "".join(state["text"])
+            usage = state["usage"] or {}
+            n = int(usage.get("completion_tokens") or state["chunks"])
+            cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            first, last = state["first"], state["last"]
+            tps = (n - 1) / (last - first) if first and last and last > first and n > 1 else 0.0
+            totals = {
+                "generated_tokens": n,
+                "tokens_per_s": round(tps, 3),
+                "text": text,
+                "notices": [notice] if notice else [],
+                "remote": cfg.url,
+            }
+            if usage:
+                totals["prompt_tokens"] = int(usage.get("prompt_tokens") or 0) - cached
+                totals["reused_tokens"] = cached
+            if first:
+                totals["prefill_ms"] = round((first - t0) * 1e3, 3)
+            return Finished.of(reason, totals)
+
+        client = httpx.Client(timeout=_timeout(cfg))
+        response = None
+        closed_by_cancel = threading.Event()
+
+        done = threading.Event()
+
+        def watch():  # the Stop button closes the stream even while the server is silent
+            while not done.is_set():
+                if cancel.wait(0.1):
+                    closed_by_cancel.set()
+                    if response is not None:
+                        _interrupt(response)
+                    return
+
+        watcher = threading.Thread(target=watch, daemon=True, name="merlin-remote-cancel")
+        try:
+            request = client.build_request(
+                "POST", cfg.url + "/chat/completions", json=body, headers=_headers(cfg.api_key)
+            )
+            try:
+                response = client.send(request, stream=True)
+            except httpx.HTTPError as e:
+                yield finished("error", _network_message(e, cfg.url, cfg))
+                return
+            watcher.start()
+            if response.status_code != 200:
+                text = response.read().decode("utf-8", "replace")
+                yield finished(
+                    "error", _status_message(response.status_code, text, cfg.url, response.headers)
+                )
+                return
+            reason = None
+            try:
+                for line in response.iter_lines():
+                    if cancel.is_set():
+                        break
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        obj = json.loads(data)
+                    except ValueError:
+                        continue  # a keep-alive or a comment
+                    if "error" in obj:
+                        err = obj["error"]
+                        msg = err.get("message") if isinstance(err, dict) else str(err)
+                        yield finished("error", f"the server stopped the answer: {msg}")
+                        return
+                    if obj.get("usage"):
+                        state["usage"] = obj["usage"]
+                    for choice in obj.get("choices") or []:
+                        delta = (choice.get("delta") or {}).get("content") or ""
+                        if delta:
+                            now = time.perf_counter()
+                            if state["first"] is None:
+                                state["first"] = now
+                                yield PrefillDone(0, 0.0, (now - t0) * 1e3)
+                            state["last"] = now
+                            state["chunks"] += 1
+                            state["text"].append(delta)
+                            yield Tokens(delta, [-1], StepProfile(step=state["chunks"]))
+                        if choice.get("finish_reason"):
+                            reason = choice["finish_reason"]
+            except (httpx.HTTPError, httpx.StreamError, OSError) as e:
+                if cancel.is_set() or closed_by_cancel.is_set():
+                    yield finished("cancelled")
+                else:
+                    yield finished("error", _network_message(e, cfg.url, cfg))
+                return
+            if cancel.is_set():
+                yield finished("cancelled")
+                return
+            if reason is None:
+                yield finished(
+                    "error",
+                    "the server closed the connection before the answer was finished; the "
+                    "answer so far is kept.",
+                )
+                return
+            usage = state["usage"]
+            if usage:
+                cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+                first = state["first"] or time.perf_counter()
+                yield PrefillDone(
+                    int(usage.get("prompt_tokens") or 0) - cached, 0.0, (first - t0) * 1e3, cached
+                )
+            yield finished({"length": "max_tokens"}.get(reason, "stop_token"))
+        finally:
+            done.set()
+            if response is not None:
+                response.close()
+            client.close()

@@ -1,0 +1,582 @@
+"""Conversations in SQLite: versioned schema, WAL, every change its own committed transaction.
+
+Qt-free. Durability: WAL mode. A commit is visible at once and survives a crash of the app; a
+background thread (`_Syncer`) then makes it survive a power cut too, by syncing the WAL file
+(what `synchronous=FULL` does inside the commit), normally within milliseconds. The caller's
+thread (the GUI thread) does not wait for the disk at each commit: with `synchronous=FULL` it
+did, and an fsync took up to 150-215 ms on a busy disk, which froze the window while an answer
+streamed. The app commits each user message before its answer is generated and the
+answer while it streams (at most every half second), so a crash loses at most the last second
+of an answer. A message whose answer was streaming when the process died is marked
+`interrupted` the next time the store opens. Images are content-addressed files under
+`images/` next to the database, written atomically (temp file, fsync, rename) before the row
+that uses them.
+
+Failures to write (a full disk, a read-only data folder) raise StoreError with a message for the
+user; the failed transaction is rolled back, so what was saved before stays as it was and the
+store keeps working once there is space again (tests/robustness/test_save_faults.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from merlin.app.model import store_schema as schema
+
+SCHEMA_VERSION = 1
+DB_NAME = "chats.sqlite3"
+IMAGE_DIR = "images"
+CHECKPOINT_BYTES = 4 << 20  # the background syncer checkpoints a WAL larger than this
+SYNC_RETRY_S = 0.5  # after a failed sync (disk error), try again this much later
+log = logging.getLogger(__name__)
+MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a replaced answer gets a new id
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    text TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'done',
+    stats TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS message_images (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    ext TEXT NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (message_id, position)
+);
+CREATE INDEX IF NOT EXISTS message_images_by_sha ON message_images(sha256);
+"""
+
+# version -> SQL that brings a database from version-1 to version
+_MIGRATIONS = {1: _SCHEMA_V1}
+
+
+class StoreError(Exception):
+    """The chat store cannot be used or could not save; the message is meant for the user.
+    can_start_new: the database file itself is unusable (damaged, foreign, newer, unknown
+    schema), so the app may offer to start a new one beside it (Store.start_new_beside)."""
+
+    def __init__(self, message: str, can_start_new: bool = False):
+        super().__init__(message)
+        self.can_start_new = can_start_new
+
+
+# SQLite result codes (the primary code, the low byte of sqlite_errorcode). They are not
+# errnos: SQLITE_ERROR is 1 like EPERM, SQLITE_BUSY 5 like EIO; never compare them to errno.
+_SQLITE_ERROR, _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 3, 5, 6
+_SQLITE_READONLY, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 8, 11, 13, 14
+_SQLITE_NOTADB = 26
+
+
+def _why_not_saved(folder: Path | None, code: int | None, detail: str, sqlite: bool = False) -> str:
+    """What to tell the user when writing to the store failed (code: an errno for OSError,
+    or with sqlite=True a primary SQLite result code for sqlite3.Error)."""
+    where = str(folder) if folder else "memory"
+    if sqlite:
+        full = code == _SQLITE_FULL
+        read_only = code in (_SQLITE_READONLY, _SQLITE_PERM)
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return (
+                f"The chat database in {where} is in use by another program (is Merlin open "
+                f"twice?) and stayed locked ({detail}). Close the other program and try again; "
+                "nothing was changed."
+            )
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return f"The chat database in {where} is damaged ({detail}); nothing was saved."
+    else:
+        full = code in (errno.ENOSPC, errno.EDQUOT)
+        read_only = code in (errno.EROFS, errno.EACCES, errno.EPERM)
+    if full:
+        return (
+            f"The disk is full: nothing more can be saved in {where}. Free some space and try "
+            "again; the chats saved before are intact."
+        )
+    if read_only:
+        return (
+            f"The data folder {where} is read-only ({detail}): nothing can be saved there. Make "
+            "it writable, or start Merlin with MERLIN_DATA_DIR set to another folder; the chats "
+            "saved before are intact."
+        )
+    return f"The chat database in {where} could not be written ({detail})."
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image kept by the store: content hash, file extension, the name the user saw."""
+
+    sha256: str
+    ext: str
+    name: str
+
+
+@dataclass
+class MessageRow:
+    id: int
+    conversation_id: int
+    role: str
+    text: str
+    state: str = "done"
+    stats: dict = field(default_factory=dict)
+    images: list[ImageRef] = field(default_factory=list)
+
+
+@dataclass
+class ConversationRow:
+    id: int
+    title: str
+    updated: float
+    created: float = 0.0
+
+
+class Store:
+    """The chat database of one data folder. Use from one thread (the GUI thread)."""
+
+    def __init__(self, folder: Path | str | None):
+        """folder: the data folder; None keeps everything in memory (nothing is saved)."""
+        self.folder = Path(folder) if folder is not None else None
+        self.image_dir = (
+            self.folder / IMAGE_DIR
+            if self.folder
+            else Path(tempfile.mkdtemp(prefix="merlin-images-"))
+        )
+        self.interrupted = 0  # answers found half-written when the store opened
+        self._syncer: _Syncer | None = None
+        try:
+            if self.folder:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            self.image_dir.mkdir(parents=True, exist_ok=True)
+            path = str(self.folder / DB_NAME) if self.folder else ":memory:"
+            self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+            # before anything is written (WAL mode included): is this a Merlin database?
+            schema.check_ours(self._db, self.folder, StoreError)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            if self.folder:
+                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{path}: the database cannot use write-ahead logging.")
+                # commits write the WAL without waiting for the disk and never checkpoint
+                # here: the syncer syncs and checkpoints, off this thread
+                self._db.execute("PRAGMA synchronous = NORMAL")
+                self._db.execute("PRAGMA wal_autocheckpoint = 0")
+            self._migrate()
+            self.interrupted = self._recover()
+            if self.folder:
+                self._syncer = _Syncer(path)
+                self._syncer.request()  # what opening wrote
+        except StoreError:
+            self._close_quietly()
+            raise
+        except sqlite3.OperationalError as e:
+            self._close_quietly()
+            code = _sqlite_code(e)
+            if code in (_SQLITE_BUSY, _SQLITE_LOCKED):  # another process holds it: not damage
+                raise StoreError(_why_not_saved(self.folder, code, str(e), sqlite=True)) from None
+            if code not in (_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_PERM, _SQLITE_CANTOPEN):
+                raise self._open_error(e) from None
+            if code == _SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
+                code = _SQLITE_READONLY
+            raise StoreError(_why_not_saved(self.folder, code, str(e), sqlite=True)) from None
+        except sqlite3.DatabaseError as e:
+            self._close_quietly()
+            raise self._open_error(e) from None
+        except OSError as e:
+            raise StoreError(
+                f"The data folder {self.folder} cannot be used ({e.strerror or e}). Check that "
+                "it exists and is writable."
+            ) from None
+
+    def _open_error(self, e: sqlite3.Error) -> StoreError:
+        return StoreError(
+            f"The chat database {DB_NAME} in {self.folder} cannot be opened ({e}). It was left "
+            "as it is; you can start a new chat history beside it.",
+            can_start_new=True,
+        )
+
+    def _close_quietly(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    @staticmethod
+    def start_new_beside(folder: Path | str) -> Path:
+        """Move the unusable database of `folder` (and its -wal/-shm files) aside, unchanged,
+        to chats.sqlite3.unreadable-<time>, so a new one can be made; returns the new name of
+        the old file. Only for a database the user chose to replace (StoreError.can_start_new)."""
+        return schema.move_aside(Path(folder) / DB_NAME)
+
+    # ---- schema --------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"The chat database in {self.folder} was written by a newer Merlin (schema "
+                f"{version}, this one knows {SCHEMA_VERSION}). Update Merlin to open it; it "
+                "was left as it is.",
+                can_start_new=True,
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            with self._transaction():
+                for statement in _MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {target}")
+        # columns an older or partial layout lacks are added (with their defaults)
+        with self._transaction():
+            schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1)
+
+    @property
+    def schema_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One committed transaction. A failure rolls it back (SQLite may have done so
+        already, e.g. on a full disk) and a SQLite error becomes a StoreError for the user."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+                if self._syncer is not None:
+                    self._syncer.request()
+            except BaseException:
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise StoreError(
+                _why_not_saved(self.folder, _sqlite_code(e), str(e), sqlite=True)
+            ) from None
+
+    def _recover(self) -> int:
+        with self._transaction() as db:
+            cur = db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
+            return cur.rowcount
+
+    def sync(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every commit so far is on disk (survives a power cut). False: not yet
+        after `timeout` seconds. Only tests and closing need to wait; nothing else does."""
+        return self._syncer.wait(timeout) if self._syncer is not None else True
+
+    def close(self) -> None:
+        if self._syncer is not None:
+            self._syncer.close()
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()  # the last connection: checkpoints (and syncs) what is left
+
+    # ---- conversations -------------------------------------------------------------------
+
+    def create_conversation(self, title: str) -> int:
+        now = time.time()
+        with self._transaction() as db:
+            cur = db.execute(
+                "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                (title, now, now),
+            )
+            return int(cur.lastrowid)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self.collect_images()
+
+    def conversations(self, search: str = "") -> list[ConversationRow]:
+        """Most recently updated first; search matches titles and message text."""
+        if search.strip():
+            like = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%") + "%"
+            like = like.replace("_", "\\_")
+            rows = self._db.execute(
+                "SELECT id, title, updated, created FROM conversations c "
+                "WHERE title LIKE ? ESCAPE '\\' "
+                "OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
+                "AND m.text LIKE ? ESCAPE '\\') ORDER BY updated DESC, id DESC",
+                (like, like),
+            )
+        else:
+            rows = self._db.execute(
+                "SELECT id, title, updated, created FROM conversations "
+                "ORDER BY updated DESC, id DESC"
+            )
+        return [schema.conversation_row(*r) for r in rows.fetchall()]
+
+    def conversation(self, conversation_id: int) -> ConversationRow | None:
+        if not schema.row_id_ok(conversation_id):  # e.g. a huge id from settings.ini
+            return None
+        row = self._db.execute(
+            "SELECT id, title, updated, created FROM conversations WHERE id = ?",
+            (conversation_id,),
+        ).fetchone()
+        return schema.conversation_row(*row) if row else None
+
+    # ---- messages ------------------------------------------------------------------------
+
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        text: str,
+        images: Sequence[ImageRef] = (),
+        state: str = "done",
+    ) -> int:
+        """Insert and commit one message (its images must be imported already)."""
+        now = time.time()
+        with self._transaction() as db:
+            cur = db.execute(
+                "INSERT INTO messages (conversation_id, role, text, state, created, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, text, state, now, now),
+            )
+            mid = int(cur.lastrowid)
+            db.executemany(
+                "INSERT INTO message_images (message_id, position, sha256, ext, name) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(mid, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+            )
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+        return mid
+
+    def add_conversations(self, conversations: Sequence[tuple]) -> list[int]:
+        """Add whole conversations in ONE transaction (an import: all or nothing). Each is
+        (title, created or None, [(role, text, state, stats, [ImageRef, ...]), ...]); the
+        images must be imported already. Returns the new conversation ids in order."""
+        now = time.time()
+        ids = []
+        with self._transaction() as db:
+            for title, created, messages in conversations:
+                cur = db.execute(
+                    "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                    (title, created if created is not None else now, now),
+                )
+                cid = int(cur.lastrowid)
+                ids.append(cid)
+                for role, text, state, stats, images in messages:
+                    cur = db.execute(
+                        "INSERT INTO messages (conversation_id, role, text, state, stats, "
+                        "created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (cid, role, text, state, json.dumps(stats), now, now),
+                    )
+                    mid = int(cur.lastrowid)
+                    db.executemany(
+                        "INSERT INTO message_images (message_id, position, sha256, ext, name) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        [(mid, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+                    )
+        return ids
+
+    def update_message(
+        self,
+        message_id: int,
+        text: str | None = None,
+        state: str | None = None,
+        stats: dict | None = None,
+    ) -> None:
+        sets, args = ["updated = ?"], [time.time()]
+        if text is not None:
+            sets.append("text = ?")
+            args.append(text)
+        if state is not None:
+            sets.append("state = ?")
+            args.append(state)
+        if stats is not None:
+            sets.append("stats = ?")
+            args.append(json.dumps(stats))
+        with self._transaction() as db:
+            db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
+
+    def delete_messages_from(self, conversation_id: int, message_id: int) -> int:
+        """Delete message_id and every later message of the conversation; returns the count."""
+        with self._transaction() as db:
+            cur = db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
+                (conversation_id, message_id),
+            )
+            return cur.rowcount
+
+    def messages(self, conversation_id: int) -> list[MessageRow]:
+        if not schema.row_id_ok(conversation_id):
+            return []
+        rows = self._db.execute(
+            "SELECT id, conversation_id, role, text, state, stats FROM messages "
+            "WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
+        ).fetchall()
+        images: dict[int, list[ImageRef]] = {}
+        for mid, sha, ext, name in self._db.execute(
+            "SELECT mi.message_id, mi.sha256, mi.ext, mi.name FROM message_images mi "
+            "JOIN messages m ON m.id = mi.message_id WHERE m.conversation_id = ? "
+            "ORDER BY mi.message_id, mi.position",
+            (conversation_id,),
+        ):
+            if schema.image_ref_ok(sha, ext):  # never a path outside images/
+                images.setdefault(mid, []).append(ImageRef(sha, ext, str(name)))
+        out = []
+        for mid, cid, role, text, state, stats in rows:
+            row = schema.message_row(mid, cid, role, text, state, stats)
+            if row is not None:  # a row no Merlin wrote (bad role, id) is left out
+                role, text, state, stats_d = row
+                out.append(MessageRow(mid, cid, role, text, state, stats_d, images.get(mid, [])))
+        return out
+
+    # ---- images --------------------------------------------------------------------------
+
+    def image_path(self, ref: ImageRef) -> Path:
+        return self.image_dir / f"{ref.sha256}.{ref.ext}"
+
+    def import_image(self, source: Path | str, name: str | None = None) -> ImageRef:
+        """Copy an image file into the store (content-addressed, atomic). Returns its ref."""
+        source = Path(source)
+        data = source.read_bytes()
+        return self.import_image_bytes(
+            data, source.suffix.lstrip(".") or "img", name or source.name
+        )
+
+    def import_image_bytes(self, data: bytes, ext: str, name: str) -> ImageRef:
+        ext = "".join(ch for ch in ext.lower() if ch.isalnum())[:8] or "img"
+        sha = hashlib.sha256(data).hexdigest()
+        ref = ImageRef(sha, ext, name)
+        target = self.image_path(ref)
+        if target.is_file() and target.stat().st_size == len(data):
+            return ref
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.image_dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException as e:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if not isinstance(e, OSError):
+                raise
+            why = _why_not_saved(self.image_dir, e.errno, e.strerror or str(e))
+            raise StoreError(f"The image {name} was not saved. {why}") from None
+        return ref
+
+    def collect_images(self) -> int:
+        """Delete image files no message refers to (and leftovers of interrupted writes)."""
+        used = {
+            f"{sha}.{ext}"
+            for sha, ext in self._db.execute("SELECT DISTINCT sha256, ext FROM message_images")
+        }
+        removed = 0
+        for path in self.image_dir.iterdir():
+            if path.name not in used:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
+        return removed
+
+
+def _sqlite_code(e: sqlite3.Error) -> int | None:
+    code = getattr(e, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+class _Syncer:
+    """Makes commits durable off the committing thread: after each request() it fsyncs the
+    WAL file, which is what `synchronous=FULL` does inside each commit (the frames of every
+    committed transaction are then on disk; SQLite replays them after a power cut). When
+    the WAL has grown past CHECKPOINT_BYTES it also checkpoints it into the database file
+    (on its own connection: sync the WAL, copy, sync the database). Checkpoints stay rare on
+    purpose: the first commit after one restarts the WAL, and SQLite syncs the new WAL header
+    in the committing thread. The sqlite3 module and os.fsync let go of the GIL while they
+    wait for the disk."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._cond = threading.Condition()
+        self._requested = 0  # commits so far
+        self._synced = 0  # commits known to be on disk
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="merlin-store-sync", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        with self._cond:
+            self._requested += 1
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._cond:
+            target = self._requested
+            self._cond.wait_for(
+                lambda: self._synced >= target or not self._thread.is_alive(), timeout
+            )
+            return self._synced >= target
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.wait(timeout)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        db: sqlite3.Connection | None = None  # for checkpoints only
+        fd: int | None = None  # the WAL file
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._requested > self._synced or self._closing)
+                    if self._requested <= self._synced:
+                        return  # closing, nothing left
+                    target = self._requested
+                try:
+                    if fd is None:
+                        fd = os.open(self._path + "-wal", os.O_RDONLY)
+                    os.fsync(fd)
+                    if os.fstat(fd).st_size > CHECKPOINT_BYTES:
+                        if db is None:
+                            db = sqlite3.connect(self._path, isolation_level=None, timeout=5.0)
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except (OSError, sqlite3.Error) as e:
+                    if self._closing:
+                        return  # the store's own connection checkpoints when it closes
+                    log.warning("chat store: syncing to disk failed (%s); trying again", e)
+                    time.sleep(SYNC_RETRY_S)
+                    continue
+                with self._cond:
+                    self._synced = target
+                    self._cond.notify_all()
+        finally:
+            if fd is not None:
+                os.close(fd)
+            if db is not None:
+                db.close()
+            with self._cond:
+                self._cond.notify_all()  # waiters see the thread gone

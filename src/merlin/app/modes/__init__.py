@@ -1,0 +1,1 @@
+"""Ways to run the app other than interactively: self-test, screenshots, scripted runs."""

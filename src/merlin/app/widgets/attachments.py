@@ -1,0 +1,146 @@
+"""Images the user attaches: checked and thumbnailed when attached, so a bad file is reported
+at once, next to the composer, and never reaches the engine."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QImage, QImageReader, QPixmap
+
+from merlin.app.i18n import tr
+from merlin.app.model.paths import data_dir
+
+THUMB = 64
+MAX_FILE_BYTES = 64 << 20
+# Qt format names of what engine.vision.preprocess.IMAGE_FORMATS decodes
+ENGINE_FORMATS = {"png", "jpeg", "jpg", "webp", "gif", "bmp", "tif", "tiff"}
+MAX_PIXELS = 180_000_000  # Pillow's decompression-bomb limit, which the engine applies too
+IMAGE_SUFFIXES = {
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".jfif",
+    ".webp",
+    ".gif",
+    ".bmp",
+    ".tif",
+    ".tiff",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+}
+
+
+@dataclass
+class Attachment:
+    path: str
+    name: str
+    thumbnail: QPixmap
+    size: tuple[int, int]
+
+
+class AttachmentError(Exception):
+    """A file that cannot be attached; the message is for the user (translated)."""
+
+
+def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
+    path = Path(path)
+    name = name or path.name
+    if path.is_dir():
+        raise AttachmentError(tr("{name} is a folder, not an image.").format(name=name))
+    if not path.exists():
+        raise AttachmentError(tr("{name} cannot be found.").format(name=name))
+    if not path.is_file():  # a FIFO or device: never opened (it could block)
+        raise AttachmentError(
+            tr("{name} is not a regular file (a pipe or a device); it was not attached.").format(
+                name=name
+            )
+        )
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise AttachmentError(
+            tr("{name} is larger than {mb} MB; attach a smaller image.").format(
+                name=name, mb=MAX_FILE_BYTES >> 20
+            )
+        )
+    reader = QImageReader(str(path))
+    reader.setAutoTransform(True)
+    if not reader.canRead():
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            raise AttachmentError(
+                tr("{name} is damaged or not really an image; it was not attached.").format(
+                    name=name
+                )
+            )
+        raise AttachmentError(
+            tr(
+                "{name} is not an image Merlin can use. Attach PNG, JPEG, WebP, GIF, BMP or TIFF."
+            ).format(name=name)
+        )
+    size = reader.size()
+    if size.isValid() and size.width() * size.height() > MAX_PIXELS:
+        raise AttachmentError(
+            tr("{name} is {w}x{h} pixels, too large to open safely. Scale it down first.").format(
+                name=name, w=size.width(), h=size.height()
+            )
+        )
+    if size.isValid() and min(size.width(), size.height()) < 2:
+        raise AttachmentError(
+            tr("{name} is only {w}x{h} pixels; there is nothing to see.").format(
+                name=name, w=size.width(), h=size.height()
+            )
+        )
+    if size.isValid():
+        reader.setScaledSize(size.scaled(QSize(THUMB * 2, THUMB * 2), Qt.KeepAspectRatio))
+    image = reader.read()
+    if image.isNull():
+        raise AttachmentError(
+            tr("{name} could not be read ({why}); it was not attached.").format(
+                name=name, why=reader.errorString()
+            )
+        )
+    thumb = QPixmap.fromImage(image)
+    fmt = bytes(reader.format()).decode("ascii", "replace").lower()
+    if fmt not in ENGINE_FORMATS:
+        # Qt reads it (SVG, ICO, PPM...) but the engine decodes only ENGINE_FORMATS: convert
+        # it to PNG now, so the chat never holds an image no later question could use
+        path = _converted_png(path, name)
+    return Attachment(
+        str(path), name, thumb, (size.width(), size.height()) if size.isValid() else (0, 0)
+    )
+
+
+def _converted_png(path: Path, name: str) -> Path:
+    reader = QImageReader(str(path))
+    reader.setAutoTransform(True)
+    image = reader.read()
+    if image.isNull() or min(image.width(), image.height()) < 2:
+        raise AttachmentError(
+            tr("{name} could not be converted to PNG ({why}); it was not attached.").format(
+                name=name, why=reader.errorString()
+            )
+        )
+    return save_pasted_image(image)
+
+
+def save_pasted_image(image: QImage) -> Path:
+    """A pasted image as a PNG in the data folder's scratch space (imported into the store
+    when the message is sent)."""
+    folder = data_dir() / "scratch"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"pasted-{uuid.uuid4().hex[:12]}.png"
+    if not image.save(str(path), "PNG"):
+        raise AttachmentError(tr("The pasted image could not be saved."))
+    return path
+
+
+def clear_scratch() -> None:
+    folder = data_dir() / "scratch"
+    if folder.is_dir():
+        for p in folder.iterdir():
+            try:
+                p.unlink()
+            except OSError:
+                pass

@@ -1,0 +1,572 @@
+"""The conversation: one widget per message, markdown rendered, answers streamed cheaply.
+
+A finished message is rendered once. The answer being streamed renders its finished blocks
+once each (app.markdown.stable_length) and re-renders only the unfinished tail, at most at
+the rate the controller flushes (about 30 times a second); when it ends it is rendered once
+more as a whole (so chunk boundaries leave no trace) and gets "Copy code" links. The view
+follows new text only while the user is at the bottom.
+"""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QGuiApplication,
+    QPainter,
+    QPalette,
+    QPixmap,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from merlin.app.i18n import tr
+from merlin.app.model import markdown
+from merlin.app.widgets import highlight, theme
+from merlin.app.widgets.icons import icon
+
+COPY_SCHEME = "merlin-copy"
+MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
+THUMB_HEIGHT = 120
+
+
+# Model text is text: raw HTML in an answer (`</think>`, "use the <b> tag") is shown as written,
+# never interpreted (Qt's importer passes HTML through by default and hides what follows a tag).
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeatures(
+    QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
+)
+
+
+class MessageText(QTextBrowser):
+    """Rendered markdown of one message; as tall as its text (the chat view scrolls)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.setOpenLinks(False)
+        self.setAcceptDrops(False)
+        self.setTextInteractionFlags(
+            Qt.TextSelectableByMouse | Qt.TextSelectableByKeyboard | Qt.LinksAccessibleByMouse
+        )
+        self.viewport().setAutoFillBackground(False)
+        pal = self.palette()  # transparent through the palette: a style sheet would stop the
+        pal.setColor(QPalette.Base, Qt.transparent)  # app font (demo mode) reaching the text
+        self.setPalette(pal)
+        self.document().setDocumentMargin(2)
+        self.document().setUndoRedoEnabled(False)  # read-only; streaming must not pile up undo
+        self.code_texts: list[str] = []
+        self.anchorClicked.connect(self.on_anchor_clicked)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        # streaming state: source offset rendered as finished blocks, and where the tail starts
+        self._stable_src = 0
+        self._tail_pos = 0
+
+    # ---- rendering -----------------------------------------------------------------------
+
+    def render_markdown(self, src: str, finished: bool = True) -> None:
+        """Render the whole text (a finished message, or the final render of an answer)."""
+        self.document().setMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
+        groups = highlight.decorate(self.document())
+        self.code_texts = []
+        if finished:
+            self._add_copy_links(groups)
+        self._stable_src = len(src)
+        self._tail_pos = self._end()
+        self._fit()
+
+    def mark_drafted(self, src: str, spans: list) -> int:
+        """Tint the text of `src[start:end]` for each (start, end) span: what a speculative
+        verify step emitted with accepted drafts. Source offsets are found again in the
+        rendered document in order (markdown changes positions); a piece markdown rewrote is
+        left plain. Returns the pieces tinted."""
+        doc = self.document()
+        fmt = QTextCharFormat()
+        fmt.setBackground(theme.drafted_background())
+        pos, marked = 0, 0
+        for start, end in spans:
+            for piece in src[start:end].split("\n"):
+                piece = piece.strip()
+                if not piece:
+                    continue
+                found = doc.find(piece, pos, QTextDocument.FindCaseSensitively)
+                if found.isNull():
+                    continue
+                found.mergeCharFormat(fmt)
+                pos = found.selectionEnd()
+                marked += 1
+        return marked
+
+    def render_plain(self, text: str) -> None:
+        """User messages are shown as typed (no markdown surprises), still selectable."""
+        self.document().setPlainText(text)
+        self._fit()
+
+    def stream(self, src: str) -> None:
+        """Show a growing answer: finished blocks once, the tail again each call."""
+        doc = self.document()
+        cursor = QTextCursor(doc)
+        stable = markdown.stable_length(src)
+        cursor.beginEditBlock()
+        # drop the old tail
+        cursor.setPosition(self._tail_pos)
+        cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+        cursor.removeSelectedText()
+        if stable > self._stable_src:
+            start = self._insert(cursor, src[self._stable_src : stable])
+            cursor.endEditBlock()
+            highlight.decorate(doc, start)
+            cursor.beginEditBlock()
+            self._stable_src = stable
+            self._tail_pos = self._end()
+        tail = src[self._stable_src :]
+        if tail.strip():
+            cursor.setPosition(self._tail_pos)
+            self._insert(cursor, tail)
+        cursor.endEditBlock()
+
+    def _insert(self, cursor: QTextCursor, src: str) -> int:
+        """Insert markdown at the end as new blocks; returns where it starts."""
+        cursor.movePosition(QTextCursor.End)
+        if self._end() > 0:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        start = cursor.position()
+        cursor.insertMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
+        return start
+
+    def _end(self) -> int:
+        return max(0, self.document().characterCount() - 1)
+
+    def _add_copy_links(self, groups: list[tuple[int, int]]) -> None:
+        doc = self.document()
+        self.code_texts = []
+        texts = []
+        for first_pos, last_pos in groups:
+            first, last = doc.findBlock(first_pos), doc.findBlock(last_pos)
+            c = QTextCursor(doc)
+            c.setPosition(first.position())
+            c.setPosition(last.position() + last.length() - 1, QTextCursor.KeepAnchor)
+            texts.append(c.selectedText().replace("\u2029", "\n"))
+        self.code_texts = texts
+        for index in range(len(groups) - 1, -1, -1):
+            last = doc.findBlock(groups[index][1])
+            c = QTextCursor(last)
+            c.movePosition(QTextCursor.EndOfBlock)
+            fmt = QTextBlockFormat()
+            fmt.setAlignment(Qt.AlignRight)
+            fmt.setBottomMargin(6)
+            c.insertBlock(fmt, QTextCharFormat())
+            c.insertHtml(f'<a href="{COPY_SCHEME}:{index}">{tr("Copy code")}</a>')
+
+    # ---- sizing --------------------------------------------------------------------------
+
+    def _fit(self, *_):
+        doc = self.document()
+        doc.setTextWidth(self.viewport().width())
+        margins = self.contentsMargins()
+        h = math.ceil(doc.size().height()) + margins.top() + margins.bottom() + 2
+        if self.height() != h:
+            self.setFixedHeight(h)
+
+    def resizeEvent(self, event):  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(400, self.height())
+
+    def wheelEvent(self, event):  # noqa: N802 - the chat view scrolls, not this widget
+        event.ignore()
+
+    # ---- copying -------------------------------------------------------------------------
+
+    def on_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME:
+            index = int(url.path() or -1)
+            if 0 <= index < len(self.code_texts):
+                QGuiApplication.clipboard().setText(self.code_texts[index])
+        elif url.scheme() in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+
+    def code_block_at(self, pos) -> str | None:
+        block = self.cursorForPosition(pos).block()
+        if not highlight.is_code_block(block):
+            return None
+        first = last = block
+        while first.previous().isValid() and highlight.is_code_block(first.previous()):
+            first = first.previous()
+        while last.next().isValid() and highlight.is_code_block(last.next()):
+            last = last.next()
+        c = QTextCursor(self.document())
+        c.setPosition(first.position())
+        c.setPosition(last.position() + last.length() - 1, QTextCursor.KeepAnchor)
+        return c.selectedText().replace("\u2029", "\n")
+
+    def contextMenuEvent(self, event):  # noqa: N802
+        menu = self.createStandardContextMenu(event.pos())
+        code = self.code_block_at(event.pos())
+        if code is not None:
+            menu.addSeparator()
+            action = menu.addAction(tr("Copy code block"))
+            action.triggered.connect(lambda: QGuiApplication.clipboard().setText(code))
+        menu.exec(event.globalPos())
+
+
+class MessageWidget(QFrame):
+    """One message: who, status, actions, image thumbnails, text.
+
+    sig_edit_requested(int): message id; the user wants to edit this (user) message.
+    sig_regenerate_requested(int): message id; the user wants this answer again.
+    """
+
+    sig_edit_requested = Signal(int)
+    sig_regenerate_requested = Signal(int)
+
+    def __init__(self, message_id: int, role: str, parent=None):
+        super().__init__(parent)
+        self.message_id = message_id
+        self.role = role
+        self.text = ""
+        self.state = "done"
+        self.stats: dict = {}
+        self.error = ""
+        self.image_paths: list[str] = []
+        self.setAttribute(Qt.WA_StyledBackground, False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        header.setSpacing(6)
+        self.who = QLabel()
+        font = self.who.font()
+        font.setBold(True)
+        self.who.setFont(font)
+        self.status = QLabel()
+        self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        header.addWidget(self.who)
+        header.addWidget(self.status)
+        header.addStretch(1)
+        self.copy_button = self._tool("copy", self.copy_text)
+        self.edit_button = self._tool("edit", lambda: self.sig_edit_requested.emit(self.message_id))
+        self.regenerate_button = self._tool(
+            "regenerate", lambda: self.sig_regenerate_requested.emit(self.message_id)
+        )
+        for b in (self.edit_button, self.regenerate_button, self.copy_button):
+            header.addWidget(b)
+        self.edit_button.setVisible(role == "user")
+        self.regenerate_button.setVisible(False)
+        layout.addLayout(header)
+        self.thumbs = QHBoxLayout()
+        self.thumbs.setSpacing(6)
+        self.thumbs.addStretch(1)
+        self.thumb_row = QWidget()
+        self.thumb_row.setLayout(self.thumbs)
+        self.thumbs.setContentsMargins(0, 0, 0, 0)
+        self.thumb_row.setVisible(False)
+        layout.addWidget(self.thumb_row)
+        self.notices = QLabel()  # engine notices about this answer (e.g. older turns left out)
+        self.notices.setObjectName("messageNotices")
+        self.notices.setWordWrap(True)
+        self.notices.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.notices.setVisible(False)
+        layout.addWidget(self.notices)
+        self.body = MessageText(self)
+        layout.addWidget(self.body)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.note.setVisible(False)
+        layout.addWidget(self.note)
+        self.retranslate()
+
+    def _tool(self, icon_name: str, slot) -> QToolButton:
+        b = QToolButton(self)
+        b.setIcon(icon(icon_name))
+        b.setAutoRaise(True)
+        b.setIconSize(QSize(16, 16))
+        b.clicked.connect(slot)
+        return b
+
+    # ---- content -------------------------------------------------------------------------
+
+    def set_images(self, paths: list[str], names: list[str] | None = None) -> None:
+        self.image_paths = list(paths)
+        for i, path in enumerate(paths):
+            label = QLabel()
+            pm = QPixmap(path)
+            if pm.isNull():
+                label.setText(tr("[image missing]"))
+            else:
+                dpr = self.devicePixelRatioF()
+                pm = pm.scaledToHeight(round(THUMB_HEIGHT * dpr), Qt.SmoothTransformation)
+                if pm.width() > 3 * THUMB_HEIGHT * dpr:
+                    pm = pm.copy(0, 0, round(3 * THUMB_HEIGHT * dpr), pm.height())
+                pm.setDevicePixelRatio(dpr)
+                label.setPixmap(pm)
+            label.setToolTip(names[i] if names and i < len(names) else path)
+            label.setObjectName("thumbnail")
+            self.thumbs.insertWidget(self.thumbs.count() - 1, label)
+        self.thumb_row.setVisible(bool(paths))
+
+    def set_text(self, text: str) -> None:
+        """A finished message (rendered once)."""
+        self.text = text
+        if self.role == "user":
+            self.body.render_plain(text)
+        else:
+            self.body.render_markdown(text, finished=True)
+
+    def stream(self, text: str) -> None:
+        self.text = text
+        self.body.stream(text)
+
+    def finish(self, text: str, state: str, stats: dict | None = None, error: str = "") -> None:
+        self.state = state
+        self.stats = dict(stats or {})
+        self.error = error
+        self.set_notices(self.stats.get("notices") or [])
+        self.set_text(text)
+        drafted = self.stats.get("drafted") or []
+        if self.role == "assistant" and drafted:
+            self.body.mark_drafted(text, drafted)
+            self.body.setToolTip(tr("Tinted text came from accepted speculative drafts."))
+        self._update_status()
+
+    def set_state(self, state: str, error: str = "") -> None:
+        self.state = state
+        self.error = error
+        self._update_status()
+
+    def set_notices(self, notices: list[str]) -> None:
+        """A small muted line per notice, above the answer (never a popup)."""
+        self.notices.setText("\n".join(notices))
+        self.notices.setVisible(bool(notices))
+        font = self.notices.font()
+        font.setItalic(True)
+        self.notices.setFont(font)
+        pal = self.notices.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.notices.setPalette(pal)
+
+    def set_can_regenerate(self, on: bool) -> None:
+        self.regenerate_button.setVisible(on and self.role == "assistant")
+
+    def set_actions_enabled(self, on: bool) -> None:
+        self.edit_button.setEnabled(on)
+        self.regenerate_button.setEnabled(on)
+
+    def copy_text(self) -> None:
+        QGuiApplication.clipboard().setText(self.text)
+
+    # ---- looks ---------------------------------------------------------------------------
+
+    def _update_status(self) -> None:
+        parts = []
+        n = self.stats.get("tokens")
+        if self.role == "assistant" and n:
+            parts.append(tr("{n} tokens").format(n=n))
+            tps = self.stats.get("tokens_per_s")
+            if tps:
+                parts.append(tr("{rate:.1f} tokens/s").format(rate=tps))
+        state_text = {
+            "streaming": tr("writing…"),
+            "stopped": tr("stopped"),
+            "interrupted": tr("interrupted (Merlin was closed while answering)"),
+            "error": tr("failed"),
+            "queued": tr("waiting for the model to load"),
+        }.get(self.state)
+        if self.stats.get("reason") == "context_full":
+            state_text = tr("the context budget is full")
+        if state_text:
+            parts.append(state_text)
+        self.status.setText(" · ".join(parts))
+        self.note.setVisible(bool(self.error))
+        if self.error:
+            self.note.setText(self.error)
+            pal = self.note.palette()
+            pal.setColor(QPalette.WindowText, QColor("#D0393E"))
+            self.note.setPalette(pal)
+        muted = theme.muted_text()
+        pal = self.status.palette()
+        pal.setColor(QPalette.WindowText, muted)
+        self.status.setPalette(pal)
+
+    def retranslate(self) -> None:
+        self.who.setText(tr("You") if self.role == "user" else tr("Merlin"))
+        self.copy_button.setToolTip(tr("Copy message"))
+        self.edit_button.setToolTip(tr("Edit and run again from here"))
+        self.regenerate_button.setToolTip(tr("Regenerate this answer"))
+        self._update_status()
+
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
+
+    def paintEvent(self, event):  # noqa: N802
+        if self.role == "user":
+            p = QPainter(self)
+            p.setRenderHint(QPainter.Antialiasing)
+            p.setPen(Qt.NoPen)
+            p.setBrush(theme.user_bubble())
+            p.drawRoundedRect(self.rect().adjusted(0, 1, 0, -1), 10, 10)
+            p.end()
+        super().paintEvent(event)
+
+
+class ChatView(QScrollArea):
+    """The message column.
+
+    sig_edit_requested(int): message id of a user message to edit.
+    sig_regenerate_requested(int): message id of the answer to regenerate.
+    """
+
+    sig_edit_requested = Signal(int)
+    sig_regenerate_requested = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setAcceptDrops(False)
+        self.column = QWidget()
+        self.column.setObjectName("chatColumn")
+        self.layout_ = QVBoxLayout(self.column)
+        self.layout_.setSpacing(10)
+        self.layout_.addStretch(1)
+        self.setWidget(self.column)
+        self.empty = QLabel(self.viewport())
+        self.empty.setAlignment(Qt.AlignCenter)
+        self.empty.setWordWrap(True)
+        self._messages: list[MessageWidget] = []
+        self._stick = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._on_scrolled)
+        bar.rangeChanged.connect(self._on_range)
+        self.retranslate()
+        self._update_empty()
+
+    # ---- messages ------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        for w in self._messages:
+            w.setParent(None)
+            w.deleteLater()
+        self._messages = []
+        self._stick = True
+        self._update_empty()
+
+    def add_message(
+        self,
+        message_id: int,
+        role: str,
+        text: str,
+        images: list[str] | None = None,
+        image_names: list[str] | None = None,
+        state: str = "done",
+        stats: dict | None = None,
+        error: str = "",
+    ) -> MessageWidget:
+        w = MessageWidget(message_id, role, self.column)
+        w.sig_edit_requested.connect(self.sig_edit_requested)
+        w.sig_regenerate_requested.connect(self.sig_regenerate_requested)
+        if images:
+            w.set_images(images, image_names)
+        if state == "streaming":
+            w.set_state("streaming")
+        else:
+            w.finish(text, state, stats, error)
+        self.layout_.insertWidget(self.layout_.count() - 1, w)
+        self._messages.append(w)
+        self._update_empty()
+        self.scroll_to_bottom()
+        return w
+
+    def remove_from(self, message_id: int) -> None:
+        """Remove the message and every later one."""
+        keep = [w for w in self._messages if w.message_id < message_id]
+        for w in self._messages[len(keep) :]:
+            w.setParent(None)
+            w.deleteLater()
+        self._messages = keep
+        self._update_empty()
+
+    def messages(self) -> list[MessageWidget]:
+        return list(self._messages)
+
+    def message(self, message_id: int) -> MessageWidget | None:
+        return next((w for w in self._messages if w.message_id == message_id), None)
+
+    def update_actions(self, busy: bool) -> None:
+        """Regenerate only on the last answer; nothing editable while an answer streams."""
+        last = self._messages[-1] if self._messages else None
+        for w in self._messages:
+            w.set_can_regenerate(w is last and w.role == "assistant")
+            w.set_actions_enabled(not busy)
+
+    def plain_text(self) -> str:
+        return "\n\n".join(f"{w.who.text()}\n{w.text}" for w in self._messages)
+
+    # ---- following the end -----------------------------------------------------------------
+
+    @property
+    def at_bottom(self) -> bool:
+        return self._stick
+
+    def scroll_to_bottom(self) -> None:
+        self._stick = True
+        QTimer.singleShot(
+            0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
+        )
+
+    def _on_scrolled(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._stick = value >= bar.maximum() - 4
+
+    def _on_range(self, _min: int, maximum: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(maximum)
+
+    # ---- layout --------------------------------------------------------------------------
+
+    def resizeEvent(self, event):  # noqa: N802
+        super().resizeEvent(event)
+        em = self.fontMetrics().horizontalAdvance("M")
+        side = max(12, (self.viewport().width() - MAX_COLUMN_WIDTH_EM * em) // 2)
+        self.layout_.setContentsMargins(side, 12, side, 12)
+        self.empty.setGeometry(self.viewport().rect().adjusted(40, 0, -40, 0))
+
+    def _update_empty(self) -> None:
+        self.empty.setVisible(not self._messages)
+
+    def retranslate(self) -> None:
+        self.empty.setText(
+            tr("Drop an image here or type a question below.\nMerlin answers on this computer.")
+        )
+        pal = self.empty.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.empty.setPalette(pal)
+
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)

@@ -1,0 +1,491 @@
+"""Where the user writes: multi-line text, image attachments, send / stop.
+
+Enter sends, Shift+Enter starts a new line, and an Enter that confirms an input-method
+candidate (pinyin) only confirms it. Images come by the attach button, by drag-and-drop
+(anywhere on the window; the window forwards drops here) and by pasting. Nothing typed is
+dropped: the text leaves the composer only when the controller accepted the message.
+
+Each attached image shows its cost: "N tokens, about S s to read" (from the engine: the image
+is encoded as soon as it is attached, app/image_encoding.py), then "read in S s", and a
+detail menu (fast / detailed / full, or the settings' default) that changes its budget.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QImage, QKeyEvent, QPalette
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from merlin.app.i18n import tr
+from merlin.app.widgets import theme
+from merlin.app.widgets.attachments import (
+    Attachment,
+    AttachmentError,
+    load_attachment,
+    save_pasted_image,
+)
+from merlin.app.widgets.icons import icon
+
+MAX_IMAGES = 8
+MAX_LINES = 8
+
+
+class ComposerEdit(QPlainTextEdit):
+    """The text field.
+
+    sig_submit(): Enter was pressed (not during input-method composition).
+    sig_escape(): Escape was pressed.
+    sig_mime_pasted(object): a paste or drop of images/files (QMimeData).
+    """
+
+    sig_submit = Signal()
+    sig_escape = Signal()
+    sig_mime_pasted = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._preedit = ""
+        self.setTabChangesFocus(True)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self._fit()
+
+    @property
+    def composing(self) -> bool:
+        return bool(self._preedit)
+
+    def inputMethodEvent(self, event):  # noqa: N802 (Qt name)
+        self._preedit = event.preeditString()
+        super().inputMethodEvent(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter):
+            if self.composing:  # the input method's Enter confirms its candidate, nothing else
+                event.accept()
+                return
+            if event.modifiers() & Qt.ShiftModifier:
+                self.textCursor().insertText("\n")
+                return
+            if not event.modifiers() & (Qt.ControlModifier | Qt.AltModifier | Qt.MetaModifier):
+                self.sig_submit.emit()
+                return
+        if event.key() == Qt.Key_Escape:
+            self.sig_escape.emit()
+            return
+        super().keyPressEvent(event)
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802
+        return source.hasImage() or source.hasUrls() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802
+        if source.hasImage() or (source.hasUrls() and any(u.isLocalFile() for u in source.urls())):
+            self.sig_mime_pasted.emit(source)
+            return
+        super().insertFromMimeData(source)
+
+    def _fit(self, *_):
+        lines = max(1, min(MAX_LINES, round(self.document().size().height())))
+        line_h = self.fontMetrics().lineSpacing()
+        margins = self.contentsMargins()
+        h = lines * line_h + 2 * self.document().documentMargin() + margins.top() + margins.bottom()
+        self.setFixedHeight(int(h) + 2)
+
+    def changeEvent(self, event):  # noqa: N802
+        super().changeEvent(event)
+        if event.type() == QEvent.FontChange:
+            self._fit()
+
+
+DETAIL_NAMES = {"": "default", "fast": "fast", "detailed": "detailed", "full": "full"}
+
+
+class AttachmentChip(QFrame):
+    """A thumbnail with a remove button, the image's cost and its detail menu.
+
+    sig_remove(object): the Attachment to remove.
+    sig_detail(object, str): the Attachment and the detail chosen ("" = the default).
+    """
+
+    sig_remove = Signal(object)
+    sig_detail = Signal(object, str)
+
+    def __init__(self, attachment: Attachment, parent=None):
+        super().__init__(parent)
+        self.attachment = attachment
+        self.setFrameShape(QFrame.StyledPanel)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(3, 3, 3, 3)
+        layout.setSpacing(2)
+        thumb = QLabel()
+        pm = attachment.thumbnail
+        if pm.height() > 56:
+            pm = pm.scaledToHeight(56, Qt.SmoothTransformation)
+        thumb.setPixmap(pm)
+        thumb.setToolTip(attachment.name)
+        layout.addWidget(thumb)
+        self.detail = ""
+        column = QVBoxLayout()
+        column.setSpacing(0)
+        self.status = QLabel()
+        pal = self.status.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.status.setPalette(pal)
+        self.detail_button = QToolButton()
+        self.detail_button.setAutoRaise(True)
+        self.detail_button.setPopupMode(QToolButton.InstantPopup)
+        self.detail_menu = QMenu(self.detail_button)
+        for key in DETAIL_NAMES:
+            action = self.detail_menu.addAction("")
+            action.setData(key)
+            action.setCheckable(True)
+            action.triggered.connect(lambda _=False, k=key: self.choose_detail(k))
+        self.detail_button.setMenu(self.detail_menu)
+        column.addWidget(self.status)
+        column.addWidget(self.detail_button)
+        layout.addLayout(column)
+        self.remove = QToolButton()
+        self.remove.setIcon(icon("close"))
+        self.remove.setAutoRaise(True)
+        self.remove.setIconSize(QSize(12, 12))
+        self.remove.setToolTip(tr("Remove {name}").format(name=attachment.name))
+        self.remove.clicked.connect(lambda: self.sig_remove.emit(self.attachment))
+        layout.addWidget(self.remove, 0, Qt.AlignTop)
+        self.presets: dict[str, int] = {}
+        self.retranslate()
+
+    def choose_detail(self, key: str) -> None:
+        if key != self.detail:
+            self.detail = key
+            self.retranslate()
+            self.sig_detail.emit(self.attachment, key)
+
+    def set_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    def retranslate(self) -> None:
+        names = {"": tr("default"), "fast": tr("fast"), "detailed": tr("detailed"),
+                 "full": tr("full")}  # fmt: skip
+        for action in self.detail_menu.actions():
+            key = action.data()
+            n = self.presets.get(key)
+            action.setText(f"{names[key]} ({n})" if n else names[key])
+            action.setChecked(key == self.detail)
+        self.detail_button.setText(tr("detail: {name}").format(name=names[self.detail]))
+        self.detail_button.setToolTip(tr("How many image tokens this picture may become"))
+
+
+class Composer(QWidget):
+    """sig_send(str, list): the user sent text with attachments (the controller decides).
+    sig_stop(): the user asked to stop the answer.
+    sig_edit_cancelled(): the user left edit mode.
+    """
+
+    sig_send = Signal(str, list)
+    sig_stop = Signal()
+    sig_edit_cancelled = Signal()
+    sig_attached = Signal(object)  # an Attachment was added (encode it now)
+    sig_detached = Signal(object)  # the user removed it (stop encoding it)
+    sig_detail = Signal(object)  # its detail changed (encode it again at that budget)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._attachments: list[Attachment] = []
+        self._presets: dict[str, int] = {}
+        self._busy = False
+        self._editing = False
+        self._saved_draft: tuple[str, list[Attachment]] | None = None
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(8, 4, 8, 8)
+        outer.setSpacing(4)
+
+        self.edit_bar = QFrame()
+        self.edit_bar.setObjectName("editBar")
+        eb = QHBoxLayout(self.edit_bar)
+        eb.setContentsMargins(8, 2, 2, 2)
+        self.edit_label = QLabel()
+        self.edit_cancel = QPushButton()
+        self.edit_cancel.clicked.connect(self.cancel_edit)
+        eb.addWidget(self.edit_label, 1)
+        eb.addWidget(self.edit_cancel)
+        self.edit_bar.setVisible(False)
+        outer.addWidget(self.edit_bar)
+
+        self.chips = QHBoxLayout()
+        self.chips.setSpacing(6)
+        self.chips.addStretch(1)
+        self.chip_row = QWidget()
+        self.chip_row.setLayout(self.chips)
+        self.chips.setContentsMargins(0, 0, 0, 0)
+        self.chip_row.setVisible(False)
+        outer.addWidget(self.chip_row)
+
+        self.notice = QLabel()
+        self.notice.setWordWrap(True)
+        self.notice.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.notice.setVisible(False)
+        pal = self.notice.palette()
+        pal.setColor(QPalette.WindowText, theme.banner_colors("error")[1])
+        self.notice.setPalette(pal)
+        outer.addWidget(self.notice)
+
+        row = QHBoxLayout()
+        row.setSpacing(6)
+        self.attach_button = QToolButton()
+        self.attach_button.setIcon(icon("attach"))
+        self.attach_button.setIconSize(QSize(22, 22))
+        self.attach_button.clicked.connect(self.choose_files)
+        self.edit = ComposerEdit()
+        self.edit.sig_submit.connect(self.submit)
+        self.edit.sig_escape.connect(self._on_escape)
+        self.edit.sig_mime_pasted.connect(self.add_mime)
+        self.send_button = QPushButton()
+        self.send_button.setIconSize(QSize(20, 20))
+        self.send_button.clicked.connect(self._on_send_button)
+        row.addWidget(self.attach_button, 0, Qt.AlignBottom)
+        row.addWidget(self.edit, 1)
+        row.addWidget(self.send_button, 0, Qt.AlignBottom)
+        outer.addLayout(row)
+        self.hint = QLabel()
+        pal = self.hint.palette()
+        pal.setColor(QPalette.WindowText, theme.muted_text())
+        self.hint.setPalette(pal)
+        outer.addWidget(self.hint)
+        self._notice_timer = QTimer(self, singleShot=True, interval=12_000)
+        self._notice_timer.timeout.connect(lambda: self.notice.setVisible(False))
+        self.retranslate()
+
+    # ---- text ----------------------------------------------------------------------------
+
+    def text(self) -> str:
+        return self.edit.toPlainText()
+
+    def set_text(self, text: str) -> None:
+        self.edit.setPlainText(text)
+        self.edit.moveCursor(self.edit.textCursor().MoveOperation.End)
+
+    def attachments(self) -> list[Attachment]:
+        return list(self._attachments)
+
+    def clear(self) -> None:
+        self.edit.clear()
+        for a in list(self._attachments):
+            self.remove_attachment(a)
+        self.show_notice("")
+
+    def submit(self) -> None:
+        if self._busy:
+            self.show_notice(tr("Merlin is still answering; press Stop or wait."), error=False)
+            return
+        text = self.text()
+        if not text.strip() and not self._attachments:
+            return
+        self.sig_send.emit(text, self.attachments())
+
+    def _on_send_button(self) -> None:
+        if self._busy:
+            self.sig_stop.emit()
+        else:
+            self.submit()
+
+    def _on_escape(self) -> None:
+        if self._busy:
+            self.sig_stop.emit()
+        elif self._editing:
+            self.cancel_edit()
+
+    def set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self.send_button.setIcon(icon("stop" if busy else "send"))
+        self.send_button.setText(tr("Stop") if busy else tr("Send"))
+        self.send_button.setToolTip(tr("Stop the answer (Esc)") if busy else tr("Send (Enter)"))
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    # ---- editing an earlier message ------------------------------------------------------
+
+    def begin_edit(self, text: str, attachments: list[Attachment]) -> None:
+        if not self._editing:
+            self._saved_draft = (self.text(), self.attachments())
+        self._editing = True
+        self._replace_contents(text, attachments)
+        self.edit_bar.setVisible(True)
+        self.edit.setFocus()
+
+    def end_edit(self, restore_draft: bool) -> None:
+        if not self._editing:
+            return
+        self._editing = False
+        self.edit_bar.setVisible(False)
+        draft = self._saved_draft
+        self._saved_draft = None
+        if restore_draft and draft is not None:
+            self._replace_contents(*draft)
+
+    def cancel_edit(self) -> None:
+        self.end_edit(restore_draft=True)
+        self.sig_edit_cancelled.emit()
+
+    @property
+    def editing(self) -> bool:
+        return self._editing
+
+    def _replace_contents(self, text: str, attachments: list[Attachment]) -> None:
+        for a in list(self._attachments):
+            self.remove_attachment(a)
+        self.set_text(text)
+        for a in attachments:
+            self._add_attachment(a)
+
+    # ---- attachments ---------------------------------------------------------------------
+
+    def choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self,
+            tr("Attach images"),
+            "",
+            tr("Images")
+            + " (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.tif *.tiff);;"
+            + tr("All files")
+            + " (*)",
+        )
+        self.add_paths(paths)
+
+    def add_paths(self, paths: list[str]) -> int:
+        """Attach files; unusable ones are reported inline. Returns how many were added."""
+        added, problems = 0, []
+        for path in paths:
+            if len(self._attachments) >= MAX_IMAGES:
+                problems.append(tr("At most {n} images per message.").format(n=MAX_IMAGES))
+                break
+            try:
+                self._add_attachment(load_attachment(path))
+                added += 1
+            except AttachmentError as e:
+                problems.append(str(e))
+        self.show_notice("\n".join(problems))
+        return added
+
+    def add_image(self, image: QImage, name: str | None = None) -> bool:
+        if image.isNull():
+            self.show_notice(tr("The clipboard image is empty."))
+            return False
+        if len(self._attachments) >= MAX_IMAGES:
+            self.show_notice(tr("At most {n} images per message.").format(n=MAX_IMAGES))
+            return False
+        try:
+            path = save_pasted_image(image)
+            self._add_attachment(load_attachment(path, name or tr("pasted image")))
+        except AttachmentError as e:
+            self.show_notice(str(e))
+            return False
+        self.show_notice("")
+        return True
+
+    def add_mime(self, mime: QMimeData) -> int:
+        """Images or files from a drop or a paste."""
+        if mime.hasUrls() and any(u.isLocalFile() for u in mime.urls()):
+            return self.add_paths([u.toLocalFile() for u in mime.urls() if u.isLocalFile()])
+        if mime.hasImage():
+            return int(self.add_image(QImage(mime.imageData())))
+        if mime.hasUrls():
+            self.show_notice(tr("Only files on this computer can be attached."))
+        return 0
+
+    def _add_attachment(self, attachment: Attachment) -> None:
+        self._attachments.append(attachment)
+        chip = AttachmentChip(attachment)
+        chip.presets = dict(self._presets)
+        chip.retranslate()
+        chip.sig_remove.connect(self._user_removed)
+        chip.sig_detail.connect(lambda a, _key: self.sig_detail.emit(a))
+        self.chips.insertWidget(self.chips.count() - 1, chip)
+        self.chip_row.setVisible(True)
+        self.sig_attached.emit(attachment)
+
+    def _user_removed(self, attachment: Attachment) -> None:
+        self.remove_attachment(attachment)
+        self.sig_detached.emit(attachment)
+
+    def chip(self, attachment: Attachment) -> AttachmentChip | None:
+        for i in range(self.chips.count()):
+            w = self.chips.itemAt(i).widget()
+            if isinstance(w, AttachmentChip) and w.attachment is attachment:
+                return w
+        return None
+
+    def set_presets(self, presets: dict[str, int]) -> None:
+        """Tokens of each detail ("" = the default, "fast", "detailed", "full")."""
+        self._presets = dict(presets)
+        for a in self._attachments:
+            c = self.chip(a)
+            if c is not None:
+                c.presets = dict(presets)
+                c.retranslate()
+
+    def image_tokens(self, attachment: Attachment) -> int | None:
+        """The budget chosen for this attachment (None: the default)."""
+        c = self.chip(attachment)
+        if c is None or not c.detail:
+            return None
+        return self._presets.get(c.detail)
+
+    def set_image_status(self, attachment: Attachment, text: str) -> None:
+        c = self.chip(attachment)
+        if c is not None:
+            c.set_status(text)
+
+    def remove_attachment(self, attachment: Attachment) -> None:
+        if attachment in self._attachments:
+            self._attachments.remove(attachment)
+        for i in range(self.chips.count()):
+            w = self.chips.itemAt(i).widget()
+            if isinstance(w, AttachmentChip) and w.attachment is attachment:
+                w.setParent(None)
+                w.deleteLater()
+                break
+        self.chip_row.setVisible(bool(self._attachments))
+
+    def show_notice(self, text: str, error: bool = True) -> None:
+        self.notice.setText(text)
+        self.notice.setVisible(bool(text))
+        pal = self.notice.palette()
+        pal.setColor(
+            QPalette.WindowText, theme.banner_colors("error")[1] if error else theme.muted_text()
+        )
+        self.notice.setPalette(pal)
+        if text:
+            self._notice_timer.start()
+
+    # ---- language ------------------------------------------------------------------------
+
+    def retranslate(self) -> None:
+        self.edit.setPlaceholderText(tr("Ask about an image, or anything…"))
+        self.attach_button.setToolTip(tr("Attach images (or drop them, or paste)"))
+        self.hint.setText(tr("Enter sends · Shift+Enter new line · Esc stops"))
+        self.edit_label.setText(
+            tr("Editing an earlier message: sending replaces it and everything after it.")
+        )
+        self.edit_cancel.setText(tr("Cancel edit"))
+        self.set_busy(self._busy)
+        for i in range(self.chips.count()):
+            w = self.chips.itemAt(i).widget()
+            if isinstance(w, AttachmentChip):
+                w.remove.setToolTip(tr("Remove {name}").format(name=w.attachment.name))
+                w.retranslate()
+
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)

@@ -1,0 +1,87 @@
+"""The "OpenAI-compatible server" part of the model dialog: address, API key, model.
+
+"Fetch models" asks the server (GET /v1/models, a few seconds at most) and fills the model
+list; the model can also be typed. Used by app/model_dialog.py.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QWidget,
+)
+
+from merlin.app.i18n import tr
+from merlin.app.model.remote import RemoteConfig, RemoteError, list_models, normalize_url
+
+
+class RemoteBox(QGroupBox):
+    def __init__(self, current: RemoteConfig | None = None, parent=None):
+        super().__init__(tr("OpenAI-compatible server"), parent)
+        current = current or RemoteConfig("")
+        form = QFormLayout(self)
+        self.url = QLineEdit(current.base_url)
+        self.url.setPlaceholderText("http://127.0.0.1:8000/v1")
+        self.key = QLineEdit(current.api_key)
+        self.key.setEchoMode(QLineEdit.Password)
+        self.key.setPlaceholderText(tr("(none)"))
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        if current.model:
+            self.model.addItem(current.model)
+        self.fetch_button = QPushButton(tr("Fetch models"))
+        self.fetch_button.clicked.connect(self.fetch)
+        row = QWidget()
+        h = QHBoxLayout(row)
+        h.setContentsMargins(0, 0, 0, 0)
+        h.addWidget(self.model, 1)
+        h.addWidget(self.fetch_button)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        form.addRow(tr("Address"), self.url)
+        form.addRow(tr("API key"), self.key)
+        form.addRow(tr("Model"), row)
+        form.addRow(self.status)
+        note = QLabel(
+            tr(
+                "Answers come from that server: the panel shows time to first token, tokens/s "
+                "and tokens in/out; the GEMM/attention split and speculative statistics are not "
+                "available remotely. The key is kept in a file of its own, not with the chats."
+            )
+        )
+        note.setWordWrap(True)
+        form.addRow(note)
+
+    def config(self) -> RemoteConfig:
+        return RemoteConfig(
+            self.url.text().strip(), self.key.text().strip(), self.model.currentText().strip()
+        )
+
+    def problem(self) -> str:
+        """Why the address cannot be used ('' when it may be)."""
+        try:
+            normalize_url(self.url.text())
+        except RemoteError as e:
+            return str(e)
+        return ""
+
+    def fetch(self) -> bool:
+        """Fill the model list from the server; the status line says what happened."""
+        try:
+            models = list_models(self.config())
+        except RemoteError as e:
+            self.status.setText(str(e))
+            return False
+        keep = self.model.currentText()
+        self.model.clear()
+        self.model.addItems(models)
+        if keep in models:
+            self.model.setCurrentText(keep)
+        self.status.setText(tr("{n} model(s) on the server.").format(n=len(models)))
+        return True

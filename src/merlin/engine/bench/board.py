@@ -1,0 +1,464 @@
+"""`python -m merlin.engine.bench board`: a cycle model of the decode step for CPUs that are not
+here (the RK3588's Cortex-A76 and A55, the Cortex-A72 of older boards), checked on this host.
+
+Per CPU (cross.compile_asm: the engine's own kernels compiled for that core by Numba's LLVM):
+  1. the block loops of the grouped q4 / q8 / q8a8 weight products, one loop per tile of N
+     activation rows (loops.tile_loops), and the integer-multiply loops of the attention over
+     an int8 KV cache (loops.product_loops);
+  2. llvm-mca's cycles per iteration of each on the core's scheduling model (mca.py): for a
+     weight loop, the cycles of one 32-weight block of GROUP output rows against N activation
+     rows; for the attention, cycles per integer product (the loops' cycles over their
+     multiply lanes, summed over the hot loops);
+  3. per token of the 2B shapes (demo.QWEN3VL_2B, the text decoder and its head), decode
+     (N = 1) and a verify of 4 drafts (V(4), N = 5 rows, in tiles as qgroup._grouped cuts them):
+       compute   = (weight blocks x cycles per block + attention products x cycles per
+                   product) / (clock x cores), every core busy, nothing else counted;
+       bandwidth = (weight bytes + KV bytes read) / the board's read bandwidth;
+       projected = max(compute, bandwidth) (a roofline: each loop overlaps its loads).
+     Norms, RoPE, activation quantization and thread start-up are left out (on this host they
+     are under 10% of a step: `python -m merlin.engine.bench decode`, column "other").
+
+Trust: the same model is built for this host (x86-64 assembly, llvm-mca for the host's core,
+the clock measured with clock.chain) and compared with the same kernels timed here in cache on
+one thread (marginal time per block between two sizes, so fixed costs cancel). If every check
+agrees within 25%, the model is trusted; the report says which it is and why.
+
+Bandwidth: RK3588_READ_GBS, STREAM multi-threaded Triad on a Radxa ROCK 5B (RK3588, LPDDR4x,
+2022; EntityFX/anybench pull request #39: Copy 22.0, Triad 20.0 GB/s; a Turing Pi RK1 review
+reports 17-22 GB/s sequential). Triad counts its read and written bytes; a decode step only
+reads, which runs at or above it. --board-bandwidth overrides it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from . import loops, mca
+from .cross import HOT_KERNELS, compile_asm
+
+RK3588_READ_GBS = 20.0
+BLOCK = 32
+CONTEXTS = (128, 2048, 8192)
+ROWS = (1, 2, 3, 4, 5)
+TRUST_TOLERANCE = 0.25
+A76_FEATURES = "+neon,+fp-armv8,+crc,+lse,+rdm,+rcpc,+dotprod,+fullfp16,+ssbs"
+AARCH64 = "aarch64-unknown-linux-gnu"
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    cpu: str  # LLVM CPU name Numba compiles for
+    features: str
+    mca_cpu: str  # llvm-mca's scheduling model
+    ghz: float
+    cores: int
+    read_gbs: float | None  # None: no published figure used; compute-bound only
+    where: str
+
+
+BOARDS = (
+    Board(
+        "RK3588 Cortex-A76", "cortex-a76", A76_FEATURES, "neoverse-n1", 2.4, 4,
+        RK3588_READ_GBS, "the RK3588's big cores (Neoverse N1 is the A76's core model)",
+    ),
+    Board(
+        "RK3588 Cortex-A55", "cortex-a55", "+neon,+fp-armv8,+crc,+lse,+rdm,+rcpc,+dotprod,"
+        "+fullfp16", "cortex-a55", 1.8, 4, RK3588_READ_GBS, "the RK3588's little cores",
+    ),
+    Board(
+        "Cortex-A72 (no dotprod)", "cortex-a72", "+neon,+fp-armv8,+crc", "cortex-a72", 1.8, 4,
+        None, "RK3399 / Raspberry Pi 4 class cores: compute only, no bandwidth figure used",
+    ),
+)  # fmt: skip
+
+# formats of the decoder's linears and of its head, per weights format (text.py: q4 models
+# run their head as q8 weights with int8 activations); bytes per weight incl. the bf16 scales
+FORMATS = {"q4": ("q4", "q8a8"), "q8": ("q8", "q8")}
+BYTES_PER_WEIGHT = {"q4": 18 / 32, "q8": 34 / 32, "q8a8": 34 / 32}
+
+
+def shapes(text: dict) -> list[tuple[str, int, int, int]]:
+    """(name, O, K, count per token) of the text decoder's weight products and its head."""
+    d, hd, inter = text["hidden_size"], text["head_dim"], text["intermediate_size"]
+    nh, nkv = text["num_attention_heads"], text["num_key_value_heads"]
+    layers = text["num_hidden_layers"]
+    return [
+        ("qkv", (nh + 2 * nkv) * hd, d, layers),
+        ("o", d, nh * hd, layers),
+        ("gate_up", 2 * inter, d, layers),
+        ("down", d, inter, layers),
+        ("lm_head", text["vocab_size"], d, 1),
+    ]
+
+
+def tiles(n: int, tile_rows: int) -> list[int]:
+    """The tile sizes an N-row product is cut into (qgroup._grouped)."""
+    return [tile_rows] * (n // tile_rows) + ([n % tile_rows] if n % tile_rows else [])
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def analyse(asm: dict, mca_cpu: str, triple: str, tool: str) -> dict:
+    """llvm-mca cycles of the kernels' hot loops: per weight format {N: cycles per block of
+    GROUP rows}, the attention's cycles per integer product, and the clock chain's cycles."""
+    group = asm["group"]
+    out: dict = {"group": group, "tile_rows": asm["tile_rows"], "dot": asm.get("dot")}
+    for fmt in ("q4", "q8", "q8a8"):
+        if fmt in asm["asm"]:
+            found = loops.tile_loops(asm["asm"][fmt], group)
+            out[fmt] = {
+                n: mca.cycles_per_iteration(loop.text(), triple, mca_cpu, tool)
+                for n, loop in found.items()
+            }
+            out[fmt + "_instructions"] = {n: len(loop.body) for n, loop in found.items()}
+    if "attention_q8" in asm["asm"]:
+        hot = loops.product_loops(asm["asm"]["attention_q8"])
+        cycles = sum(mca.cycles_per_iteration(lp.text(), triple, mca_cpu, tool) for lp in hot)
+        products = sum(lp.products for lp in hot)
+        out["attention_cycles_per_product"] = cycles / products if products else math.nan
+        out["attention_loops"] = len(hot)
+    if "clock" in asm["asm"]:
+        out["clock_cycles"] = clock_cycles(asm["asm"]["clock"], mca_cpu, triple, tool)
+    return out
+
+
+def clock_cycles(asm: str, mca_cpu: str, triple: str, tool: str) -> float:
+    """Cycles per step of clock.chain: its main loop (the one with the most steps; LLVM
+    unrolls it) over its steps (one xor each)."""
+    best = None
+    for loop in loops.find_loops(asm):
+        steps = loop.count("xorq", "eor")
+        if steps and (best is None or steps > best[0]):
+            best = (steps, loop)
+    if best is None:
+        raise RuntimeError("the clock chain's loop was not found in its assembly")
+    return mca.cycles_per_iteration(best[1].text(), triple, mca_cpu, tool) / best[0]
+
+
+def cycles_per_block(model: dict, fmt: str, n: int) -> float:
+    """Cycles of one 32-weight block of GROUP rows against n activation rows."""
+    return sum(model[fmt][t] for t in tiles(n, model["tile_rows"]))
+
+
+def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: float,
+            cores: int, read_gbs: float | None) -> dict:  # fmt: skip
+    """ms per token (compute, bandwidth, projected) of an n-row step at `context` keys."""
+    group = model["group"]
+    layer_fmt, head_fmt = FORMATS[weights]
+    cycles = bytes_ = 0.0
+    for name, o, k, count in shapes(text):
+        fmt = head_fmt if name == "lm_head" else layer_fmt
+        blocks = math.ceil(o / group) * (k // BLOCK) * count
+        cycles += blocks * cycles_per_block(model, fmt, n)
+        bytes_ += o * k * count * BYTES_PER_WEIGHT[fmt]
+    layers, hd = text["num_hidden_layers"], text["head_dim"]
+    nh, nkv = text["num_attention_heads"], text["num_key_value_heads"]
+    keys = context + n
+    attn_products = layers * nh * n * keys * hd * 2  # q.k and p.v, one product per dimension
+    cycles += attn_products * model["attention_cycles_per_product"]
+    bytes_ += layers * nkv * keys * (2 * hd + 8)  # int8 K and V rows and their f32 scales
+    compute_ms = cycles / (ghz * 1e9 * cores) * 1e3
+    bandwidth_ms = bytes_ / (read_gbs * 1e9) * 1e3 if read_gbs else None
+    projected = max(compute_ms, bandwidth_ms or 0.0)
+    return {
+        "compute_ms": compute_ms,
+        "bandwidth_ms": bandwidth_ms,
+        "projected_ms": projected,
+        "bound": "compute" if bandwidth_ms is None or compute_ms >= bandwidth_ms else "bandwidth",
+    }
+
+
+def board_report(board: Board, model: dict, text: dict, read_gbs: float | None) -> dict:
+    rows = {}
+    for weights in FORMATS:
+        for label, n in (("decode", 1), ("V(4)", 5)):
+            for ctx in CONTEXTS:
+                rows[f"{weights} {label} {ctx}"] = project(
+                    model, text, weights, n, ctx, board.ghz, board.cores, read_gbs
+                )
+    return {
+        "board": board.name,
+        "cpu": board.cpu,
+        "mca_cpu": board.mca_cpu,
+        "ghz": board.ghz,
+        "cores": board.cores,
+        "read_gbs": read_gbs,
+        "where": board.where,
+        "model": model,
+        "per_block": {f: {n: cycles_per_block(model, f, n) for n in ROWS} for f in ("q4", "q8")},
+        "projection": rows,
+    }
+
+
+# --------------------------------------------------------------------------- this host
+
+
+def host_mca_cpu(tool: str) -> str:
+    """llvm-mca's name for this host's core (LLVM's host CPU name if llvm-mca knows it)."""
+    import subprocess
+
+    from llvmlite import binding as ll
+
+    name = ll.get_host_cpu_name()
+    known = subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True).stdout
+    known += subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True).stderr
+    return name if f" {name} " in known or f"\t{name} " in known else "x86-64-v3"
+
+
+class _Clock:
+    """The host's clock while it runs: clock.chain timed between the kernel timings, its
+    fastest step (a probe cut by a time slice of another process only reads slower)."""
+
+    def __init__(self, cycles_per_step: float):
+        from .clock import chain
+
+        chain(np.uint64(1), 10)
+        self.cycles, self.best = cycles_per_step, float("inf")
+
+    def probe(self) -> None:
+        from .clock import seconds_per_step
+
+        self.best = min(self.best, seconds_per_step())
+
+    @property
+    def ghz(self) -> float:
+        return self.cycles / self.best / 1e9
+
+
+def _best_seconds(fn, clock: _Clock, repeats: int, calls: int) -> float:
+    """Fastest mean time of `calls` calls of fn over `repeats` repeats, probing the clock
+    before each repeat."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        clock.probe()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def _weight_seconds_per_block(fmt: str, n: int, group: int, clock: _Clock, repeats: int) -> float:
+    """Marginal seconds per block of GROUP rows of the real kernel, one thread, weights in L2
+    (at most 1 MB): (time with 16 groups - time with 4) / the blocks between them, K = 4096,
+    so the fixed costs (the activations' quantization, thread start) cancel."""
+    from ..kernels import qgroup as qg
+
+    pack, fn = {
+        "q4": (qg.pack_q4_groups, qg.matmul_q4g),
+        "q8": (qg.pack_q8_groups, qg.matmul_q8g),
+        "q8a8": (qg.pack_q8a8_groups, qg.matmul_q8a8g),
+    }[fmt]
+    rng = np.random.default_rng(0)
+    k, sizes, times = 4096, (4 * group, 16 * group), {}
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    for o in sizes:
+        scales = rng.integers(0x3A00, 0x3B00, (o, k // BLOCK)).astype(np.uint16)
+        if fmt == "q4":
+            qs = rng.integers(0, 256, (o, k // 2), dtype=np.uint8)
+        else:
+            qs = rng.integers(-127, 128, (o, k), dtype=np.int8)
+        w = pack(qs, scales)
+        out = np.empty((n, o), np.float32)
+        times[o] = _best_seconds(partial(fn, x, *w, out), clock, repeats, 20)
+    return (times[sizes[1]] - times[sizes[0]]) / ((sizes[1] - sizes[0]) // group * (k // BLOCK))
+
+
+def _attention_seconds_per_product(clock: _Clock, repeats: int) -> float:
+    """Marginal seconds per integer product of the int8-cache attention, one thread, one KV
+    head with two query heads (the 2B's group), its cache in L2: between 1024 and 3072 keys."""
+    from ..kernels.attention import attention
+    from ..kv_cache import KVCache
+
+    rng = np.random.default_rng(0)
+    hd, times = 128, {}
+    for keys in (1024, 3072):
+        cache = KVCache(1, 1, hd, keys + 64, "q8")
+        k, ks, v, vs = cache.layer(0)
+        k[...] = rng.integers(-127, 128, k.shape, dtype=np.int8)
+        v[...] = rng.integers(-127, 128, v.shape, dtype=np.int8)
+        ks[...] = 0.01
+        vs[...] = 0.01
+        q = rng.standard_normal((1, 2, hd)).astype(np.float32)
+        out = np.empty((1, 2 * hd), np.float32)
+        scale = np.float32(hd**-0.5)
+        fn = partial(attention, q, k, ks, v, vs, keys - 1, scale, out)
+        times[keys] = _best_seconds(fn, clock, repeats, 10)
+    return (times[3072] - times[1024]) / (2 * (3072 - 1024) * hd * 2)
+
+
+def host_check(model: dict, rows=ROWS, repeats: int = 9) -> dict:
+    """The host's model (cycles) against the host's kernels timed in cache on one thread
+    (seconds x the clock measured alongside)."""
+    import numba
+
+    clock = _Clock(model["clock_cycles"])
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    measured = []
+    try:
+        for fmt in ("q4", "q8"):
+            for n in rows:
+                s = _weight_seconds_per_block(fmt, n, model["group"], clock, repeats)
+                measured.append((fmt, n, cycles_per_block(model, fmt, n), s))
+        s = _attention_seconds_per_product(clock, repeats)
+        measured.append(("attention_q8", 1, model["attention_cycles_per_product"], s))
+    finally:
+        numba.set_num_threads(saved)
+    ghz = clock.ghz
+    checks = []
+    for kernel, n, cycles, seconds in measured:
+        ratio = cycles / (seconds * ghz * 1e9)
+        checks.append(
+            {
+                "kernel": kernel,
+                "N": n,
+                "model_cycles": cycles,
+                "measured_cycles": seconds * ghz * 1e9,
+                "ratio": ratio,
+                "ok": abs(ratio - 1) <= TRUST_TOLERANCE,
+            }
+        )
+    return {"ghz": ghz, "checks": checks, "trusted": all(c["ok"] for c in checks)}
+
+
+# --------------------------------------------------------------------------- the section
+
+
+def asm_cache_dir():
+    """Where compiled listings are kept between runs (user cache folder, or MERLIN_ASM_CACHE)."""
+    import os
+    from pathlib import Path
+
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("MERLIN_ASM_CACHE") or Path(user_cache_dir("merlin")) / "asm")
+
+
+def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
+    """The whole section: the host check, then every board's model and projection. Raises
+    mca.McaMissing (with how to install llvm-mca) before compiling anything if it is absent."""
+    from llvmlite import binding as ll
+
+    from ..demo import QWEN3VL_2B
+
+    tool = mca.require_llvm_mca()
+    text = QWEN3VL_2B.text
+    host_cpu = ll.get_host_cpu_name()
+    progress(f"board: compiling the kernels for this host ({host_cpu}) ...")
+    cache = asm_cache_dir()
+    host_asm = compile_asm(None, host_cpu, None, cache=cache)
+    host_model = analyse(host_asm, host_mca_cpu(tool), "x86_64-unknown-linux-gnu", tool)
+    progress("board: timing the host's kernels in cache (one thread) ...")
+    result = {
+        "llvm_mca": tool,
+        "host": {"cpu": host_cpu, "mca_cpu": host_mca_cpu(tool), "model": host_model},
+        "boards": [],
+    }
+    result["host"]["check"] = host_check(host_model)
+    for board in boards:
+        progress(f"board: compiling the kernels for {board.cpu} ...")
+        asm = compile_asm(AARCH64, board.cpu, board.features, kernels=HOT_KERNELS, cache=cache)
+        model = analyse(asm, board.mca_cpu, "aarch64", tool)
+        gbs = board.read_gbs if read_gbs is None or board.read_gbs is None else read_gbs
+        result["boards"].append(board_report(board, model, text, gbs))
+    return result
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def report(result: dict) -> str:
+    h = result["host"]
+    check = h["check"]
+    lines = [
+        f"board model (llvm-mca: {result['llvm_mca']})",
+        f"host check: {h['cpu']} (llvm-mca -mcpu={h['mca_cpu']}), clock measured "
+        f"{check['ghz']:.2f} GHz, kernels in cache on one thread; cycles, model vs measured:",
+    ]
+    for c in check["checks"]:
+        unit = "per product" if c["kernel"].startswith("attention") else "per block"
+        lines.append(
+            f"  {c['kernel']:<12} N={c['N']}  model {c['model_cycles']:8.2f}  measured "
+            f"{c['measured_cycles']:8.2f} {unit}  ratio {c['ratio']:.2f}"
+            + ("" if c["ok"] else "  (outside 25%)")
+        )
+    bad = [c for c in check["checks"] if not c["ok"]]
+    if check["trusted"]:
+        lines.append("model TRUSTED: every host check within 25% of the measured kernel")
+    else:
+        worst = max(bad, key=lambda c: abs(c["ratio"] - 1))
+        lines.append(
+            f"model NOT TRUSTED: {len(bad)} of {len(check['checks'])} host checks outside "
+            f"25% (worst {worst['kernel']} N={worst['N']}: model {worst['ratio']:.2f}x the "
+            "measured time); read the projections below as llvm-mca's estimate only"
+        )
+    for b in result["boards"]:
+        m = b["model"]
+        lines.append("")
+        bw = f"{b['read_gbs']:.0f} GB/s read" if b["read_gbs"] else "no bandwidth figure"
+        lines.append(
+            f"{b['board']}: -mcpu={b['cpu']} (llvm-mca -mcpu={b['mca_cpu']}), {b['cores']} cores "
+            f"at {b['ghz']} GHz, {bw}; {b['where']}"
+        )
+        lines.append(
+            f"  groups of {m['group']} rows, tiles of {m['tile_rows']}, dot {m['dot']}; "
+            f"attention {m['attention_cycles_per_product']:.3f} cycles per int product"
+        )
+        lines.append(
+            "  cycles per 32-weight block (per row of the group): "
+            + "; ".join(
+                f"{f} " + " ".join(
+                    f"N={n} {c:.0f} ({c / m['group']:.1f})" for n, c in b["per_block"][f].items()
+                )
+                for f in ("q4", "q8")
+            )
+        )  # fmt: skip
+        lines.append(f"  {'ms/token':<16}" + "".join(f"{'ctx ' + str(c):>24}" for c in CONTEXTS))
+        lines.append(f"  {'':<16}" + f"{'compute/bw -> proj':>24}" * len(CONTEXTS))
+        for weights in FORMATS:
+            for label in ("decode", "V(4)"):
+                cells = ""
+                for ctx in CONTEXTS:
+                    p = b["projection"][f"{weights} {label} {ctx}"]
+                    cells += (
+                        f"{_ms(p['compute_ms']):>8}/{_ms(p['bandwidth_ms']):>6} -> "
+                        f"{p['projected_ms']:6.1f}"
+                    )
+                lines.append(f"  {weights + ' ' + label:<16}{cells}")
+    lines.append(
+        "\ncompute = kernel cycles / (clock x cores); bw = bytes read / read bandwidth; "
+        "proj = max of the two; norms, RoPE and activation quantization not counted"
+    )
+    return "\n".join(lines)
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "--board-bandwidth",
+        type=float,
+        default=None,
+        help=f"board: the RK3588's read bandwidth in GB/s (default {RK3588_READ_GBS})",
+    )
+
+
+def section(args) -> dict:
+    """Run with the parsed arguments, print the report, return the figures."""
+    from .sections import SectionUnavailable
+
+    try:
+        result = run(read_gbs=args.board_bandwidth, progress=lambda m: print(m, file=sys.stderr))
+    except mca.McaMissing as e:
+        raise SectionUnavailable(str(e)) from None
+    print(report(result))
+    return result

@@ -1,0 +1,303 @@
+"""`python -m merlin.engine.bench peer`: llama.cpp side by side with Merlin on the same checkpoint.
+
+1. llama.cpp from PyPI: llama-cpp-python built from source with CMAKE_ARGS=-DGGML_NATIVE=ON (for
+   this CPU, as Merlin's kernels are) into a venv of its own under the user cache folder
+   (<cache>/merlin/peer/venv, or MERLIN_PEER_DIR/venv), with `gguf`; built once (5-10 minutes
+   on 2 cores), reused after. Never a Merlin dependency: Merlin only runs that venv's python.
+2. The checkpoint's text decoder written as GGUF (gguf_export.py, f16) and quantized by
+   llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
+3. A correctness check first (when the checkpoint is the default 2B one, on the small demo
+   checkpoint, whose f32 GGUF is a few MB): the greedy continuation of a short prompt by
+   llama.cpp (f32 GGUF) and by Merlin (f32 weights, f32 KV) must be the same tokens, which it
+   is only if the conversion (tensor names, RoPE base, norm epsilon, q/k norms, tied
+   embeddings) is right.
+4. Timing, `repeats` rounds alternating the two engines, each run in its own process with the
+   same thread count: per format (Merlin q8 / llama.cpp Q8_0, Merlin q4 / Q4_0) decode ms/token
+   at each context (Merlin's KV cache in q8, filled with random rows; llama.cpp's f16, filled
+   by evaluating a prompt of that many tokens) and a prefill of 512 tokens. The figure is the
+   median over rounds of llama.cpp's time over Merlin's (> 1: Merlin is faster).
+
+The llama.cpp side runs llama_driver.py and gguf_export.py from this folder by path with the
+peer venv's python: they import nothing of Merlin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .sections import SectionUnavailable
+
+HERE = Path(__file__).resolve().parent
+PEER_PACKAGES = ("llama-cpp-python", "gguf", "numpy")
+BUILD_MINUTES = "5-10 minutes on 2 cores"
+CHECK_PROMPT = [3, 17, 42, 99, 250, 7, 512, 1000]
+CHECK_TOKENS = 8
+
+
+def peer_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("MERLIN_PEER_DIR") or Path(user_cache_dir("merlin")) / "peer")
+
+
+def venv_python() -> Path:
+    return peer_dir() / "venv" / "bin" / "python"
+
+
+def _peer_version(python: Path) -> str | None:
+    if not python.exists():
+        return None
+    done = subprocess.run(
+        [str(python), "-c", "import llama_cpp, gguf; print(llama_cpp.__version__)"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def ensure_llama_cpp(progress=print) -> str:
+    """The peer venv, built if missing; returns llama-cpp-python's version."""
+    python = venv_python()
+    version = _peer_version(python)
+    if version:
+        return version
+    root = peer_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "build.log"
+    progress(
+        f"peer: building llama.cpp from PyPI (llama-cpp-python, -DGGML_NATIVE=ON) into "
+        f"{root / 'venv'}; {BUILD_MINUTES}, once (log: {log})"
+    )
+    env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON")
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    with open(log, "w", encoding="utf-8") as f:
+        steps = [
+            [sys.executable, "-m", "venv", str(root / "venv")],
+            [str(python), "-m", "pip", "install", "--no-cache-dir", *PEER_PACKAGES],
+        ]
+        for cmd in steps:
+            if subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise SectionUnavailable(
+                    f"building llama.cpp failed (needs a C++ compiler and cmake: "
+                    f"`apt-get install build-essential cmake`); {log} ends:\n{tail}"
+                )
+    version = _peer_version(python)
+    if not version:
+        raise SectionUnavailable(f"llama-cpp-python installed but does not import; see {log}")
+    return version
+
+
+def _run_peer(*args, timeout=7200) -> dict:
+    """A command in the peer venv; its last stdout line as JSON."""
+    done = subprocess.run(
+        [str(venv_python()), *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode:
+        raise RuntimeError(f"llama.cpp side failed ({args[0]}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ensure_ggufs(folder: Path, progress=print, kinds=("q8_0", "q4_0")) -> dict[str, Path]:
+    """{"f16": path, "q8_0": path, "q4_0": path} of the checkpoint's text decoder, cached."""
+    out_dir = peer_dir() / "gguf"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"f16": out_dir / f"{folder.name}-f16.gguf"}
+    if not paths["f16"].exists():
+        progress(f"peer: writing {paths['f16'].name} ...")
+        tmp = paths["f16"].with_suffix(".tmp")
+        _run_peer(HERE / "gguf_export.py", folder, tmp, "f16")
+        os.replace(tmp, paths["f16"])
+    for kind in kinds:
+        paths[kind] = out_dir / f"{folder.name}-{kind}.gguf"
+        if not paths[kind].exists():
+            progress(f"peer: quantizing to {kind.upper()} with llama.cpp ...")
+            tmp = paths[kind].with_suffix(".tmp")
+            _run_peer(HERE / "llama_driver.py", "quantize", paths["f16"], tmp, kind)
+            os.replace(tmp, paths[kind])
+    return paths
+
+
+def merlin_greedy(folder: Path, ids: list[int], n: int) -> list[int]:
+    """Merlin's greedy continuation, f32 weights and f32 KV."""
+    from ..model import load_model
+    from ..rope import text_positions
+
+    model = load_model(folder, weights="f32", kv="f32")
+    cache = model.new_cache(len(ids) + n + 8)
+    logits = model.text.forward(np.array(ids), text_positions(0, len(ids)), cache)
+    out = []
+    for _ in range(n):
+        nxt = int(np.argmax(logits[-1]))
+        out.append(nxt)
+        logits = model.text.forward(np.array([nxt]), text_positions(cache.length, 1), cache)
+    return out
+
+
+def check_conversion(progress=print) -> dict:
+    """Greedy tokens of the demo checkpoint: llama.cpp (its f32 GGUF) against Merlin f32."""
+    from ..demo import ensure_demo_checkpoint
+
+    demo = ensure_demo_checkpoint()
+    path = peer_dir() / "gguf" / f"{demo.name}-f32.gguf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        _run_peer(HERE / "gguf_export.py", demo, tmp, "f32")
+        os.replace(tmp, path)
+    progress("peer: greedy tokens of the demo checkpoint, llama.cpp f32 vs Merlin f32 ...")
+    theirs = _run_peer(HERE / "llama_driver.py", "greedy", path, CHECK_TOKENS, *CHECK_PROMPT)
+    ours = merlin_greedy(demo, CHECK_PROMPT, CHECK_TOKENS)
+    return {"prompt": CHECK_PROMPT, "merlin": ours, "llama_cpp": theirs["tokens"],
+            "same": ours == theirs["tokens"]}  # fmt: skip
+
+
+def merlin_times(folder: Path, weights: str, contexts, threads: int) -> dict:
+    """Merlin's figures in a process of its own (decode.run: q8 KV, prefill of 512)."""
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
+    cmd = [sys.executable, "-m", "merlin.engine.bench.peer", "merlin", str(folder), weights]
+    done = subprocess.run(cmd + [str(c) for c in contexts], capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"Merlin's side failed ({weights}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def llama_times(path: Path, contexts, threads: int, flash_attn: bool) -> dict:
+    args = [HERE / "llama_driver.py", "time", path, "--contexts", *contexts]
+    args += ["--threads", threads, "--prefill", 512] + (["--flash-attn"] if flash_attn else [])
+    return _run_peer(*args)
+
+
+PAIRS = (("q8", "q8_0"), ("q4", "q4_0"))
+
+
+def run(folder: Path | None, contexts=(128, 2048), repeats: int = 3, threads: int = 2,
+        flash_attn=(True,), check: bool = True, progress=print) -> dict:  # fmt: skip
+    from ..demo import QWEN3VL_2B, ensure_random_checkpoint
+
+    version = ensure_llama_cpp(progress)
+    folder = Path(folder) if folder else ensure_random_checkpoint(QWEN3VL_2B)
+    paths = ensure_ggufs(folder, progress)
+    result = {
+        "llama_cpp_python": version,
+        "checkpoint": str(folder),
+        "threads": threads,
+        "contexts": list(contexts),
+        "repeats": repeats,
+        "rounds": [],
+    }
+    if check:
+        result["check"] = check_conversion(progress)
+    for r in range(repeats):
+        for ours, theirs in PAIRS:
+            progress(f"peer: round {r + 1}/{repeats}, Merlin {ours} ...")
+            m = merlin_times(folder, ours, contexts, threads)
+            for fa in flash_attn:
+                progress(f"peer: round {r + 1}/{repeats}, llama.cpp {theirs.upper()} fa={fa} ...")
+                ll = llama_times(paths[theirs], contexts, threads, fa)
+                result["rounds"].append({"weights": ours, "flash_attn": fa, "merlin": m,
+                                         "llama_cpp": ll})  # fmt: skip
+    result["summary"] = summarize(result)
+    return result
+
+
+def summarize(result: dict) -> list[dict]:
+    """Per (weights, flash_attn): medians over rounds of each engine's ms and of the ratios."""
+    rows = []
+    keys = sorted({(r["weights"], r["flash_attn"]) for r in result["rounds"]}, reverse=True)
+    for weights, fa in keys:
+        rounds = [r for r in result["rounds"] if (r["weights"], r["flash_attn"]) == (weights, fa)]
+        for i, ctx in enumerate(result["contexts"]):
+            m = [r["merlin"]["decode"][i]["ms_per_token"] for r in rounds]
+            ll = [r["llama_cpp"]["decode"][i]["ms_per_token"] for r in rounds]
+            rows.append(_row(weights, fa, f"decode @ {ctx}", m, ll))
+        m = [r["merlin"]["prefill"]["seconds"] * 1e3 for r in rounds]
+        ll = [r["llama_cpp"]["prefill"]["seconds"] * 1e3 for r in rounds]
+        rows.append(_row(weights, fa, "prefill 512", m, ll))
+    return rows
+
+
+def _row(weights, fa, what, merlin_ms, llama_ms) -> dict:
+    ratios = [b / a for a, b in zip(merlin_ms, llama_ms)]
+    return {
+        "weights": weights,
+        "flash_attn": fa,
+        "what": what,
+        "merlin_ms": float(np.median(merlin_ms)),
+        "llama_cpp_ms": float(np.median(llama_ms)),
+        "ratio": float(np.median(ratios)),
+        "ratio_range": [float(min(ratios)), float(max(ratios))],
+    }
+
+
+def report(result: dict) -> str:
+    lines = [
+        f"peer: llama.cpp (llama-cpp-python {result['llama_cpp_python']}, GGML_NATIVE) vs "
+        f"Merlin, {result['threads']} threads, medians of {result['repeats']} alternating rounds",
+    ]
+    c = result.get("check")
+    if c:
+        verdict = "SAME" if c["same"] else "DIFFERENT"
+        lines.append(
+            f"conversion check (demo checkpoint, f32, greedy {len(c['merlin'])} tokens): "
+            f"{verdict} (Merlin {c['merlin']}, llama.cpp {c['llama_cpp']})"
+        )
+    lines.append(
+        f"{'weights':<8}{'fa':<4}{'':<15}{'Merlin ms':>10}{'llama.cpp ms':>13}"
+        f"{'llama/Merlin':>13}  range"
+    )
+    for r in result["summary"]:
+        w = f"{r['weights']}/{r['weights'].upper()}_0"
+        lines.append(
+            f"{w:<8}{'on' if r['flash_attn'] else 'off':<4}{r['what']:<15}{r['merlin_ms']:>10.1f}"
+            f"{r['llama_cpp_ms']:>13.1f}{r['ratio']:>13.2f}  "
+            f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}"
+        )
+    lines.append("ratio > 1: Merlin takes less time (decode: ms per token; prefill: the whole 512)")
+    return "\n".join(lines)
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "--flash-attn",
+        default="on",
+        help="peer: llama.cpp's flash attention: on, off or on,off (both timed)",
+    )
+    p.add_argument("--no-check", action="store_true", help="peer: skip the greedy-token check")
+
+
+def section(args) -> dict:
+    fa = tuple({"on": True, "off": False}[v] for v in args.flash_attn.split(","))
+    repeats = args.repeats if args.repeats is not None else 3
+    result = run(
+        args.model,
+        tuple(args.contexts),
+        repeats,
+        args.threads or 2,
+        fa,
+        not args.no_check,
+        progress=lambda m: print(m, file=sys.stderr),
+    )
+    print(report(result))
+    return result
+
+
+def _merlin_child(folder: str, weights: str, contexts: list[str]) -> int:
+    from . import decode
+
+    result = decode.run(folder, weights, "q8", contexts=tuple(int(c) for c in contexts),
+                        with_prefill=True, with_verify=False)  # fmt: skip
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "merlin":
+        sys.exit(_merlin_child(sys.argv[2], sys.argv[3], sys.argv[4:]))
+    sys.exit("usage: python -m merlin.engine.bench peer (this module's entry is internal)")

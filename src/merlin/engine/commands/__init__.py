@@ -1,0 +1,1 @@
+"""merlin-cli's subcommands, one module each (engine/cli.py dispatches; args.py is shared)."""

@@ -1,0 +1,92 @@
+"""merlin-cli generate (stream an answer to one prompt) and logits (save the prefill logits of
+every prompt position)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MerlinError
+from ..speculative import SpecPolicy
+from .args import (
+    add_generation_args,
+    add_image_args,
+    add_model_args,
+    answer_options,
+    emit,
+    format_profile,
+    load,
+    note,
+    prompt,
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="stream an answer to PROMPT")
+    add_model_args(p)
+    p.add_argument("prompt", metavar="PROMPT")
+    add_generation_args(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("logits", help="save prefill logits for every prompt position")
+    add_model_args(p)
+    p.add_argument("prompt", metavar="PROMPT")
+    p.add_argument("--system", default=None)
+    add_image_args(p)
+    p.add_argument("--out", required=True, help="FILE.npy")
+    p.set_defaults(func=cmd_logits)
+
+
+def cmd_generate(args) -> int:
+    from ..generate import Finished, Tokens, event_json, generate
+
+    model = load(args)
+    built = prompt(args, model)
+    options = answer_options(args, model)
+    out = sys.stdout
+    _, notice = SpecPolicy.or_off(args.spec, args.spec_k)
+    if notice:
+        note(f"warning: {notice}")
+    for event in generate(model, built, options, max_context=args.max_context):
+        if args.profile and isinstance(event, Tokens) and event.ids:
+            print(format_profile(event.profile), file=sys.stderr)
+        if args.json:
+            emit(out, event_json(event))
+        elif isinstance(event, Tokens):
+            out.write(event.text)
+            out.flush()
+        elif isinstance(event, Finished):
+            out.write("\n")
+            vision = f"vision {event.vision_ms:.0f} ms, " if event.vision_ms else ""
+            print(
+                f"[{event.reason}: {event.generated_tokens} tokens, {vision}"
+                f"prefill {event.prefill_ms:.0f} ms, {event.tokens_per_s:.1f} tok/s]",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def cmd_logits(args) -> int:
+    from ..generate import check_prompt, image_inputs
+
+    model = load(args)
+    built = prompt(args, model)
+    check_prompt(model, built.ids, model.max_context)
+    cache = model.new_cache(len(built.ids))
+    kw = {}
+    if built.spans:
+        inputs = image_inputs(model, built)
+        kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
+    # every row's logits: one forward (prefill() keeps only the last row's)
+    logits = model.text.forward(np.asarray(built.ids), built.positions, cache, logits="all", **kw)
+    out = Path(args.out)
+    try:
+        np.save(out, logits.astype(np.float32))
+    except OSError as e:
+        raise MerlinError(f"{out}: cannot write ({e.strerror}).") from None
+    print(
+        f"saved logits {logits.shape} for {len(built.ids)} prompt tokens to {out}", file=sys.stderr
+    )
+    return 0

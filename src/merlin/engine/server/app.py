@@ -1,0 +1,286 @@
+"""The Starlette app: routes, authentication, bounded bodies, errors, server-sent events.
+
+Routes: GET /health (no key needed; says whether the engine is busy), GET /v1/models,
+GET /v1/models/{id}, POST /v1/chat/completions (whole answer, or `stream: true` as SSE:
+a role chunk, content chunks, a chunk with finish_reason, with include_usage a chunk with
+usage and no choices, then `data: [DONE]`).
+
+Invariants: every error is an OpenAI error object (engine.server.errors) with a 4xx/5xx
+status, never a traceback (unexpected exceptions are logged on the server and answered with a
+plain 500); a request body is read at most `limits.max_body_bytes` far; with an API key every
+/v1 route needs `Authorization: Bearer KEY` (compared in constant time); CORS headers only for
+the origins configured. A client that goes away (closing the stream, or dropping a
+non-streaming request) sets its job's cancel event, so the engine stops at its next step, and
+the job still waiting in line is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from ..generate import Finished, PrefillDone, Tokens
+from . import responses as R
+from .engine_adapter import EngineAdapter
+from .errors import ApiError
+from .images import ImageResolver
+from .queue import GenerationQueue
+from .schema import Limits, parse_request
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerConfig:
+    model_name: str = "merlin"
+    api_key: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    allowed_images: str | None = None  # folder image file paths may point into
+    cors_origins: list[str] = field(default_factory=list)
+    max_waiting: int = 8  # requests waiting behind the running one
+
+
+def _error(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+async def _read_json(request: Request, limit: int):
+    size = request.headers.get("content-length")
+    if size and size.isdigit() and int(size) > limit:
+        raise ApiError(
+            f"the request body is {int(size):,} bytes; this server accepts at most {limit:,}.",
+            None,
+            status=413,
+        )
+    body, n = [], 0
+    async for part in request.stream():
+        n += len(part)
+        if n > limit:
+            raise ApiError(
+                f"the request body is over {limit:,} bytes, the most this server accepts.",
+                None,
+                status=413,
+            )
+        body.append(part)
+    raw = b"".join(body)
+    if not raw.strip():
+        raise ApiError("the request body is empty; send a JSON object.", None)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(f"the request body is not valid JSON ({e}).", None) from None
+    except RecursionError:
+        raise ApiError("the request body is nested too deeply.", None) from None
+
+
+async def _watch_disconnect(request: Request, job) -> None:
+    """Cancel the job when the client goes away (the body is read: the next ASGI message is
+    http.disconnect, also sent once the response is complete, when cancelling is a no-op)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel.set()
+            return
+
+
+def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None) -> Starlette:
+    """The ASGI app serving `model` (adapter: the engine sessions; default settings if None)."""
+    adapter = adapter or EngineAdapter(model)
+    resolver = ImageResolver(config.allowed_images, config.limits.max_image_bytes)
+    gen_queue = GenerationQueue(config.max_waiting)
+    created = R.now()
+
+    def check_key(request: Request) -> None:
+        if not config.api_key:
+            return
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), config.api_key.encode()
+        ):
+            raise ApiError(
+                "a valid API key is required: send 'Authorization: Bearer KEY'.",
+                None,
+                status=401,
+                code="invalid_api_key",
+            )
+
+    def model_card() -> dict:
+        return {
+            "id": config.model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "merlin",
+            "max_model_len": adapter.context_budget,
+        }
+
+    async def health(request: Request):
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": config.model_name,
+                "busy": gen_queue.busy,
+                "waiting": gen_queue.waiting,
+                **adapter.counts,
+            }
+        )
+
+    async def models(request: Request):
+        check_key(request)
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def one_model(request: Request):
+        check_key(request)
+        if request.path_params["model_id"] != config.model_name:
+            raise ApiError(
+                f"no model {request.path_params['model_id']!r}; this server has "
+                f"{config.model_name!r}.",
+                "model",
+                status=404,
+                code="model_not_found",
+            )
+        return JSONResponse(model_card())
+
+    async def chat(request: Request):
+        t0 = time.perf_counter()
+        check_key(request)
+        body = await _read_json(request, config.limits.max_body_bytes)
+        req = parse_request(body, config.limits, adapter.context_budget)
+        job = gen_queue.submit(lambda cancel: adapter.start(req, resolver, cancel))
+        if req.stream:
+            job.first_sent = threading.Event()
+        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        try:
+            first = await job.next()
+            kind, value = first
+            if kind == "error":
+                raise value
+            if kind == "end":  # the client left while the request waited
+                return JSONResponse({}, status_code=499)
+            cid, created_at = R.completion_id(), R.now()
+            if not req.stream:
+                return await _whole(job, first, cid, created_at)
+        finally:
+            watcher.cancel()  # a stream: StreamingResponse watches for the disconnect itself
+        return StreamingResponse(
+            _stream(job, first, req, cid, created_at, t0),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _whole(job, item, cid, created_at):
+        parts: list[str] = []
+        try:
+            while True:
+                kind, value = item
+                if kind == "error":
+                    raise value
+                if kind == "end":
+                    break
+                if isinstance(value, Tokens):
+                    parts.append(value.text)
+                elif isinstance(value, Finished):
+                    return JSONResponse(
+                        R.completion(
+                            cid, config.model_name, created_at, "".join(parts), value.reason,
+                            value.totals,
+                        )
+                    )  # fmt: skip
+                item = await job.next()
+        finally:
+            job.cancel.set()  # a no-op when it finished; else the client is gone
+        raise ApiError("the generation ended without an answer.", None, status=500)
+
+    async def _stream(job, item, req, cid, created_at, t0):
+        name = config.model_name
+        ttft = None
+        try:
+            yield R.sse(R.chunk(cid, name, created_at, {"role": "assistant", "content": ""}))
+            while True:
+                kind, value = item
+                if kind == "error":
+                    yield R.sse(value.body())
+                    break
+                if kind == "end":
+                    break
+                if isinstance(value, Tokens) and value.text:
+                    yield R.sse(R.chunk(cid, name, created_at, {"content": value.text}))
+                    if ttft is None:  # sent: the engine may compute on (engine.server.queue)
+                        ttft = (time.perf_counter() - t0) * 1e3
+                        job.first_sent.set()
+                elif isinstance(value, Finished):
+                    finish = R.FINISH.get(value.reason, "stop")
+                    yield R.sse(R.chunk(cid, name, created_at, {}, finish))
+                    if req.include_usage:
+                        yield R.sse(
+                            R.usage_chunk(cid, name, created_at, value.reason, value.totals, ttft)
+                        )
+                elif isinstance(value, PrefillDone):
+                    pass
+                item = await job.next()
+            yield R.sse("[DONE]")
+        finally:
+            job.cancel.set()  # the client closed the stream: stop at the next step
+
+    async def not_found(request: Request, exc: HTTPException):
+        status = exc.status_code
+        msg = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed here"}
+        return _error(ApiError(msg.get(status, str(exc.detail)), None, status=status))
+
+    async def api_error(request: Request, exc: ApiError):
+        return _error(exc)
+
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error serving %s", request.url.path)
+        return _error(ApiError("internal server error; see the server log.", None, status=500))
+
+    @asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            gen_queue.close()
+            resolver.close()
+
+    middleware = []
+    if config.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+    app = Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", one_model, methods=["GET"]),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+        ],
+        middleware=middleware,
+        exception_handlers={
+            ApiError: api_error,
+            HTTPException: not_found,
+            Exception: unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.adapter = adapter
+    app.state.queue = gen_queue
+    return app

@@ -1,0 +1,185 @@
+"""`merlin-cli serve`: load a model, warm it up, serve the OpenAI API with uvicorn.
+
+Security defaults: 127.0.0.1; listening anywhere else without an API key generates one and
+prints it (the key may also come from MERLIN_API_KEY, which keeps it out of the process
+list). The socket is bound here, before uvicorn starts, so a port in use is a one-line error
+and `--port 0` picks a free port; the line `merlin-cli serve: listening on URL` is printed
+(and flushed) once the server accepts connections.
+
+Starlette and uvicorn are the optional extra `merlin[server]`; without them the command says
+how to install them. They are imported only here and in engine.server.app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import secrets
+import socket
+import sys
+
+from ..errors import MerlinError
+from ..speculative import MAX_K, SPEC_MODES
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..commands.args import add_model_args
+
+    add_model_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' (default: $MERLIN_API_KEY; generated and "
+        "printed when listening beyond this machine without one)",
+    )
+    p.add_argument("--model-name", default=None, help="model id in /v1/models (default: folder)")
+    p.add_argument(
+        "--allow-images",
+        default=None,
+        metavar="DIR",
+        help="image file paths in requests may point inside DIR (default: data: URLs only)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser requests from ORIGIN (repeatable; default: no CORS headers)",
+    )
+    p.add_argument("--context", type=int, default=8192, help="context budget in tokens")
+    p.add_argument("--sessions", type=int, default=2, help="conversations kept with their KV cache")
+    p.add_argument("--queue", type=int, default=8, help="requests that may wait (then 429)")
+    p.add_argument("--max-pixels", type=int, default=None, help="pixel budget per image")
+    p.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body")
+    p.add_argument("--max-image-mb", type=float, default=20.0, help="largest image")
+    p.add_argument("--spec", default="auto", help=f"speculative decoding: {'|'.join(SPEC_MODES)}")
+    p.add_argument("--spec-k", type=int, default=4, help=f"drafts per verify, 1..{MAX_K}")
+    p.add_argument("--no-warm-up", action="store_true", help="do not compile kernels at start")
+    p.add_argument("--log-requests", action="store_true", help="uvicorn's access log")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key_for(host: str, key: str | None) -> tuple[str | None, bool]:
+    """The key the server requires, and whether it was generated: listening beyond loopback
+    (e.g. 0.0.0.0) never goes without one."""
+    if key:
+        return key, False
+    if is_loopback(host):
+        return None, False
+    return secrets.token_urlsafe(24), True
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
+    # TCP, and without it Nagle + delayed ACKs hold a streamed token back ~40 ms
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise MerlinError(
+            f"cannot listen on {host}:{port} ({e.strerror}); choose another --port or --host."
+        ) from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def warm_up(model) -> None:
+    """One tiny answer through every decode kernel, so the first request does not compile."""
+    from ..generate import AnswerOptions, generate
+    from ..prompt import text_prompt
+    from ..sampling import SamplingParams
+
+    prompt = text_prompt(model.tokenizer.encode_text("Hello"))
+    options = AnswerOptions(sampling=SamplingParams(temperature=0.0), max_new_tokens=2,
+                            ignore_eos=True)  # fmt: skip
+    for _ in generate(model, prompt, options, max_context=64):
+        pass
+
+
+def run(args) -> int:
+    try:
+        import uvicorn
+
+        from .app import ServerConfig, create_app
+    except ImportError as e:
+        raise MerlinError(
+            f"merlin-cli serve needs the server extra ({e.name} is missing): "
+            "pip install 'merlin[server]'."
+        ) from None
+    from ..commands.args import load as _load
+    from .engine_adapter import EngineAdapter
+    from .schema import Limits
+
+    if args.spec not in SPEC_MODES:
+        raise MerlinError(f"--spec must be one of {', '.join(SPEC_MODES)}.")
+    if args.allow_images and not os.path.isdir(os.path.expanduser(args.allow_images)):
+        raise MerlinError(f"--allow-images {args.allow_images}: no such folder.")
+    key, generated = api_key_for(args.host, args.api_key or os.environ.get("MERLIN_API_KEY"))
+    if generated:
+        print(
+            f"merlin-cli serve: listening on {args.host} needs an API key; generated one:\n"
+            f"  {key}\nClients send it as 'Authorization: Bearer {key}'.",
+            file=sys.stderr,
+        )
+    sock = bind(args.host, args.port)
+    model = _load(args)
+    if not args.no_warm_up:
+        warm_up(model)
+    name = args.model_name or model.folder.name
+    mb = 1024 * 1024
+    config = ServerConfig(
+        model_name=name,
+        api_key=key,
+        limits=Limits(
+            max_body_bytes=int(args.max_body_mb * mb), max_image_bytes=int(args.max_image_mb * mb)
+        ),
+        allowed_images=args.allow_images,
+        cors_origins=args.cors_origin,
+        max_waiting=args.queue,
+    )
+    adapter = EngineAdapter(
+        model,
+        context_budget=args.context,
+        sessions=args.sessions,
+        max_pixels=args.max_pixels,
+        spec=args.spec,
+        spec_k=args.spec_k,
+    )
+    app = create_app(model, config, adapter)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=args.log_requests, lifespan="on")
+    )
+
+    async def started():  # printed once uvicorn accepts connections
+        while not server.started:
+            await asyncio.sleep(0.02)
+        print(f"merlin-cli serve: listening on http://{shown}:{port}/v1 (model {name})", flush=True)
+
+    import asyncio
+
+    async def main():
+        task = asyncio.create_task(started())
+        await server.serve(sockets=[sock])
+        task.cancel()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,86 @@
+"""The vision encoder's attention: bidirectional, inside each image, all heads, threaded by head.
+
+One task per (head, image span): q k^T in chunks of query rows sized to keep the scores in
+cache (ATTN_CHUNK_ELEMS floats a chunk), the row max, exp, then p [v, 1] whose last column is
+the softmax denominator, so the division runs on HD columns instead of S. The tasks run on a
+pool of `threads` Python threads with BLAS set to one thread meanwhile: every step of a head
+(both products and the NumPy softmax, which release the GIL) runs on one core, the heads side
+by side. Before (the code until 2026-12-02) the heads ran one after another with a
+multi-threaded BLAS and a single-threaded softmax.
+
+Measured (scratch script, one block of the 2B encoder at 2,048 patches, 16 heads, 2 threads,
+the same process alternating; the shared dev VM at load average 17-25): wall 3.3-8x less,
+CPU time 1.46-1.73 s -> 0.35-0.50 s (the multi-threaded BLAS spent most of its time waiting
+on small products: 64-wide inner or outer size). Outputs equal to 1e-5.
+
+Results do not depend on the thread count: each (head, span) is computed by the same calls
+whatever thread runs it.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+ATTN_CHUNK_ELEMS = 1 << 20  # score rows per chunk ~ this / keys: 4 MB of scores per thread
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+_LOCK = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    global _POOL, _POOL_SIZE
+    with _LOCK:
+        if _POOL is None or _POOL_SIZE != threads:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)
+            _POOL = ThreadPoolExecutor(threads, thread_name_prefix="merlin-vision-attn")
+            _POOL_SIZE = threads
+        return _POOL
+
+
+def _head(q, k, v, h: int, s0: int, s1: int, scale, out) -> None:
+    """out[s0:s1, h*HD:(h+1)*HD] = softmax(q k^T * scale) v for one head and one span."""
+    hd = q.shape[2]
+    n = s1 - s0
+    rows = int(min(n, max(16, ATTN_CHUNK_ELEMS // n)))
+    buf = np.empty(rows * n, np.float32)
+    row_max = np.empty((rows, 1), np.float32)
+    o_aug = np.empty((rows, hd + 1), np.float32)
+    v_aug = np.ones((n, hd + 1), np.float32)
+    v_aug[:, :hd] = v[h, s0:s1]
+    q_h = q[h, s0:s1] * scale
+    k_t = k[h, s0:s1].T
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        sc = buf[: (r1 - r0) * n].reshape(r1 - r0, n)
+        np.matmul(q_h[r0:r1], k_t, out=sc)
+        mx = row_max[: r1 - r0]
+        np.max(sc, axis=1, keepdims=True, out=mx)
+        np.subtract(sc, mx, out=sc)
+        np.exp(sc, out=sc)
+        o = o_aug[: r1 - r0]
+        np.matmul(sc, v_aug, out=o)
+        np.divide(o[:, :hd], o[:, hd:], out=out[s0 + r0 : s0 + r1, h * hd : (h + 1) * hd])
+
+
+def attention(q, k, v, spans, scale, out, threads: int) -> None:
+    """q, k, v: [H, S, HD] f32; spans: [(start, end)] attention units; out: [S, H*HD]."""
+    tasks = [(h, s0, s1) for s0, s1 in spans for h in range(q.shape[0])]
+    if threads <= 1 or len(tasks) == 1:
+        for h, s0, s1 in tasks:
+            _head(q, k, v, h, s0, s1, scale, out)
+        return
+    from ..cpu import _set_blas_threads
+
+    pool = _pool(threads)
+    _set_blas_threads(1)
+    try:
+        futures = [pool.submit(_head, q, k, v, h, s0, s1, scale, out) for h, s0, s1 in tasks]
+        for f in futures:
+            f.result()
+    finally:
+        _set_blas_threads(threads)

@@ -1,0 +1,211 @@
+"""Chat export and import (Qt-free): JSON round trip with images, Markdown with images beside
+it, and every bad file refused with a message before anything is written (never a half
+import)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from merlin.app.model import chat_export
+from merlin.app.model.chat_export import ChatFileError, read_json
+from merlin.app.model.store import Store
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "data")
+    yield s
+    s.close()
+
+
+def fill(store: Store) -> list[int]:
+    a = store.create_conversation("Shapes")
+    ref = store.import_image_bytes(PNG, "png", "red dot.png")
+    store.add_message(a, "user", "What colour is the dot?", images=[ref])
+    mid = store.add_message(a, "assistant", "It is **red**. <b>not bold</b>")
+    store.update_message(mid, stats={"tokens": 5, "tokens_per_s": 40.5})
+    b = store.create_conversation("数学")
+    store.add_message(b, "user", "1+1?")
+    store.add_message(b, "assistant", "2", state="stopped")
+    return [a, b]
+
+
+def snapshot(store: Store):
+    out = []
+    for c in sorted(store.conversations(), key=lambda c: c.id):
+        msgs = [
+            (m.role, m.text, m.state, m.stats,
+             [(r.name, r.ext, store.image_path(r).read_bytes()) for r in m.images])
+            for m in store.messages(c.id)
+        ]  # fmt: skip
+        out.append((c.title, msgs))
+    return out
+
+
+def test_json_round_trip_keeps_everything(store, tmp_path):
+    ids = fill(store)
+    path = chat_export.write_json(store, ids, tmp_path / "chats.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["format"] == "merlin-chats" and doc["version"] == 1
+    other = Store(tmp_path / "other")
+    try:
+        new_ids = chat_export.import_conversations(other, read_json(path))
+        assert len(new_ids) == 2
+        assert sorted(snapshot(other)) == sorted(snapshot(store))
+        # importing twice adds the chats again (a user's choice), never merges or replaces
+        chat_export.import_conversations(other, read_json(path))
+        assert len(other.conversations()) == 4
+    finally:
+        other.close()
+
+
+def test_markdown_with_images_beside_it(store, tmp_path):
+    a, _ = fill(store)
+    md = chat_export.write_markdown(store, a, tmp_path / "out" / "shapes.md")
+    text = md.read_text(encoding="utf-8")
+    assert text.startswith("# Shapes\n")
+    assert "## You" in text and "## Merlin" in text and "It is **red**." in text
+    images = list((tmp_path / "out" / "shapes_images").iterdir())
+    assert len(images) == 1 and images[0].read_bytes() == PNG
+    assert f"](shapes_images/{images[0].name})" in text
+    copied = chat_export.conversation_markdown(store, a)
+    assert "[image: red_dot-" in copied and "What colour is the dot?" in copied
+
+
+def _doc(store, ids):
+    return chat_export.export_json(store, ids)
+
+
+def _write(tmp_path, obj, name="bad.json") -> str:
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
+    return str(p)
+
+
+def bad_documents(good: dict) -> dict:
+    def edit(fn):
+        d = json.loads(json.dumps(good))
+        fn(d)
+        return d
+
+    msg = lambda d: d["conversations"][0]["messages"][0]  # noqa: E731
+    img = lambda d: msg(d)["images"][0]  # noqa: E731
+    return {
+        "not ours": {"hello": 1},
+        "a list": [1, 2],
+        "newer version": edit(lambda d: d.update(version=99)),
+        "version as text": edit(lambda d: d.update(version="1")),
+        "no conversations": edit(lambda d: d.pop("conversations")),
+        "unknown role": edit(lambda d: msg(d).update(role="system")),
+        "text not a string": edit(lambda d: msg(d).update(text=5)),
+        "unknown state": edit(lambda d: msg(d).update(state="weird")),
+        "stats a list": edit(lambda d: msg(d).update(stats=[1])),
+        "image data damaged": edit(lambda d: img(d).update(data=base64.b64encode(b"x").decode())),
+        "image data not base64": edit(lambda d: img(d).update(data="***")),
+        "image sha bad": edit(lambda d: img(d).update(sha256="zz")),
+        "image ext path": edit(lambda d: img(d).update(ext="../../x")),
+        "image missing data": edit(lambda d: img(d).update(data=None)),
+        "title huge": edit(lambda d: d["conversations"][0].update(title="t" * 5000)),
+        "second chat bad": edit(lambda d: d["conversations"][1]["messages"].append({"role": 1})),
+        "created NaN": edit(lambda d: d["conversations"][0].update(created=float("nan"))),
+    }
+
+
+def test_bad_files_are_refused_and_nothing_changes(store, tmp_path):
+    ids = fill(store)
+    good = _doc(store, ids)
+    before = snapshot(store)
+    for name, doc in bad_documents(good).items():
+        path = _write(tmp_path, doc)
+        with pytest.raises(ChatFileError) as e:
+            chat_export.import_conversations(store, read_json(path))
+        assert str(e.value), name
+        assert snapshot(store) == before, name
+
+
+def test_truncated_files_are_refused(store, tmp_path):
+    ids = fill(store)
+    text = json.dumps(_doc(store, ids))
+    before = snapshot(store)
+    for cut in range(0, len(text) - 1, max(1, len(text) // 40)):
+        path = _write(tmp_path, text[:cut])
+        with pytest.raises(ChatFileError, match="truncated|not a Merlin"):
+            read_json(path)
+    assert snapshot(store) == before
+
+
+def test_enormous_directory_and_special_files_are_refused(tmp_path):
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(chat_export.MAX_FILE_BYTES + 1)  # sparse: costs no disk
+    with pytest.raises(ChatFileError, match="MB"):
+        read_json(big)
+    with pytest.raises(ChatFileError, match="not a regular file"):
+        read_json(tmp_path)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ChatFileError, match="not a regular file"):
+        read_json(fifo)  # refused at once, never blocks
+    with pytest.raises(ChatFileError, match="cannot be read"):
+        read_json(tmp_path / "missing.json")
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ChatFileError, match="UTF-8"):
+        read_json(tmp_path / "bin.json")
+
+
+def test_a_failing_transaction_imports_nothing(store, tmp_path, monkeypatch):
+    ids = fill(store)
+    convs = read_json(chat_export.write_json(store, ids, tmp_path / "c.json"))
+    before = snapshot(store)
+    real = store._db
+    calls = {"n": 0}
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def execute(self, sql, *args):
+            if sql.startswith("INSERT INTO messages"):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise sqlite3.OperationalError("disk I/O error")
+            return real.execute(sql, *args)
+
+    monkeypatch.setattr(store, "_db", Failing())
+    with pytest.raises(Exception, match="could not be written|disk"):
+        chat_export.import_conversations(store, convs)
+    monkeypatch.setattr(store, "_db", real)
+    assert snapshot(store) == before
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda kids: (
+            st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids, max_size=4)
+        ),
+        max_leaves=30,
+    )
+)
+def test_any_json_is_imported_or_refused_with_a_message(tmp_path, value):
+    doc = {"format": "merlin-chats", "version": 1, "conversations": value}
+    try:
+        convs = chat_export.parse_document(doc)
+    except ChatFileError as e:
+        assert str(e)
+    else:
+        assert isinstance(convs, list)

@@ -1,0 +1,125 @@
+"""Getting a model: a checkpoint downloaded from a local stand-in of the hub (HF_ENDPOINT
+style), with progress, cancel, an interrupted transfer resumed, and a damaged file refused."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+from fake_hub import FakeHub
+
+from merlin.app.model import downloads
+from merlin.app.model.downloads import Cancelled, DownloadError, download_checkpoint
+
+REPO = "Qwen/Qwen3-VL-Tiny-Test"
+
+
+@pytest.fixture
+def files(demo_dir):
+    """The demo checkpoint's files, as the hub would hold them (plus one it does not need)."""
+    out = {p.name: p.read_bytes() for p in demo_dir.iterdir() if p.is_file()}
+    out["README.md"] = b"# a model card\n"
+    return out
+
+
+def test_download_makes_a_loadable_folder(files, tmp_path, monkeypatch):
+    from merlin.engine.config import load_config
+
+    seen = []
+    with FakeHub(REPO, files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)  # a mirror, as a user in China sets it
+        folder = download_checkpoint(REPO, tmp_path / "models", on_progress=seen.append)
+    assert folder == tmp_path / "models" / "Qwen--Qwen3-VL-Tiny-Test"
+    for name, data in files.items():
+        if name != "README.md":
+            assert (folder / name).read_bytes() == data
+    assert not (folder / "README.md").exists()  # only what a checkpoint needs
+    assert not downloads.is_incomplete(folder)
+    assert seen and seen[-1].done_bytes == seen[-1].total_bytes > 0
+    load_config(folder)
+
+
+BIG = "model-00002-of-00002.safetensors"
+
+
+@pytest.fixture
+def big_files(files):
+    """With a weights file larger than huggingface_hub's 10 MB transfer chunk, so that a
+    dropped transfer leaves a partial file to resume from."""
+    return dict(files, **{BIG: bytes(range(256)) * (100 * 1024)})  # 25 MB
+
+
+def _ranges(hub, name):
+    return [r for m, p, r in hub.requests if m == "GET" and p.endswith(name) and r]
+
+
+def test_a_dropped_transfer_resumes_with_a_range_request(big_files, tmp_path):
+    files, weights = big_files, BIG
+    with FakeHub(REPO, files) as hub:
+        hub.drop_after[weights] = 15 << 20
+        folder = download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        ranges = _ranges(hub, weights)
+    assert (folder / weights).read_bytes() == files[weights]
+    assert ranges and ranges[-1] != "bytes=0-"  # only the rest was asked for again
+
+
+def test_a_download_that_failed_resumes_on_the_next_try(big_files, tmp_path, monkeypatch):
+    files, weights = big_files, BIG
+    monkeypatch.setattr("time.sleep", lambda s: None)  # huggingface_hub's retry pauses
+    with FakeHub(REPO, files) as hub:
+        hub.drop_after[weights] = 12 << 20
+        hub.down_after_drop = True  # and then the server is gone: this try fails
+        with pytest.raises(DownloadError, match="resumes"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        assert downloads.is_incomplete(tmp_path / "Qwen--Qwen3-VL-Tiny-Test")
+        hub.down = False
+        hub.requests.clear()
+        folder = download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        ranges = _ranges(hub, weights)
+    assert (folder / weights).read_bytes() == files[weights]
+    assert ranges and int(ranges[0].split("=")[1].rstrip("-")) > 0
+    assert not downloads.is_incomplete(folder)
+
+
+def test_damaged_file_is_refused_and_fetched_again(files, tmp_path):
+    weights = next(n for n in files if n.endswith(".safetensors"))
+    with FakeHub(REPO, files) as hub:
+        hub.corrupt.add(weights)
+        with pytest.raises(DownloadError, match="damaged"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        folder = tmp_path / "Qwen--Qwen3-VL-Tiny-Test"
+        assert not (folder / weights).exists()
+        hub.corrupt.clear()
+        download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+    assert (folder / weights).read_bytes() == files[weights]
+
+
+def test_cancel_stops_and_says_so(files, tmp_path):
+    cancel = threading.Event()
+
+    def progress(p):
+        cancel.set()  # the user pressed Cancel after the first bytes arrived
+
+    with FakeHub(REPO, files) as hub:
+        with pytest.raises(Cancelled):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url, on_progress=progress,
+                                cancel=cancel)  # fmt: skip
+    assert downloads.is_incomplete(tmp_path / "Qwen--Qwen3-VL-Tiny-Test")
+
+
+def test_unknown_repo_and_unreachable_hub_are_clear_errors(files, tmp_path):
+    with FakeHub(REPO, files) as hub:
+        with pytest.raises(DownloadError, match="not found"):
+            download_checkpoint("Qwen/NoSuchModel", tmp_path, endpoint=hub.url)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(DownloadError, match="could not be reached"):
+        download_checkpoint(REPO, tmp_path, endpoint=url)
+
+
+def test_a_repo_without_weights_is_refused(tmp_path):
+    with FakeHub(REPO, {"config.json": b"{}", "README.md": b"x"}) as hub:
+        with pytest.raises(DownloadError, match="not a checkpoint"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)

@@ -1,0 +1,81 @@
+"""Export, import and copy through the real window's Chat menu (offscreen, demo checkpoint),
+and the shortcut list in Help covering every action that has a shortcut."""
+
+import json
+
+from gui_helpers import data_dir, make_window, send  # noqa: F401 (fixtures)
+from PySide6.QtWidgets import QApplication
+
+from merlin.app.widgets import chat_files
+
+
+def test_export_import_and_copy_a_chat(qtbot, make_window, tmp_path):
+    w = make_window()
+    send(qtbot, w, "What is in the picture?")
+    cid = w.controller.current_id
+    answer = w.store.messages(cid)[-1].text
+
+    out = chat_files.export_chat(w, str(tmp_path / "chat.json"))
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["conversations"][0]["messages"][-1]["text"] == answer
+    md = chat_files.export_chat(w, str(tmp_path / "chat.md"))
+    assert "What is in the picture?" in md.read_text(encoding="utf-8")
+    assert "What is in the picture?" in chat_files.copy_markdown(w)
+    assert "What is in the picture?" in QApplication.clipboard().text()
+
+    before = len(w.store.conversations())
+    ids = chat_files.import_chats(w, str(out))
+    assert len(ids) == 1 and len(w.store.conversations()) == before + 1
+    assert w.store.messages(ids[0])[-1].text == answer
+    assert w.conversations.list.count() == before + 1
+    assert w.notice_banner.isVisible() and "Imported 1" in w.notice_banner.label.text()
+
+    every = chat_files.export_all(w, str(tmp_path / "all.json"))
+    assert len(json.loads(every.read_text(encoding="utf-8"))["conversations"]) == before + 1
+
+
+def test_a_bad_import_is_a_notice_and_changes_nothing(qtbot, make_window, tmp_path):
+    w = make_window()
+    send(qtbot, w, "hello")
+    before = [(c.id, c.title) for c in w.store.conversations()]
+    bad = tmp_path / "notes.json"
+    bad.write_text(
+        '{"format": "merlin-chats", "version": 1, "conversations": [{"title": 1', "utf-8"
+    )
+    assert chat_files.import_chats(w, str(bad)) == []
+    assert (
+        w.notice_banner.kind == "error" and "Nothing was imported" in w.notice_banner.label.text()
+    )
+    assert [(c.id, c.title) for c in w.store.conversations()] == before
+    assert bad.read_text("utf-8").startswith('{"format"')  # the user's file is untouched
+
+
+def test_export_without_a_chat_says_so(qtbot, make_window, tmp_path):
+    w = make_window()
+    w.new_chat()
+    assert chat_files.export_chat(w, str(tmp_path / "x.json")) is None
+    assert not (tmp_path / "x.json").exists()
+    assert w.notice_banner.isVisible()
+
+
+def test_every_action_with_a_shortcut_is_listed_in_help(qtbot, make_window):
+    w = make_window(wait=False)
+    rows = dict(w.shortcut_rows())
+    listed = set(rows)
+    for a in w.findChildren(type(w.act_new)):
+        if not a.shortcut().isEmpty():
+            assert a.shortcut().toString() in listed, a.text()
+    for keys in ("Ctrl+N", "Ctrl+O", "Ctrl+E", "Ctrl+I", "F1", "F9", "F10", "F11", "Esc"):
+        assert keys in listed
+
+
+def test_a_search_without_a_match_says_so(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "hello")
+    w.conversations.search.setText("zzz-no-such-chat")
+    qtbot.waitUntil(lambda: w.conversations.list.count() == 0, timeout=5000)
+    label = w.conversations.empty_label
+    assert label.isVisible() and "zzz-no-such-chat" in label.text()
+    w.conversations.search.setText("")
+    qtbot.waitUntil(lambda: w.conversations.list.count() > 0, timeout=5000)
+    assert not label.isVisible()

@@ -1,0 +1,277 @@
+"""The app's turn flow without Qt: ConversationModel over a real chat store (in a temporary
+folder), a fake engine that records requests, and fake views that record what they were told.
+No QApplication; the same module is checked to import without PySide6."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from merlin.app.model import conversation as conv_mod
+from merlin.app.model.conversation import COMMIT_S, ConversationModel
+from merlin.app.model.jobs import ModelInfo, SessionReport
+from merlin.app.model.perf_stats import PerfStats
+from merlin.app.model.prompting import GenerationOptions
+from merlin.app.model.store import Store
+from merlin.engine.generate import Finished, PrefillDone, Tokens
+from merlin.engine.profile import StepProfile
+from merlin.engine.session import ContextTrimmed
+
+
+class FakeEngine:
+    def __init__(self):
+        self.loads, self.jobs, self.prepared, self.forgotten, self.caps = [], [], [], [], []
+
+    def load(self, request):
+        self.loads.append(request)
+
+    def generate(self, job):
+        self.jobs.append(job)
+
+    def prepare(self, job):
+        self.prepared.append(job)
+
+    def forget(self, conversation_id):
+        self.forgotten.append(conversation_id)
+
+    def set_session_cap(self, cap):
+        self.caps.append(cap)
+
+
+@dataclass
+class FakeMessage:
+    id: int
+    role: str
+    text: str
+    state: str
+    streamed: list = field(default_factory=list)
+    finished: tuple | None = None
+    notices: list = field(default_factory=list)
+
+    def stream(self, text):
+        self.streamed.append(text)
+
+    def finish(self, text, state, stats=None, error=""):
+        self.finished = (text, state, stats, error)
+        self.text, self.state = text, state
+
+    def set_state(self, state, error=""):
+        self.state = state
+
+    def set_notices(self, notices):
+        self.notices = list(notices)
+
+
+class FakeView:
+    def __init__(self):
+        self.items: list[FakeMessage] = []
+        self.busy = None
+
+    def add_message(self, mid, role, text, paths=(), names=(), state="done", stats=None, error=""):
+        m = FakeMessage(mid, role, text, state)
+        self.items.append(m)
+        return m
+
+    def message(self, mid):
+        return next((m for m in self.items if m.id == mid), None)
+
+    def remove_from(self, mid):
+        self.items = [m for m in self.items if m.id < mid]
+
+    def clear(self):
+        self.items = []
+
+    def scroll_to_bottom(self):
+        pass
+
+    def update_actions(self, busy):
+        self.busy = busy
+
+
+class FakeComposer:
+    def __init__(self):
+        self.busy, self.notices, self.cleared, self.ended = False, [], 0, []
+
+    def set_busy(self, busy):
+        self.busy = busy
+
+    def show_notice(self, text):
+        self.notices.append(text)
+
+    def end_edit(self, restore_draft):
+        self.ended.append(restore_draft)
+
+    def clear(self):
+        self.cleared += 1
+
+
+@dataclass
+class Settings:
+    spec_mode: str = "auto"
+    spec_k: int = 4
+    last_conversation: int = 0
+
+    def generation_options(self):
+        return GenerationOptions(system_prompt="Be brief.", max_new_tokens=8)
+
+
+INFO = ModelInfo("demo", "/x", "demo", "d", "f32", "f32", True, True, "", 8192, 1, 0.1)
+
+
+@pytest.fixture
+def world(tmp_path):
+    store = Store(tmp_path / "data")
+    engine, view, composer = FakeEngine(), FakeView(), FakeComposer()
+    m = ConversationModel(store, Settings(), engine, view, composer, PerfStats())
+    events = []
+    m.busy_changed = lambda busy: events.append(("busy", busy))
+    m.answer_finished = lambda state: events.append(("finished", state))
+    m.notice = lambda kind, text: events.append(("notice", kind, text))
+    yield m, store, engine, view, composer, events
+    store.close()
+
+
+def profile(**kw):
+    return StepProfile(step=0, context=10, n_tokens=1, emitted=1, **kw)
+
+
+def finished(reason="max_tokens", **kw):
+    base = dict(generated_tokens=2, tokens_per_s=12.5, prompt_tokens=30, prefill_ms=4.0,
+                vision_ms=0.0, reused_tokens=7)  # fmt: skip
+    return Finished(reason, **{**base, **kw})
+
+
+def test_a_turn_commits_streams_and_finishes(world, monkeypatch):
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    assert m.ready and engine.prepared[-1].conversation_id is None
+    assert m.send("What is a lake?")
+    cid = m.current_id
+    rows = store.messages(cid)
+    assert [(r.role, r.state) for r in rows] == [("user", "done"), ("assistant", "streaming")]
+    job = engine.jobs[-1]
+    assert [t.text for t in job.turns] == ["What is a lake?"] and job.conversation_id == cid
+    assert m.busy and composer.busy and ("busy", True) in events
+    m.on_event(job.job_id, PrefillDone(n_tokens=30, vision_ms=0.0, prefill_ms=4.0, reused=7))
+    m.on_event(job.job_id, Tokens("A lake", [5, 6], profile()))
+    m.flush()
+    answer = view.items[-1]
+    assert answer.streamed == ["A lake"]
+    m.on_event(job.job_id + 1, Tokens(" ignored", [1], profile()))  # another job's event
+    m.on_event(job.job_id, finished(notices=["speculative decoding is off"], token_ids=[5, 6]))
+    assert not m.busy and not composer.busy and ("finished", "done") in events
+    row = store.messages(cid)[-1]
+    assert (row.text, row.state) == ("A lake", "done")
+    assert row.stats["tokens"] == 2 and row.stats["reused_tokens"] == 7
+    assert row.stats["notices"] == ["speculative decoding is off"]
+    assert answer.finished[1] == "done" and answer.notices == ["speculative decoding is off"]
+    assert m.stats.decode_tokens_per_s == 12.5
+    # the answer's ids are stored and go back to the engine with the next question
+    assert row.stats["token_ids"] == [5, 6]
+    assert [(t.role, t.ids) for t in m.turns(store.messages(cid))] == [
+        ("user", None),
+        ("assistant", [5, 6]),
+    ]
+
+
+def test_streaming_text_is_committed_now_and_then(world, monkeypatch):
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("Hi")
+    job = engine.jobs[-1]
+    m.on_event(job.job_id, Tokens("Hel", [1], profile()))
+    m.flush()  # too soon after the start: shown, not committed
+    assert store.messages(m.current_id)[-1].text == ""
+    clock = time.monotonic() + COMMIT_S + 0.1
+    monkeypatch.setattr(conv_mod.time, "monotonic", lambda: clock)
+    m.on_event(job.job_id, Tokens("lo", [2], profile()))
+    m.flush()
+    assert store.messages(m.current_id)[-1].text == "Hello"
+
+
+def test_a_message_waits_for_the_model_and_is_answered_when_it_loads(world):
+    m, store, engine, view, composer, events = world
+    assert not m.ready and m.send("Early question")
+    assert store.messages(m.current_id)[-1].state == "queued" and not engine.jobs
+    assert any(e[0] == "notice" and "when the model is ready" in e[2] for e in events)
+    m.on_loaded(INFO)
+    assert engine.jobs and store.messages(m.current_id)[0].state == "done"
+
+
+def test_stop_edit_regenerate_and_failures(world):
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("First?")
+    job = engine.jobs[-1]
+    m.stop()
+    assert job.cancel.is_set()
+    m.on_event(job.job_id, finished("cancelled", generated_tokens=0))
+    assert store.messages(m.current_id)[-1].state == "stopped"
+    # regenerate the (only) answer: its row is replaced
+    answer_id = store.messages(m.current_id)[-1].id
+    m.regenerate(answer_id)
+    assert len(engine.jobs) == 2 and store.messages(m.current_id)[-1].id != answer_id
+    m.on_failed(engine.jobs[-1].job_id, "out of memory while answering.")
+    row = store.messages(m.current_id)[-1]
+    assert row.state == "error" and "out of memory" in row.stats["error"]
+    # a failed answer is never sent back to the model
+    assert [t.role for t in m.turns(store.messages(m.current_id))] == ["user"]
+    # edit the question: confirm, then the question and what follows are replaced
+    user_id = store.messages(m.current_id)[0].id
+    assert m.edit_target(user_id).text == "First?"
+    asked = []
+    m.confirm = lambda title, text: asked.append(text) or False
+    assert not m.send("First, edited?")
+    assert asked and store.messages(m.current_id)[0].text == "First?"
+    m.confirm = lambda title, text: True
+    assert m.send("First, edited?")
+    assert [r.text for r in store.messages(m.current_id)] == ["First, edited?", ""]
+    m.on_job_done(engine.jobs[-1].job_id)  # ended without Finished
+    assert store.messages(m.current_id)[-1].state == "error"
+
+
+def test_trim_notice_sessions_and_conversations(world):
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("Q")
+    job = engine.jobs[-1]
+    trimmed = ContextTrimmed([0, 1], 40, 100, "engine words")
+    m.on_event(job.job_id, trimmed)
+    m.on_event(job.job_id, finished(notices=["engine words"]))
+    notices = store.messages(m.current_id)[-1].stats["notices"]
+    assert len(notices) == 1 and "2 oldest message(s)" in notices[0]  # not shown twice
+    cid = m.current_id
+    m.on_session_report(SessionReport(cid, "not_saved", "too large"))
+    assert m.last_save.action == "not_saved" and events[-1][0] == "notice"
+    m.on_session_report(SessionReport(cid, "restored", tokens=50))
+    assert m.last_restore.restored
+    # open another chat while an answer streams: it is stopped first, then the switch
+    m.send("Another")
+    job = engine.jobs[-1]
+    m.open_conversation(None)
+    assert job.cancel.is_set() and m.current_id == cid
+    m.on_event(job.job_id, finished("cancelled"))
+    assert m.current_id is None and view.items == [] and engine.prepared[-1].conversation_id is None
+    m.delete_conversation(cid)
+    assert engine.forgotten == [cid] and store.conversation(cid) is None
+
+
+def test_too_long_message_stays_in_the_composer(world):
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.submit("x" * 200_000, [])
+    assert composer.notices and composer.cleared == 0 and m.current_id is None
+
+
+def test_the_conversation_model_imports_without_qt():
+    code = (
+        "import sys, merlin.app.model.conversation, merlin.app.model.jobs; "
+        "print(any(m.startswith(('PySide6', 'shiboken6')) for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,44 @@
+"""The GUI on the shipped demo model answers questions about pictures right (offscreen, as a
+user: attach a drawn picture, type, press Enter), in English and Chinese, f32 and q4 weights;
+and its banner says what the model is."""
+
+from __future__ import annotations
+
+import pytest
+from gui_helpers import data_dir, make_window, send  # noqa: F401
+
+from merlin.engine import demo_scenes as ds
+
+SCENE = ds.Scene(
+    (
+        ds.Shape("circle", "red", "big", "left"),
+        ds.Shape("triangle", "blue", "small", "top"),
+        ds.Shape("cross", "orange", "small", "bottom"),
+    ),
+    seed=303,
+)
+QUESTIONS = {
+    "en": ("Where is the triangle?", "where", "triangle"),
+    "zh": ("圆形是什么颜色的？", "colour", "circle"),
+}
+
+
+def answer_text(window) -> str:
+    c = window.controller
+    rows = c.store.messages(c.current_id)
+    assert rows and rows[-1].role == "assistant"
+    return rows[-1].text.strip()
+
+
+@pytest.mark.parametrize("weights", ["f32", "q4"])
+def test_gui_answers_about_a_drawn_picture(qtbot, make_window, shapes_dir, tmp_path, weights):
+    w = make_window(model=str(shapes_dir), weights=weights, kv="q8", max_new_tokens=40)
+    assert w.controller.model.demo_model
+    assert "trained on pictures of shapes" in w.model_banner.text()
+    picture = tmp_path / "shapes.png"
+    ds.draw(SCENE, 320, 240).save(picture)
+    for lang, (question, kind, shape) in QUESTIONS.items():
+        w.new_chat()  # one picture per conversation, as the model was trained
+        w.composer.add_paths([str(picture)])
+        send(qtbot, w, question)
+        assert answer_text(w) == ds.answer(SCENE, kind, lang, shape), (weights, question)

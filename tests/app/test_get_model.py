@@ -1,0 +1,76 @@
+"""The Get-a-model dialog through the real widgets (offscreen): the catalogue with sizes and
+memory, a download from a mirror (a local stand-in of the hub) selected in the model dialog
+ready to load, cancel, and a failure shown in the dialog."""
+
+from pathlib import Path
+
+import pytest
+from fake_hub import FakeHub
+from gui_helpers import data_dir  # noqa: F401 (fixture)
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox
+
+from merlin.app.model import downloads
+from merlin.app.model.catalogue import CATALOGUE
+from merlin.app.widgets.get_model_dialog import GetModelDialog, models_dir
+from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
+
+REPO = "Qwen/Qwen3-VL-2B-Instruct"
+
+
+@pytest.fixture
+def hub_files(demo_dir):
+    return {p.name: p.read_bytes() for p in Path(demo_dir).iterdir() if p.is_file()}
+
+
+def _use_mirror(dialog, url):
+    dialog.source.setCurrentIndex(dialog.source.findData("mirror"))
+    dialog.mirror.setText(url)
+    dialog.select(REPO)
+
+
+def test_catalogue_lists_sizes_and_memory(qtbot, data_dir):
+    dialog = GetModelDialog(available_memory=6 << 30)
+    qtbot.addWidget(dialog)
+    assert dialog.table.rowCount() == len(CATALOGUE) == 6
+    names = [dialog.table.item(r, 0).text() for r in range(6)]
+    assert "Qwen3-VL-2B-Instruct" in names and "Qwen3-VL-8B-Thinking" in names
+    row8 = names.index("Qwen3-VL-8B-Instruct")
+    assert "GB" in dialog.table.item(row8, 1).text()
+    assert "too big" in dialog.table.item(row8, 3).text()  # q8 of 8B needs more than 6 GB
+    assert "too big" not in dialog.table.item(names.index("Qwen3-VL-2B-Instruct"), 2).text()
+
+
+def test_download_from_a_mirror_is_selected_ready_to_load(qtbot, data_dir, hub_files):
+    models = ModelDialog(ModelChoice("demo", "q4", "q8"), [])
+    qtbot.addWidget(models)
+    with FakeHub(REPO, hub_files) as hub:
+        get = models.open_get_model()
+        _use_mirror(get, hub.url)
+        qtbot.mouseClick(get.download_button, Qt.LeftButton)
+        qtbot.waitUntil(lambda: get.folder is not None, timeout=60_000)
+    folder = models_dir() / "Qwen--Qwen3-VL-2B-Instruct"
+    assert get.folder == folder and not downloads.is_incomplete(folder)
+    assert models.source() == str(folder)
+    assert models.buttons.button(QDialogButtonBox.Ok).isEnabled()  # a loadable checkpoint
+    again = ModelDialog(ModelChoice("demo", "q4", "q8"), [])
+    qtbot.addWidget(again)
+    assert again._find(str(folder)) is not None  # downloaded models are listed next time
+
+
+def test_cancel_and_failure_are_shown(qtbot, data_dir, hub_files):
+    dialog = GetModelDialog(available_memory=None)
+    qtbot.addWidget(dialog)
+    big = dict(hub_files, **{"model-00002-of-00002.safetensors": b"\0" * (8 << 20)})
+    with FakeHub(REPO, big) as hub:
+        hub.slow = True
+        _use_mirror(dialog, hub.url)
+        dialog.start()
+        qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=30_000)
+        qtbot.mouseClick(dialog.cancel_button, Qt.LeftButton)
+        qtbot.waitUntil(lambda: not dialog.busy, timeout=30_000)
+        assert "cancelled" in dialog.status.text() and dialog.folder is None
+        assert dialog.download_button.isEnabled()
+    dialog.mirror.setText("not a url")
+    dialog.start()
+    assert "mirror's address" in dialog.status.text() and not dialog.busy

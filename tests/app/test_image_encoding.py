@@ -1,0 +1,137 @@
+"""Images are encoded when attached, on the engine thread, while the user types
+(app/image_encoding.py): the chip says what it costs, the answer does not encode it again,
+removing the image or changing its detail cancels the work, the panel shows the encoder."""
+
+from __future__ import annotations
+
+import threading
+
+from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
+from PIL import Image
+
+from merlin.engine.vision.encoder import EncodeCancelled
+
+
+def photo(path, w=300, h=200):
+    Image.effect_noise((w, h), 60).convert("RGB").save(path)
+    return str(path)
+
+
+def statuses(window):
+    seen = []
+    window.controller.worker.sig_image.connect(lambda st: seen.append(st))
+    return seen
+
+
+def vision_of(window):
+    return window.controller.worker._model.vision
+
+
+def test_attached_image_is_encoded_before_send_and_not_again(qtbot, make_window, tmp_path):
+    window = make_window()
+    seen = statuses(window)
+    vision = vision_of(window)
+    vision.embeddings = type(vision.embeddings)()
+    calls = []
+    encode = vision.encode
+
+    def counting(images, *args, **kwargs):
+        calls.append(len(images))
+        return encode(images, *args, **kwargs)
+
+    vision.encode = counting
+    try:
+        window.composer.add_paths([photo(tmp_path / "a.png")])
+        qtbot.waitUntil(lambda: any(s.state == "done" for s in seen), timeout=60_000)
+        est = next(s for s in seen if s.state == "estimate")
+        assert est.tokens > 0 and est.seconds > 0
+        blocks = [s.done for s in seen if s.state == "encoding"]
+        assert blocks == list(range(0, vision.encoder.cfg.depth))
+        chip = window.composer.chip(window.composer.attachments()[0])
+        qtbot.waitUntil(lambda: "read in" in chip.status.text(), timeout=10_000)
+        assert chip.status.text().startswith(f"{est.tokens} tokens")
+        assert "s" in window.panel.values["vision"].text()
+        assert calls == [1]
+        send(qtbot, window, "What is in the picture?")
+        wait_idle(qtbot, window)
+        assert calls == [1]  # the answer found the embedding made on attach
+        rows = window.store.messages(window.controller.current_id)
+        assert rows[-1].role == "assistant" and rows[-1].state == "done"
+    finally:
+        vision.encode = encode
+
+
+def _blocking_encode(vision, started):
+    """An encode that waits until its cancel Event is set (a slow picture), then stops."""
+
+    def slow(images, cancel=None, progress=None):
+        started.set()
+        assert cancel is not None and cancel.wait(30)
+        raise EncodeCancelled
+
+    return slow
+
+
+def test_removing_the_image_cancels_its_encode(qtbot, make_window, tmp_path):
+    window = make_window()
+    seen = statuses(window)
+    vision = vision_of(window)
+    vision.embeddings = type(vision.embeddings)()
+    encode = vision.encode
+    started = threading.Event()
+    vision.encode = _blocking_encode(vision, started)
+    try:
+        window.composer.add_paths([photo(tmp_path / "b.png")])
+        qtbot.waitUntil(started.is_set, timeout=60_000)
+        chip = window.composer.chip(window.composer.attachments()[0])
+        chip.remove.click()
+        qtbot.waitUntil(lambda: any(s.state == "cancelled" for s in seen), timeout=30_000)
+        assert window.composer.attachments() == []
+        assert window.panel.values["vision"].text() == "stopped"
+    finally:
+        vision.encode = encode
+
+
+def test_changing_the_detail_encodes_again_at_that_budget(qtbot, make_window, tmp_path):
+    window = make_window()
+    seen = statuses(window)
+    vision = vision_of(window)
+    vision.embeddings = type(vision.embeddings)()
+    encode = vision.encode
+    started = threading.Event()
+    vision.encode = _blocking_encode(vision, started)
+    try:
+        window.composer.add_paths([photo(tmp_path / "c.png", 1200, 900)])
+        qtbot.waitUntil(started.is_set, timeout=60_000)
+        first = next(s for s in seen if s.state == "estimate")
+        vision.encode = encode
+        chip = window.composer.chip(window.composer.attachments()[0])
+        chip.choose_detail("fast")
+        qtbot.waitUntil(lambda: any(s.state == "cancelled" for s in seen), timeout=30_000)
+        qtbot.waitUntil(lambda: any(s.state == "done" for s in seen), timeout=60_000)
+        second = [s for s in seen if s.state == "estimate"][-1]
+        assert second.key != first.key and second.tokens <= 256 < first.tokens
+        assert window.composer.image_tokens(window.composer.attachments()[0]) == 256
+    finally:
+        vision.encode = encode
+
+
+def test_stop_during_the_answers_encode(qtbot, make_window, tmp_path):
+    window = make_window()
+    vision = vision_of(window)
+    vision.embeddings = type(vision.embeddings)()
+    encode = vision.encode
+    started = threading.Event()
+    vision.encode = _blocking_encode(vision, started)
+    window.controller.images.ready = False  # attach without encoding: the answer encodes
+    try:
+        window.composer.add_paths([photo(tmp_path / "d.png")])
+        send(qtbot, window, "Describe it.", wait=False)
+        qtbot.waitUntil(started.is_set, timeout=60_000)
+        window.controller.stop()
+        wait_idle(qtbot, window)
+        rows = window.store.messages(window.controller.current_id)
+        assert rows[-1].role == "assistant" and rows[-1].state == "stopped"
+    finally:
+        vision.encode = encode
+        window.controller.images.ready = True

@@ -1,0 +1,294 @@
+"""The app's remote engine (app/remote.py) against `merlin-cli serve` on 127.0.0.1, and
+against a scripted server for what a real one does only sometimes (401, 429, 500, an error
+in the stream, a connection dropped mid-answer, silence); then the GUI offscreen: the model
+dialog's server fields, a chat answered by the server, the panel's remote note.
+
+Not done here: the same GUI run against llama.cpp's own server (llama-cpp-python) serving a
+GGUF of the demo checkpoint."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+import time
+
+import pytest
+from gui_helpers import (  # noqa: F401  # noqa: F401
+    ANSWER_TIMEOUT_MS,
+    LOAD_TIMEOUT_MS,
+    app_settings,
+    data_dir,
+    make_window,
+    send,
+)
+from PIL import Image
+
+from merlin.app.model.prompting import GenerationOptions, Turn
+from merlin.app.model.remote import (
+    REMOTE_SOURCE,
+    RemoteBackend,
+    RemoteConfig,
+    RemoteError,
+    list_models,
+    load_api_key,
+    normalize_url,
+    save_api_key,
+)
+from merlin.engine.generate import Finished, PrefillDone, Tokens
+from merlin.engine.server.process import ServerProcess
+
+GREEDY = GenerationOptions(
+    sampling={"temperature": 0.0}, max_new_tokens=10, context_budget=0, spec_mode="off"
+)
+
+
+@pytest.fixture(scope="module")
+def server(demo_dir):
+    s = ServerProcess("--model", str(demo_dir))
+    yield s
+    s.stop()
+
+
+def backend(url: str, **kw) -> RemoteBackend:
+    model = kw.pop("model", "")
+    return RemoteBackend(RemoteConfig(url, model=model, **kw))
+
+
+def run(b: RemoteBackend, turns, options=GREEDY, cancel=None) -> list:
+    return list(b.respond(turns, options, cancel))
+
+
+def test_urls_and_models(server):
+    assert normalize_url("127.0.0.1:8080") == "http://127.0.0.1:8080/v1"
+    assert normalize_url("http://h:1/v1/") == "http://h:1/v1"
+    with pytest.raises(RemoteError):
+        normalize_url("ftp://x")
+    models = list_models(RemoteConfig(server.root))
+    assert models == [server.health()["model"]]
+
+
+def test_streamed_answer_gives_engine_events(server):
+    import httpx
+
+    b = backend(server.url, model=list_models(RemoteConfig(server.url))[0])
+    events = run(b, [Turn("user", "Tell me about rivers.")])
+    kinds = [type(e) for e in events]
+    assert kinds[0] is PrefillDone and kinds[-1] is Finished and Tokens in kinds
+    fin = events[-1]
+    assert fin.reason == "max_tokens" and fin.totals["generated_tokens"] == 10
+    text = "".join(e.text for e in events if isinstance(e, Tokens))
+    assert fin.totals["text"] == text
+    # the same request without streaming, straight to the server: the same answer
+    body = b.request_body([Turn("user", "Tell me about rivers.")], GREEDY)
+    body["stream"] = False
+    del body["stream_options"]
+    whole = httpx.post(server.url + "/chat/completions", json=body, timeout=60).json()
+    assert whole["choices"][0]["message"]["content"] == text
+    # usage: a second PrefillDone with what the server computed and what it had cached
+    usage_pre = [e for e in events if isinstance(e, PrefillDone)][-1]
+    assert usage_pre.n_tokens + usage_pre.reused == whole["usage"]["prompt_tokens"]
+    assert fin.totals["prompt_tokens"] + fin.totals["reused_tokens"] > 0
+
+
+def test_follow_up_with_an_image_is_sent_as_a_data_url(server, tmp_path):
+    img = tmp_path / "pic.png"
+    Image.new("RGB", (3000, 2000), (200, 30, 30)).save(img)  # scaled down before sending
+    b = backend(server.url)
+    turns = [Turn("user", "What is this?", [str(img)])]
+    first = run(b, turns)[-1]
+    assert first.reason == "max_tokens", first.totals
+    turns += [Turn("assistant", first.totals["text"]), Turn("user", "And?")]
+    second = run(b, turns)[-1]
+    assert second.reason == "max_tokens"
+    assert second.totals["reused_tokens"] > first.totals["prompt_tokens"] // 2  # prefix reused
+
+
+def test_stop_keeps_the_answer_so_far(server):
+    b = backend(server.url)
+    cancel = threading.Event()
+    events = []
+    opts = GenerationOptions(sampling={"temperature": 0.0}, max_new_tokens=5000)
+    for e in b.respond([Turn("user", "Talk for a long time.")], opts, cancel):
+        events.append(e)
+        if sum(isinstance(x, Tokens) for x in events) == 3:
+            cancel.set()
+    fin = events[-1]
+    assert fin.reason == "cancelled"
+    assert fin.totals["text"] == "".join(e.text for e in events if isinstance(e, Tokens))
+    assert fin.totals["text"]
+    deadline = time.monotonic() + 30
+    while server.health()["busy"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not server.health()["busy"]  # the server stopped generating too
+
+
+# ---- a scripted server for failures ---------------------------------------------------------
+
+CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}\n\n'
+CHUNK2 = b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}\n\n'
+
+
+def _reply(status: str, body: bytes, extra: str = "", chunked_sse: bool = False) -> bytes:
+    head = f"HTTP/1.1 {status}\r\n{extra}Connection: close\r\n"
+    if chunked_sse:
+        return (head + "Content-Type: text/event-stream\r\n\r\n").encode() + body
+    return (
+        head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+SCRIPTS = {
+    "401": _reply("401 Unauthorized", b'{"error":{"message":"bad key"}}'),
+    "429": _reply("429 Too Many Requests", b'{"error":{"message":"busy"}}', "Retry-After: 7\r\n"),
+    "500": _reply("500 Internal Server Error", b'{"error":{"message":"boom"}}'),
+    "drop": _reply("200 OK", CHUNK + CHUNK2, chunked_sse=True),  # then the socket closes
+    "error_event": _reply(
+        "200 OK", CHUNK + b'data: {"error":{"message":"out of memory"}}\n\n', chunked_sse=True
+    ),
+    "silent": None,
+    "slow": _reply("200 OK", CHUNK, chunked_sse=True),  # one chunk, then silence
+}
+
+
+@pytest.fixture
+def scripted():
+    """scripted(name) -> URL of a one-shot server playing SCRIPTS[name]."""
+    socks = []
+
+    def make(name: str) -> str:
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        socks.append(srv)
+
+        def serve():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                if SCRIPTS[name] is None:
+                    time.sleep(5)
+                    return
+                if name in ("drop", "error_event", "slow"):
+                    head, _, body = SCRIPTS[name].partition(b"\r\n\r\n")
+                    conn.sendall(head + b"\r\n\r\n")
+                    time.sleep(0.05)
+                    conn.sendall(body)
+                    time.sleep(5 if name == "slow" else 0.05)
+                    return  # closed without [DONE]
+                conn.sendall(SCRIPTS[name])
+
+        threading.Thread(target=serve, daemon=True).start()
+        return f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+
+    yield make
+    for s in socks:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    "name, fragments, text",
+    [
+        ("401", ["API key", "401", "bad key"], ""),
+        ("429", ["busy", "429", "7 s"], ""),
+        ("500", ["failed", "500", "boom"], ""),
+        ("drop", ["closed the connection", "kept"], "Hello"),
+        ("error_event", ["out of memory"], "Hel"),
+    ],
+)
+def test_server_failures_keep_the_text_and_say_what_happened(scripted, name, fragments, text):
+    fin = run(backend(scripted(name)), [Turn("user", "hi")])[-1]
+    assert isinstance(fin, Finished) and fin.reason == "error"
+    notice = " ".join(fin.totals["notices"])
+    for f in fragments:
+        assert f in notice, notice
+    assert fin.totals["text"] == text
+
+
+def test_timeouts_and_refused_connections(scripted):
+    fin = run(backend(scripted("silent"), read_timeout=0.5), [Turn("user", "hi")])[-1]
+    assert fin.reason == "error" and "sent nothing" in fin.totals["notices"][0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    fin = run(backend(f"http://127.0.0.1:{port}"), [Turn("user", "hi")])[-1]
+    assert fin.reason == "error" and "cannot connect" in fin.totals["notices"][0]
+    with pytest.raises(RemoteError, match="cannot connect"):
+        list_models(RemoteConfig(f"http://127.0.0.1:{port}"))
+
+
+def test_api_key_lives_in_its_own_private_file(tmp_path):
+    save_api_key(tmp_path, "sk-secret")
+    path = tmp_path / "remote-api-key"
+    assert load_api_key(tmp_path) == "sk-secret"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    save_api_key(tmp_path, "")
+    assert not path.exists() and load_api_key(tmp_path) == ""
+
+
+# ---- the GUI --------------------------------------------------------------------------------
+
+
+def test_gui_answers_with_the_remote_server(qtbot, make_window, server, data_dir):  # noqa: F811
+    from merlin.app.settings import load_settings, save_settings, settings_file
+
+    save_api_key(data_dir, "anything")  # merlin-cli serve without a key ignores it
+    window = make_window(
+        model=REMOTE_SOURCE, remote_url=server.url, use_model_sampling=False, temperature=0.0
+    )
+    c = window.controller
+    assert c.model is not None and c.model.source == REMOTE_SOURCE, c.model
+    assert "not available remotely" in window.panel.model_label.text()
+    send(qtbot, window, "Tell me about rivers.")
+    rows = window.store.messages(c.current_id)
+    assert rows[-1].role == "assistant" and rows[-1].text and rows[-1].state == "done"
+    # tokens out from the server's usage (chunks are tokens only when each decodes to text)
+    assert rows[-1].stats["tokens"] == 12 and rows[-1].stats["reason"] == "max_tokens"
+    assert 1 <= window.stats.tokens <= 12 and window.stats.ttft_ms > 0
+    assert window.stats.prefill_tokens > 0  # tokens in, from usage
+    # a follow-up reuses the server's cache (usage reaches the panel)
+    send(qtbot, window, "And then?")
+    assert window.stats.reused_tokens > 0
+    # the key is not in the settings file nor in the chats database
+    s = window.settings
+    save_settings(s)
+    assert "anything" not in open(settings_file().fileName()).read()
+    db = list(data_dir.glob("chats.sqlite3*"))
+    assert db and all(b"anything" not in p.read_bytes() for p in db)
+    assert load_settings().remote_url == server.url
+
+
+def test_model_dialog_offers_the_server(qtbot, server, data_dir):  # noqa: F811
+    from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
+
+    d = ModelDialog(ModelChoice("demo", "q4", "q8"), [], found=[])
+    qtbot.addWidget(d)
+    d.show()
+    d.list.setCurrentItem(d._find(REMOTE_SOURCE))
+    assert d.remote.isVisible() and not d.formats.isVisible()
+    assert not d.buttons.button(d.buttons.StandardButton.Ok).isEnabled()  # no address yet
+    d.remote.url.setText(server.url)
+    assert d.buttons.button(d.buttons.StandardButton.Ok).isEnabled()
+    assert d.remote.fetch()
+    assert d.remote.model.currentText() == server.health()["model"]
+    choice = d.choice()
+    assert choice.source == REMOTE_SOURCE and choice.remote.base_url == server.url
+    d.remote.url.setText("127.0.0.1:1")
+    assert not d.remote.fetch() and "cannot connect" in d.remote.status.text()
+
+
+def test_stop_works_while_the_server_is_silent(scripted):
+    cancel = threading.Event()
+    b = backend(scripted("slow"), read_timeout=60)
+    events = []
+    t0 = time.monotonic()
+    for e in b.respond([Turn("user", "hi")], GREEDY, cancel):
+        events.append(e)
+        if isinstance(e, Tokens):
+            threading.Timer(0.3, cancel.set).start()  # the Stop button, while nothing comes
+    assert time.monotonic() - t0 < 4
+    assert events[-1].reason == "cancelled" and events[-1].totals["text"] == "Hel"

@@ -1,0 +1,102 @@
+"""The board section's machinery (bench/board.py, cross.py, loops.py, mca.py): a kernel compiled
+for a CPU that is not here, its loop found in the assembly, llvm-mca's cycles for it, and the
+per-token arithmetic of the projection. llvm-mca comes from Debian's llvm package
+(scripts/system-deps.sh installs it); without it these tests fail with the install hint."""
+
+import math
+
+import pytest
+
+from merlin.engine.bench import board, loops, mca
+from merlin.engine.bench.cross import compile_asm
+
+
+@pytest.fixture(scope="module")
+def tool():
+    path = mca.find_llvm_mca()
+    if path is None:
+        pytest.fail(mca.INSTALL_HINT + " (scripts/system-deps.sh does it)")
+    return path
+
+
+def test_clock_chain_cross_compiled_for_cortex_a76_and_for_this_host(tool):
+    """The add/xor chain is two dependent one-cycle operations a step on any core."""
+    arm = compile_asm(board.AARCH64, "cortex-a76", board.A76_FEATURES, kernels=("clock",))
+    assert arm["group"] == 8 and arm["dot"] == "sdot"  # the kernels saw an A76 with dotprod
+    assert "eor" in arm["asm"]["clock"] and "xorq" not in arm["asm"]["clock"]
+    assert board.clock_cycles(arm["asm"]["clock"], "neoverse-n1", "aarch64", tool) == (
+        pytest.approx(2.0, rel=0.2)
+    )
+    assert board.clock_cycles(arm["asm"]["clock"], "cortex-a55", "aarch64", tool) >= 1.5
+    host = compile_asm(None, "x86-64-v3", None, kernels=("clock",))
+    assert "xorq" in host["asm"]["clock"]
+    assert board.clock_cycles(host["asm"]["clock"], "x86-64-v3", "x86_64", tool) == (
+        pytest.approx(2.0, rel=0.2)
+    )
+
+
+def test_mca_counts_a_dependency_chain(tool):
+    chain = "add\tx0, x0, x1\nadd\tx0, x0, x1\nadd\tx0, x0, x1\nadd\tx0, x0, x1\n"
+    assert mca.cycles_per_iteration(chain, "aarch64", "neoverse-n1", tool) == pytest.approx(4, 0.1)
+    independent = "add\tx2, x0, x1\nadd\tx3, x0, x1\nadd\tx4, x0, x1\nadd\tx5, x0, x1\n"
+    assert mca.cycles_per_iteration(independent, "aarch64", "neoverse-n1", tool) < 3
+
+
+def test_missing_llvm_mca_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("MERLIN_LLVM_MCA", "")
+    with pytest.raises(mca.McaMissing, match="apt-get install llvm"):
+        mca.require_llvm_mca()
+
+
+ASM = """
+	.text
+f:
+	mov	x8, xzr
+.LBB0_2:                                // =>This Inner Loop Header: Depth=1
+	ldr	q0, [x1, x8]
+	sdot	v1.4s, v0.16b, v2.16b
+	sdot	v3.4s, v0.16b, v4.16b
+	scvtf	v5.4s, v1.4s
+	scvtf	v6.4s, v3.4s
+	add	x8, x8, #16
+	cmp	x8, x9
+	b.ne	.LBB0_2
+// %bb.3:
+	ret
+.LBB0_4:
+	ldr	q0, [x1]
+	b	.LBB0_4
+"""
+
+
+def test_loops_found_and_described():
+    found = loops.find_loops(ASM)
+    assert [lp.label for lp in found] == [".LBB0_2"]  # an unconditional self-branch is no loop
+    loop = found[0]
+    assert loop.mnemonics[0] == "ldr" and loop.mnemonics[-1] == "b.ne"
+    assert "#16" in loop.text()  # an AArch64 immediate is not a comment
+    assert loop.converts == 8 and loop.products == 2 * 4 * 4
+    assert loops.tile_loops(ASM, 8) == {1: loop} and loops.tile_loops(ASM, 4) == {2: loop}
+
+
+def test_projection_arithmetic():
+    """compute = blocks x cycles / (clock x cores), bandwidth = bytes / GB/s, on a made-up
+    model: 10 cycles a block for any tile, 0.5 cycles per attention product."""
+    text = {"hidden_size": 64, "head_dim": 16, "intermediate_size": 128, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256}  # fmt: skip
+    model = {"group": 8, "tile_rows": 4, "attention_cycles_per_product": 0.5}
+    for fmt in ("q4", "q8", "q8a8"):
+        model[fmt] = {n: 10.0 * n for n in range(1, 5)}
+    assert board.tiles(5, 4) == [4, 1] and board.tiles(4, 4) == [4]
+    assert board.cycles_per_block(model, "q4", 5) == 50.0
+    p = board.project(model, text, "q8", 1, 100, ghz=1.0, cores=2, read_gbs=1.0)
+    weights = 2 * (128 * 64 + 64 * 64 + 256 * 64 + 64 * 128) + 256 * 64  # O x K per token
+    blocks = weights // (8 * 32)
+    products = 2 * 4 * 101 * 16 * 2
+    assert p["compute_ms"] == pytest.approx((blocks * 10 + products * 0.5) / 2e9 * 1e3)
+    kv = 2 * 2 * 101 * (2 * 16 + 8)
+    assert p["bandwidth_ms"] == pytest.approx((weights * 34 / 32 + kv) / 1e9 * 1e3)
+    assert p["projected_ms"] == max(p["compute_ms"], p["bandwidth_ms"])
+    compute_only = board.project(model, text, "q4", 5, 100, ghz=1.0, cores=2, read_gbs=None)
+    assert compute_only["bandwidth_ms"] is None and compute_only["bound"] == "compute"
+    assert not math.isnan(compute_only["projected_ms"])

@@ -1,0 +1,138 @@
+"""The shipped demo model: its folder is a real Qwen3-VL checkpoint, the scenes it was trained
+on are what the questions say, and it answers questions about pictures the test draws, through
+`merlin-cli generate --image`, in English and Chinese, with f32 and q4 weights. A broken RoPE,
+image placement, DeepStack injection or kernel shows up here as a wrong colour or place."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from support import run_cli
+
+from merlin.engine import demo_scenes as ds
+from merlin.engine.demo import tensor_shapes
+
+# Pictures drawn by the tests (never stored); the questions have one right answer each.
+TWO = ds.Scene(
+    (ds.Shape("circle", "red", "big", "left"), ds.Shape("square", "blue", "small", "right")),
+    seed=101,
+)
+THREE = ds.Scene(
+    (
+        ds.Shape("triangle", "green", "small", "top"),
+        ds.Shape("star", "yellow", "big", "middle"),
+        ds.Shape("diamond", "purple", "small", "bottom"),
+    ),
+    seed=202,
+)
+CASES = [
+    (TWO, "en", "What colour is the circle?", ("colour", "circle", None)),
+    (TWO, "zh", "正方形在哪里？", ("where", "square", None)),
+    (THREE, "en", "How many shapes are there?", ("count", None, None)),
+    (THREE, "zh", "星形是什么颜色的？", ("colour", "star", None)),
+    (THREE, "en", "Which is bigger, the triangle or the star?", ("bigger", "triangle", "star")),
+]
+
+
+def expected(scene, lang, spec):
+    kind, a, b = spec
+    return ds.answer(scene, kind, lang, a, b)
+
+
+# ---- the scenes ---------------------------------------------------------------------------------
+
+
+def test_scenes_are_seeded_and_facts_are_unambiguous():
+    for seed in range(200):
+        sc = ds.scene(seed)
+        assert sc == ds.scene(seed)
+        assert 1 <= len(sc.shapes) <= 4
+        for attr in ("kind", "colour", "position"):
+            values = [getattr(s, attr) for s in sc.shapes]
+            assert len(set(values)) == len(values), (seed, attr)
+    a, b = ds.draw(ds.scene(7)), ds.draw(ds.scene(7))
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(a), np.asarray(ds.draw(ds.scene(8))))
+
+
+def test_answers_name_the_facts_in_reading_order():
+    assert expected(TWO, "en", ("colour", "circle", None)) == "The circle is red."
+    assert expected(TWO, "zh", ("where", "square", None)) == "正方形在右边。"
+    assert ds.answer(THREE, "shapes", "en") == "A triangle, a star and a diamond."
+    assert ds.answer(THREE, "shapes", "zh") == "有一个三角形、一个星形和一个菱形。"
+    assert ds.answer(THREE, "describe", "en") == (
+        "There are three shapes in the picture: a small green triangle at the top, a big "
+        "yellow star in the middle and a small purple diamond at the bottom."
+    )
+    assert ds.answer(TWO, "colour", "en", "star") == "There is no star in the picture."
+    with pytest.raises(ValueError):
+        ds.answer(THREE, "bigger", "en", "triangle", "diamond")  # both small: no answer
+    assert not ds.can_ask(ds.Scene((ds.Shape("star", "red", "big", "top"),), 1), "bigger")
+
+
+def test_drawn_colours_are_where_the_scene_says():
+    """The picture holds the named colour near each shape's region centre."""
+    image = np.asarray(ds.draw(TWO, 320, 240)).astype(int)
+    h, w, _ = image.shape
+    for shape, (fx, fy) in ((TWO.shapes[0], (0.19, 0.5)), (TWO.shapes[1], (0.81, 0.5))):
+        pixel = image[int(fy * h), int(fx * w)]
+        want = np.array(ds.COLOURS[shape.colour])
+        assert np.abs(pixel - want).max() < 60, (shape, pixel)
+
+
+def test_eval_cases_are_held_out_and_askable():
+    for kind in ds.QUESTION_KINDS:
+        for i in range(20):
+            sc, q = ds.eval_case(kind, i)
+            assert sc.seed >= 10**9 and ds.can_ask(sc, kind)
+            assert q.lang == ds.LANGS[i % 2] and q.answer
+    assert ds.language_of("圆形是什么颜色的？") == "zh" and ds.language_of("Hello") == "en"
+
+
+# ---- the shipped checkpoint ------------------------------------------------------------------
+
+
+def test_shipped_folder_is_a_real_qwen3vl_checkpoint(shapes_dir):
+    from merlin.engine.checkpoint import Checkpoint
+    from merlin.engine.demo_model import DEMO_MODEL_NAME, chat_template, is_demo_model
+
+    config = json.loads((shapes_dir / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3VLForConditionalGeneration"]
+    assert config["text_config"]["rope_scaling"]["mrope_interleaved"] is True
+    assert len(config["vision_config"]["deepstack_visual_indexes"]) == 3
+    with Checkpoint(shapes_dir) as ckpt:
+        names = set(ckpt.names()) if hasattr(ckpt, "names") else set(ckpt.tensors)
+    assert names == set(tensor_shapes(config))
+    assert (shapes_dir / "model.safetensors").stat().st_size < 20_000_000
+    template = json.loads((shapes_dir / "chat_template.json").read_text())["chat_template"]
+    assert template == chat_template()
+    tok = json.loads((shapes_dir / "tokenizer_config.json").read_text())
+    ids = {t["content"]: int(i) for i, t in tok["added_tokens_decoder"].items()}
+    assert config["image_token_id"] == ids["<|image_pad|>"]
+    assert is_demo_model(shapes_dir)
+    assert (shapes_dir / "README.md").read_text().startswith(f"# {DEMO_MODEL_NAME}")
+
+
+# ---- answers through the CLI -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["f32", "q4"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_cli_answers_questions_about_drawn_pictures(tmp_path, shapes_dir, weights, case):
+    scene, lang, question, spec = CASES[case]
+    picture = tmp_path / "scene.png"
+    ds.draw(scene, 320, 240).save(picture)
+    r = run_cli(
+        "generate", "--model", str(shapes_dir), "--weights", weights, "--image", str(picture),
+        "--max-new-tokens", "40", question,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == expected(scene, lang, spec), (question, r.stdout)
+
+
+def test_cli_text_only_turn_gets_the_honest_answer(shapes_dir):
+    r = run_cli("generate", "--model", str(shapes_dir), "--max-new-tokens", "60", "Hello!")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ds.TEXT_ONLY_ANSWER["en"]
