@@ -9,8 +9,9 @@ format (MEASURE_SHAPE: 33 MB in q8, more than the L2 or L3 of most desktops), fo
 step (N = 1) and a verify of 4 drafts (N = 5), alternating the two formats, REPEATS times
 each; a format's time is its fastest call (other processes only ever add time: on a shared,
 busy machine the medians of two runs picked different formats, the minima did not). q8 is
-chosen only if its decode step is more than NOISE faster than q4's; within that the smaller
-q4 weights win.
+chosen only if both its decode step and its verify are more than NOISE faster than q4's (on
+a machine with a load of 20 on 2 cores, one of three rounds still had q8 ahead at N = 1 by
+chance, never at both N); otherwise the smaller q4 weights win.
 
 The result is cached in a JSON file beside the kernels' Numba cache (whose folder is per CPU
 class, engine/kernels/__init__.py), keyed by the class, the CPU name, the thread count and the
@@ -148,9 +149,10 @@ def _random_linear(fmt: str, rng):
 
 
 def decide(ms: dict) -> str:
-    """q4 unless q8's decode step (N = 1) is more than NOISE faster: never the clearly slower
-    one, near-ties to the smaller weights."""
-    return "q8" if ms["q8"]["1"] < (1 - NOISE) * ms["q4"]["1"] else "q4"
+    """q4 unless q8 is more than NOISE faster at both the decode step (N = 1) and the verify
+    (N = 5): never the clearly slower one, near-ties to the smaller weights."""
+    faster = all(ms["q8"][n] < (1 - NOISE) * ms["q4"][n] for n in ("1", "5"))
+    return "q8" if faster else "q4"
 
 
 def measure(repeats: int = REPEATS) -> WeightsChoice:

@@ -110,15 +110,16 @@ assert np.array_equal(batch, single)
 ref = at.attention_reference(q, kq, ks, v, ks, 70, 0.1)
 assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
 results["attention-q8"] = batch
-kf = rng.standard_normal((2, 2, 128, 64), dtype=np.float32)  # 80 keys in tiles of 64
-vf = rng.standard_normal((2, 80, 128), dtype=np.float32)
-ones = np.ones((2, 80), np.float32)
-for i in range(5):
-    at.attention(q[i : i + 1], kf, ones, vf, ones, 70 + i, np.float32(0.1), single[i : i + 1])
-at.attention(q, kf, ones, vf, ones, 70, np.float32(0.1), batch)
-assert np.array_equal(batch, single)
-ref = at.attention_reference(q, kf, ones, vf, ones, 70, 0.1)
-assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
+if not TARGET.x86_ir:  # the f32 cache with NEON-sized tiles (x86's: the in-process tests)
+    kf = rng.standard_normal((2, 2, 128, 64), dtype=np.float32)  # 80 keys in tiles of 64
+    vf = rng.standard_normal((2, 80, 128), dtype=np.float32)
+    ones = np.ones((2, 80), np.float32)
+    for i in range(5):
+        at.attention(q[i : i + 1], kf, ones, vf, ones, 70 + i, np.float32(0.1), single[i : i + 1])
+    at.attention(q, kf, ones, vf, ones, 70, np.float32(0.1), batch)
+    assert np.array_equal(batch, single)
+    ref = at.attention_reference(q, kf, ones, vf, ones, 70, 0.1)
+    assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
 shapes = {
     "qlinear_tile": [qlinear.TILE_ROWS, qlinear.TILE_OUT],
     "attention_tiles": [at.SCORE_QUERIES, at.SCORE_KEYS, at.VALUE_QUERIES, at.DIM_BLOCK],

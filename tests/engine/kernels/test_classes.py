@@ -68,7 +68,7 @@ def runs(tmp_path_factory):
             out = folder / "out.npz"
             proc = subprocess.run(
                 [sys.executable, str(CHECK), name, str(out)],
-                env=env, capture_output=True, text=True, timeout=1500,
+                env=env, capture_output=True, text=True, timeout=3600,
             )  # fmt: skip
             assert proc.returncode == 0 and "class ok" in proc.stdout, proc.stderr[-3000:]
             lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in proc.stdout.splitlines()}

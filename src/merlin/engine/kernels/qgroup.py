@@ -69,7 +69,8 @@ Q8_BLOCK_BYTES = BLOCK * GROUP  # one q8 block of the group's rows
 Q8A8_BIAS = 0 if dots.SIGNED_QUADS else 128
 _Q8A8_FLIP = -Q8A8_BIAS  # w + 128 mod 256 is w with its sign bit flipped: w ^ -128
 # Is the grouped q8 (int16 activations) the model's q8 kernel on this class, or the row-major
-# qlinear.matmul_q8? Measured per class (docs/kernels.md): grouped wins with 16-row groups.
+# qlinear.matmul_q8? Grouped measured faster with 16-row groups (docs/kernels.md); the 8-row
+# classes keep the row-major kernel (their grouped q8 builds and is tested, not yet timed).
 Q8_GROUPED = TARGET.name in ("x86-avx512vnni",)
 # part of the weight cache's key: the class decides group size, bias and q8 layout
 LAYOUT = f"{TARGET.name}-g{GROUP}" + ("q8g" if Q8_GROUPED else "") + f"b{Q8A8_BIAS}"
