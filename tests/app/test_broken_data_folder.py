@@ -91,7 +91,8 @@ def test_app_starts_on_broken_data_folder(qtbot, make_window, data_dir, state): 
     before = db.read_bytes() if db.exists() else None
     w = make_window(saved=state == "bad settings.ini")
     if unusable:
-        assert "start a new chat history" in w.notice_banner.text().lower()
+        assert "left as it is" in w.notice_banner.text()
+        assert not w.notice_banner.action.isHidden()  # "Start a new chat history"
         assert db.read_bytes() == before  # untouched, no WAL switch
         assert not (data_dir / "chats.sqlite3-wal").exists()
         w.notice_banner.action.click()  # start a new history beside it
