@@ -24,6 +24,21 @@ import tempfile
 from pathlib import Path
 
 SHARED = ("numba",)  # subfolders of the real cache that tests may write (compiled kernels)
+_EVENTS = frozenset(
+    [
+        "open",
+        "os.remove",
+        "os.rmdir",
+        "os.mkdir",
+        "os.truncate",
+        "shutil.rmtree",
+        "os.rename",
+        "os.replace",
+        "os.link",
+        "os.symlink",
+        "sqlite3.connect",
+    ]
+)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -46,6 +61,8 @@ class Guard:
         return any(p_dir.startswith(r) for r in self.roots)
 
     def hook(self, event: str, args) -> None:
+        if event not in _EVENTS:  # cheap for the thousands of other events
+            return
         try:
             if event == "open":
                 path, mode, flags = args

@@ -35,7 +35,9 @@ from jinja2.compiler import CodeGenerator
 from jinja2.runtime import Macro
 from jinja2.sandbox import SecurityError
 
-CHARS_PER_OP = 64  # a value of n characters costs n / CHARS_PER_OP operations
+CHARS_PER_OP = 16  # a value of n characters costs n / CHARS_PER_OP operations
+MAX_PARTS = 10_000  # slice(n) builds n lists: n is bounded by this
+_COUNTED = frozenset(["slice"])
 MAX_MESSAGE = 2000  # characters of a template's own raise_exception() message kept
 _FORMAT_NUMBER = re.compile(r"(?<![\w.])(\d{1,30})")
 
@@ -141,6 +143,8 @@ def bounded_filter(env, name: str, f):
             return f(*args, **kwargs)
         skip = 1 if getattr(f, "jinja_pass_arg", None) is not None else 0
         bounds.before(f"the filter {name!r}", args[skip:], kwargs)
+        if name in _COUNTED and len(args) > skip + 1:
+            _check_numbers(f"the filter {name!r}", args[skip + 1 : skip + 2], MAX_PARTS)
         return bounds.built(f"the filter {name!r}", f(*args, **kwargs))
 
     return wrapper

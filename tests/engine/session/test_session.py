@@ -746,12 +746,12 @@ def test_cli_chat_continues_across_processes(demo_dir, tmp_path):
     assert [e for e in events if e["event"] == "prefill"][0]["reused"] > 0
     assert sum(e["event"] == "saved" for e in events) == 2
 
-    # a damaged session file: one warning line, the chat starts afresh, exit 0
+    # a file that is not one of our sessions is never replaced: one line, exit 2, unchanged
     session.write_bytes(b"not a session")
     bad = run_chat(demo_dir, "Hello?\n", "--session", str(session))
-    assert bad.returncode == 0, bad.stderr
-    assert "not restored" in bad.stderr and "Traceback" not in bad.stderr
-    assert len(answers(bad.stdout)[0]) == 1
+    assert bad.returncode == 2, bad.stderr
+    assert "not changed" in bad.stderr and "Traceback" not in bad.stderr
+    assert session.read_bytes() == b"not a session"
     # a bad image: one clear line, the other turns still answered, exit status 2
     r = run_chat(demo_dir, f"/image {tmp_path / 'missing.png'}\nHi?\nHello again?\n")
     assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -174,6 +174,8 @@ class Store:
             self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
             # before anything is written (WAL mode included): is this a Merlin database?
             schema.check_ours(self._db, self.folder, StoreError)
+            if self._db.execute("PRAGMA user_version").fetchone()[0] > SCHEMA_VERSION:
+                self._migrate()  # refuses a newer schema, before WAL mode changes the file
             self._db.execute("PRAGMA foreign_keys = ON")
             if self.folder:
                 mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
