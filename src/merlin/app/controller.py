@@ -178,6 +178,10 @@ class ChatController(QObject):
         chat.sig_edit_requested.connect(self.begin_edit)
         chat.sig_regenerate_requested.connect(m.regenerate)
 
+    def set_store(self, store: Store) -> None:
+        """Use another chat store from now on (a new history started beside a broken one)."""
+        self.store = self.conversation.store = store
+
     def _on_busy_changed(self, busy: bool) -> None:
         if busy:
             self.flush_timer.start()

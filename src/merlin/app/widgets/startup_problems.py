@@ -41,7 +41,8 @@ def offer_new_store(window, error: StoreError, notes=()) -> None:
                 "error", tr("A new chat history could not be started: {why}").format(why=e)
             )
             return
-        old, window.store, window.controller.store = window.store, store, store
+        old, window.store = window.store, store
+        window.controller.set_store(store)
         old.close()
         window.refresh_conversations()
         window.on_notice(
