@@ -89,8 +89,14 @@ def test_huge_cpu_range_from_flag_env_and_settings(monkeypatch):
 )
 def test_cli_numbers_refused_before_any_work(argv, fragment, capsys, monkeypatch):
     from merlin.engine import cli
+    from merlin.engine.commands import args as command_args
+    from merlin.engine.commands import chat, generate
 
-    monkeypatch.setattr(cli, "_load", lambda args: pytest.fail("the model was loaded"))
+    def fail(args):
+        pytest.fail("the model was loaded")
+
+    for module in (command_args, chat, generate):
+        monkeypatch.setattr(module, "load", fail, raising=False)
     assert cli.main(argv) == cli.EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err and len(err) < 500

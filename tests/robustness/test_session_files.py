@@ -230,7 +230,9 @@ def test_chat_session_refuses_to_overwrite(demo_model, saved, tmp_path, kind, mo
         path.write_bytes(b"")
     before = path.read_bytes()
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
-    monkeypatch.setattr(cli, "_load", lambda args: pytest.fail("work started"))
+    from merlin.engine.commands import chat as chat_command
+
+    monkeypatch.setattr(chat_command, "load", lambda args: pytest.fail("work started"))
     code = cli.main(["chat", "--session", str(path), "--max-new-tokens", "2"])
     err = capsys.readouterr().err
     assert code == cli.EXIT_USER_ERROR and "not changed" in err and "Traceback" not in err
