@@ -465,25 +465,26 @@ def test_cli_info_and_profile(text_folder, capsys):
 
 @pytest.mark.parametrize("weights", ["f32", "q4"])
 def test_speculative_greedy_output_is_byte_identical(text_folder, weights):
-    from merlin.engine.generate import GenerationRequest, generate
+    from merlin.engine.generate import AnswerOptions, generate
     from merlin.engine.model import load_model
     from merlin.engine.prompt import chat_prompt_ids
     from merlin.engine.sampling import SamplingParams
     from merlin.engine.speculative import Drafter
 
     model = load_model(text_folder, weights=weights, kv="q8")
+    from merlin.engine.prompt import text_prompt
+
     prompt = chat_prompt_ids(model.tokenizer, "Tell me about experts.")
 
     def run(spec, drafter=None):
-        request = GenerationRequest(
-            prompt_ids=prompt,
+        options = AnswerOptions(
             sampling=SamplingParams(temperature=0.0),
             max_new_tokens=20,
             ignore_eos=True,
             spec=spec,
             spec_k=4,
         )
-        return list(generate(model, request, drafter=drafter))[-1].totals
+        return list(generate(model, text_prompt(prompt), options, drafter=drafter))[-1].totals
 
     plain = run("off")
     answer = plain["token_ids"]

@@ -77,8 +77,8 @@ FILTERS = ["center", "indent", "wordwrap", "truncate", "batch", "slice", "join",
     reps=st.sampled_from([1, 1000, 100000]),
 )
 def test_generated_filter_calls_bounded(name, n, reps):
-    """The tokenizer's own sandbox and render path (engine.tokenizer._make_jinja_env)."""
-    from merlin.engine.tokenizer import _make_jinja_env
+    """The tokenizer's own sandbox and render path (engine.chat_template.make_jinja_env)."""
+    from merlin.engine.chat_template import make_jinja_env as _make_jinja_env
 
     args = {"replace": f'("ab", "y" * {n % 10**7})', "join": f'("z" * {n % 10**7})'}.get(
         name, f"({n})"

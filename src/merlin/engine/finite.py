@@ -24,10 +24,17 @@ class NonFiniteError(MerlinError):
     """The model computed NaN or infinite values (damaged weights or an overflow)."""
 
 
+def _bits(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """BF16/F16 tensors as their uint16 bit patterns (a float16 array is viewed as such)."""
+    if dtype in _EXP_MASK and raw.dtype.kind == "f":
+        return raw.view(np.uint16)
+    return raw
+
+
 def first_nonfinite(raw: np.ndarray, dtype: str) -> int:
     """Flat index of the first NaN/inf of a stored tensor (raw: as stored; BF16/F16 as
-    uint16 bits), or -1. Integer dtypes have none."""
-    flat = raw.reshape(-1)
+    uint16 bits, or already as float16), or -1. Integer dtypes have none."""
+    flat = _bits(raw, dtype).reshape(-1)
     mask = _EXP_MASK.get(dtype)
     if mask is None and not np.issubdtype(flat.dtype, np.floating):
         return -1
@@ -46,7 +53,7 @@ def check_tensor(raw: np.ndarray, dtype: str, name: str, file) -> None:
     """CheckpointError naming the tensor when it holds a NaN or an infinity."""
     i = first_nonfinite(raw, dtype)
     if i >= 0:
-        value = raw.reshape(-1)[i]
+        value = _bits(raw, dtype).reshape(-1)[i]
         what = "NaN" if dtype in _EXP_MASK and value & ~_EXP_MASK[dtype] & 0x7FFF else ""
         if dtype not in _EXP_MASK:
             what = "NaN" if np.isnan(value) else "an infinite value"
