@@ -126,7 +126,10 @@ def read_bytes(
                     f"{path}: {what} is {size:,} bytes, more than the {limit:,} bytes this "
                     "file can reasonably be. It is damaged or not the right file."
                 )
-            data = f.read(limit + 1)
+            # read what fstat says plus one byte (a read of `limit` would allocate it all)
+            data = f.read(size + 1)
+            if len(data) > size:
+                data += f.read(limit + 1 - len(data)) if len(data) <= limit else b""
             if len(data) > limit:
                 raise error(f"{path}: {what} grew past {limit:,} bytes while being read.")
             return data
