@@ -257,6 +257,7 @@ def prefill(
     small_rows: int = SMALL_PREFILL_ROWS,
     cancel: threading.Event | None = None,
     timer: StepTimer | None = None,
+    max_chunk: int | None = None,
 ) -> np.ndarray | None:
     """Feed rows start.. of `prompt` (default: the rows the cache does not hold) into
     `cache`, in forwards of `chunk` rows (default: prefill_chunk's rule). images: the image
@@ -268,6 +269,8 @@ def prefill(
     start = cache.length - prompt.offset if start is None else int(start)
     n = len(prompt.ids)
     step = int(chunk) if chunk else prefill_chunk(model, n - start, small_rows)
+    if max_chunk:  # at most this many rows a forward: Stop is seen between them
+        step = min(step, max(1, int(max_chunk)))
     done, out = start, None
     while done < n:
         end = min(n, done + step)
@@ -348,6 +351,7 @@ def generate(
     cancel: threading.Event | None = None,
     drafter: Drafter | None = None,
     small_rows: int = SMALL_PREFILL_ROWS,
+    max_chunk: int | None = None,
 ) -> Iterator[PrefillDone | Tokens | Finished]:
     """Answer `prompt`. `cache` may hold its first rows already (start: how many; default
     cache.length - prompt.offset, and it must be that); images: the image rows of rows
@@ -389,7 +393,7 @@ def generate(
     prompt_start = cache.length
     logits = prefill(
         model, cache, prompt, start, images=images, cancel=cancel, timer=timer,
-        small_rows=small_rows,
+        small_rows=small_rows, max_chunk=max_chunk,
     )  # fmt: skip
     prefill_ms = (time.perf_counter() - t0) * 1e3 - encoder_ms
     if logits is None:  # cancelled between prefill chunks

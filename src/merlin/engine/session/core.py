@@ -374,12 +374,13 @@ class Session:
                 reuse, inputs = self._start(p)
             except EncodeCancelled:  # Stop while an image was encoded: nothing computed
                 reuse = self.cache.length
-                inner = iter([Finished("cancelled", cached_tokens=reuse)])
+                inner = _just(Finished("cancelled", cached_tokens=reuse))
             else:
                 inner = generate(
                     self.model, p, options, cache=self.cache, start=reuse, images=inputs,
                     max_context=self.budget, cancel=cancel, drafter=self.drafter,
                     small_rows=self.settings.small_prefill_rows,
+                    max_chunk=self.settings.warm_chunk if cancel is not None else None,
                 )  # fmt: skip
             for event in inner:
                 if isinstance(event, PrefillDone):
@@ -523,3 +524,8 @@ class Session:
         result.tokens = len(rows.tokens)
         result.ms = (time.perf_counter() - t0) * 1e3
         return result
+
+
+def _just(event) -> Iterator:
+    """A one-event stream (closable like generate()'s)."""
+    yield event

@@ -31,6 +31,11 @@ class ImageEmbedding:
     deepstack: np.ndarray  # [levels, n, D] added after decoder layers 0, 1, ...
 
 
+def _salt(vision, max_px) -> str:
+    """What besides the pixels keys an embedding: the budget and the vision weights format."""
+    return f"{vision.weights_format}/{max_px}"
+
+
 class ImageBank:
     """Images of one session with one model. The budget of a new image: its own (a
     vision.budget.BudgetedImage), else image_tokens, else the legacy max_pixels, else the
@@ -113,7 +118,7 @@ class ImageBank:
 
         vision = self.model.vision
         im = SessionImage(
-            image_hash(prepared, vision.weights_format),
+            image_hash(prepared, _salt(vision, max_px)),
             tuple(int(v) for v in prepared.grid_thw),
             int(prepared.merge_size),
             str(source),
@@ -160,7 +165,7 @@ class ImageBank:
                 "new message, or start a new chat."
             )
         prepared = self.model.vision.prepare(im.source, im.budget)
-        if image_hash(prepared, self.model.vision.weights_format) != im.hash:
+        if image_hash(prepared, _salt(self.model.vision, im.budget)) != im.hash:
             raise InputError(
                 f"the image {im.source} changed on disk since it was attached to this "
                 "conversation. Attach it again in a new message, or start a new chat."
