@@ -666,7 +666,9 @@ def test_store_is_bounded_lru_and_survives_full_disk(demo_model, tmp_path, monke
     s = sessions["a"]
     list(s.ask("Another question?", **dict(GEN, max_new_tokens=2)))
     monkeypatch.setattr(arrayfile, "open", FullDisk, raising=False)
-    with caplog.at_level(logging.WARNING):
+    # (the session loggers' level: another test may have run `merlin-cli chat` in-process,
+    # which quiets them)
+    with caplog.at_level(logging.WARNING, logger="merlin.engine.session"):
         r = store.save(s, "chat-a")
     monkeypatch.undo()
     assert not r.saved and "disk is full" in r.reason and "chat itself is kept" in r.reason
