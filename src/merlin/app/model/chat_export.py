@@ -2,7 +2,7 @@
 
 Qt-free. The JSON format, "merlin-chats" version 1 (docs/chat-format.md describes it):
 
-    {"format": "merlin-chats", "version": 1, "exported": "2026-12-02T10:00:00+00:00",
+    {"format": "merlin-chats", "version": 1, "exported": "<ISO 8601 time, UTC>",
      "app": "Merlin 0.1.0",
      "conversations": [
         {"title": "...", "created": 1764669600.0, "updated": 1764669700.0,

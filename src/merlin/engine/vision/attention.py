@@ -5,13 +5,8 @@ cache (ATTN_CHUNK_ELEMS floats a chunk), the row max, exp, then p [v, 1] whose l
 the softmax denominator, so the division runs on HD columns instead of S. The tasks run on a
 pool of `threads` Python threads with BLAS set to one thread meanwhile: every step of a head
 (both products and the NumPy softmax, which release the GIL) runs on one core, the heads side
-by side. Before (the code until 2026-12-02) the heads ran one after another with a
-multi-threaded BLAS and a single-threaded softmax.
-
-Measured (scratch script, one block of the 2B encoder at 2,048 patches, 16 heads, 2 threads,
-the same process alternating; the shared dev VM at load average 17-25): wall 3.3-8x less,
-CPU time 1.46-1.73 s -> 0.35-0.50 s (the multi-threaded BLAS spent most of its time waiting
-on small products: 64-wide inner or outer size). Outputs equal to 1e-5.
+by side: a multi-threaded BLAS spends most of its time waiting on these small products
+(64-wide inner or outer size). Figures: docs/vision.md ("Attention threaded by head").
 
 Results do not depend on the thread count: each (head, span) is computed by the same calls
 whatever thread runs it.
