@@ -137,7 +137,7 @@ def test_missing_image_of_an_old_message(qtbot, make_window, data_dir, tmp_path)
 
 def test_svg_attachment_is_converted(qtbot, data_dir, tmp_path):  # noqa: F811
     from merlin.app.widgets.attachments import load_attachment
-    from merlin.engine.vision.preprocess import open_image
+    from merlin.engine.vision.image_file import open_image
 
     svg = tmp_path / "logo.svg"
     svg.write_text(

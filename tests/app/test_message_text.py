@@ -3,7 +3,7 @@ interpreted, and never hide what follows them (finished render and streaming ali
 
 import pytest
 
-from merlin.app.widgets.chat_view import MessageText
+from merlin.app.widgets.message_text import MessageText
 
 CASES = [
     ("Reasoning here.</think>\n\nThe answer is Paris.", ["</think>", "The answer is Paris."]),

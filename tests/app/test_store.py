@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from merlin.app.model import store as store_module
+from merlin.app.model import store_sync
 from merlin.app.model.store import DB_NAME, SCHEMA_VERSION, ImageRef, Store, StoreError
 
 
@@ -50,7 +50,7 @@ def test_commits_reach_the_disk_in_the_background(tmp_path, monkeypatch):
     """The syncer syncs the WAL after commits and checkpoints a large one into the database
     file: with every WAL 'large', after sync() the database file alone, without its WAL,
     holds every committed row."""
-    monkeypatch.setattr(store_module, "CHECKPOINT_BYTES", 0)
+    monkeypatch.setattr(store_sync, "CHECKPOINT_BYTES", 0)
     store = Store(tmp_path)
     cid = store.create_conversation("t")
     store.add_message(cid, "user", "sent")

@@ -22,8 +22,8 @@ from merlin.engine.model import load_model
 from merlin.engine.prompt import text_prompt
 from merlin.engine.rope import text_positions
 from merlin.engine.sampling import SamplingParams
-from merlin.engine.vision.encoder import StoredWeight
 from merlin.engine.vision.qweights import q8_linear
+from merlin.engine.vision.stored import StoredWeight
 
 
 def vision_bytes(model) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import CheckpointError
 from .finite import check_tensor
+from .safe_open import open_regular
 
 # The safetensors package allows 100 MB. Real headers are far smaller (Qwen3-VL-8B: ~110 kB
 # over 4 shards), and Python's JSON parser can build ~25 bytes of objects per header byte
@@ -73,7 +74,6 @@ class SafetensorsFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        from .safe_open import open_regular
 
         try:
             if not os.path.lexists(self.path):

@@ -23,7 +23,7 @@ import numpy as np
 from . import arrayfile
 from .errors import InputError
 from .formats import KV_FORMATS
-from .kernels.attention import (
+from .kernels.kv_layout import (
     key_tile_shape,
     key_tiles,
     store_keys,

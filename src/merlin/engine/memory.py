@@ -34,7 +34,7 @@ from pathlib import Path
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config
 from .errors import InputError, MerlinError, ResourceError
-from .kernels.attention import KEY_BLOCK, key_tiles
+from .kernels.kv_layout import KEY_BLOCK, key_tiles
 from .kv_cache import KV_FORMATS
 from .linear import WEIGHT_FORMATS, quantizable
 from .moe import memory as moe_memory
@@ -107,7 +107,7 @@ def vision_weight_bytes(cfg: ModelConfig) -> int:
     stay in the checkpoint file, engine.vision.encoder.StoredWeight), plus the block and
     merger matrices' q8 copies (34 bytes a block of 32: engine/vision/qweights.py, the default
     vision weights format), made at the first image."""
-    from .vision.encoder import expected_vision_tensors, is_stored_matrix
+    from .vision.weights import expected_vision_tensors, is_stored_matrix
 
     if cfg.vision is None:
         return 0
@@ -267,7 +267,7 @@ def estimate_for(
 
 
 def vision_usable(ckpt: Checkpoint, cfg: ModelConfig) -> bool:
-    from .vision.encoder import vision_tensor_problem
+    from .vision.weights import vision_tensor_problem
 
     return cfg.vision is not None and vision_tensor_problem(ckpt, cfg.vision) is None
 

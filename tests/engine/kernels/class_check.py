@@ -107,7 +107,7 @@ for i in range(5):
 batch = np.empty((5, 512), np.float32)
 at.attention(q, kq, ks, v, ks, 70, np.float32(0.1), batch)
 assert np.array_equal(batch, single)
-ref = at.attention_reference(q, kq, ks, v, ks, 70, 0.1)
+ref = reference.attention_reference(q, kq, ks, v, ks, 70, 0.1)
 assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
 results["attention-q8"] = batch
 if not TARGET.x86_ir:  # the f32 cache with NEON-sized tiles (x86's: the in-process tests)
@@ -118,7 +118,7 @@ if not TARGET.x86_ir:  # the f32 cache with NEON-sized tiles (x86's: the in-proc
         at.attention(q[i : i + 1], kf, ones, vf, ones, 70 + i, np.float32(0.1), single[i : i + 1])
     at.attention(q, kf, ones, vf, ones, 70, np.float32(0.1), batch)
     assert np.array_equal(batch, single)
-    ref = at.attention_reference(q, kf, ones, vf, ones, 70, 0.1)
+    ref = reference.attention_reference(q, kf, ones, vf, ones, 70, 0.1)
     assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
 shapes = {
     "qlinear_tile": [qlinear.TILE_ROWS, qlinear.TILE_OUT],

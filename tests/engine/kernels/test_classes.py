@@ -52,29 +52,44 @@ def buildable(name: str) -> bool:
     return NEEDS[name] <= HOST_FEATURES  # the host must run what is built for that CPU
 
 
+def _start(name: str, folder: Path) -> tuple[subprocess.Popen, Path]:
+    env_extra, _, _ = CASES[name]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU", "MERLIN_CPU"))}
+    env.update(env_extra, NUMBA_CACHE_DIR=str(folder / "numba"))
+    out = folder / "out.npz"
+    proc = subprocess.Popen(
+        [sys.executable, str(CHECK), name, str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return proc, out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """class -> (saved outputs, assembly counts, shapes), each class built once."""
-    done = {}
+    """class -> (saved outputs, assembly counts, shapes). Every buildable class is built once,
+    as many at a time as there are CPUs (each build is one cold, single-threaded compile)."""
+    pending = [n for n in CASES if buildable(n)]
+    done: dict = {}
+    failed: dict = {}
+    running: dict = {}
+    workers = max(1, os.cpu_count() or 1)
+    while pending or running:
+        while pending and len(running) < workers:
+            name = pending.pop(0)
+            running[name] = _start(name, tmp_path_factory.mktemp(name))
+        name = next(iter(running))
+        proc, out = running.pop(name)
+        stdout, stderr = proc.communicate(timeout=3600)
+        if proc.returncode != 0 or "class ok" not in stdout:
+            failed[name] = stderr[-3000:]
+            continue
+        lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in stdout.splitlines()}
+        with np.load(out) as f:
+            arrays = dict(f)
+        done[name] = (arrays, json.loads(lines["asm"]), json.loads(lines["shapes"]))
 
     def run(name):
-        if name not in done:
-            folder = tmp_path_factory.mktemp(name)
-            env_extra, _, _ = CASES[name]
-            env = {
-                k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU", "MERLIN_CPU"))
-            }
-            env.update(env_extra, NUMBA_CACHE_DIR=str(folder / "numba"))
-            out = folder / "out.npz"
-            proc = subprocess.run(
-                [sys.executable, str(CHECK), name, str(out)],
-                env=env, capture_output=True, text=True, timeout=3600,
-            )  # fmt: skip
-            assert proc.returncode == 0 and "class ok" in proc.stdout, proc.stderr[-3000:]
-            lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in proc.stdout.splitlines()}
-            with np.load(out) as f:
-                arrays = dict(f)
-            done[name] = (arrays, json.loads(lines["asm"]), json.loads(lines["shapes"]))
+        assert name not in failed, failed[name]
         return done[name]
 
     return run

@@ -7,16 +7,11 @@ import pytest
 from support import REFERENCE_DIRS, load_text_model
 
 from merlin.engine.kernels.activation import silu_mul
-from merlin.engine.kernels.attention import (
-    attention,
-    attention_reference,
-    key_tile_shape,
-    store_keys,
-    store_values,
-    untile_keys,
-)
+from merlin.engine.kernels.attention import attention
+from merlin.engine.kernels.kv_layout import key_tile_shape, store_keys, store_values, untile_keys
 from merlin.engine.kernels.linear import matmul_f32, matmul_f32_reference
 from merlin.engine.kernels.norm import rmsnorm, rmsnorm_reference
+from merlin.engine.kernels.reference import attention_reference
 from merlin.engine.kernels.rope import norm_rope_heads
 from merlin.engine.rope import text_positions
 

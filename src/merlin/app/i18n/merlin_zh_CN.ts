@@ -380,16 +380,6 @@
     </message>
     <message>
       <location filename="../../app/widgets/chat_view.py" />
-      <source>Copy code</source>
-      <translation>复制代码</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/chat_view.py" />
-      <source>Copy code block</source>
-      <translation>复制代码块</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/chat_view.py" />
       <source>[image missing]</source>
       <translation>[图片缺失]</translation>
     </message>
@@ -729,6 +719,16 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/get_model_dialog.py" />
       <source>Downloaded to {folder}</source>
       <translation>已下载到 {folder}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/message_text.py" />
+      <source>Copy code</source>
+      <translation>复制代码</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/message_text.py" />
+      <source>Copy code block</source>
+      <translation>复制代码块</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />

@@ -16,7 +16,7 @@ from pathlib import Path
 from merlin.app.model.prompting import Turn
 from merlin.engine.safe_open import is_regular
 
-# file extensions of what engine.vision.preprocess.IMAGE_FORMATS decodes
+# file extensions of what engine.vision.image_file.IMAGE_FORMATS decodes
 ENGINE_SUFFIXES = {"png", "jpg", "jpeg", "jfif", "jpe", "webp", "gif", "bmp", "tif", "tiff"}
 
 

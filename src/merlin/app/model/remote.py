@@ -186,7 +186,7 @@ def image_data_url(path: str, max_pixels: int | None = None) -> str:
     """An image file -> a data: URL, scaled down to max_pixels (aspect kept)."""
     from PIL import Image
 
-    from merlin.engine.vision.preprocess import open_image, to_rgb
+    from merlin.engine.vision.image_file import open_image, to_rgb
 
     budget = max_pixels or DEFAULT_MAX_PIXELS
     image = to_rgb(open_image(path), path)

@@ -1,7 +1,7 @@
 """Conversations in SQLite: versioned schema, WAL, every change its own committed transaction.
 
 Qt-free. Durability: WAL mode. A commit is visible at once and survives a crash of the app; a
-background thread (`_Syncer`) then makes it survive a power cut too, by syncing the WAL file
+background thread (`Syncer`) then makes it survive a power cut too, by syncing the WAL file
 (what `synchronous=FULL` does inside the commit), normally within milliseconds. The caller's
 thread (the GUI thread) does not wait for the disk at each commit: with `synchronous=FULL` it
 did, and an fsync took up to 150-215 ms on a busy disk, which froze the window while an answer
@@ -20,26 +20,34 @@ store keeps working once there is space again (tests/robustness/test_save_faults
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import logging
 import os
 import sqlite3
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from merlin.app.model import store_schema as schema
+from merlin.app.model.store_errors import (
+    SQLITE_BUSY,
+    SQLITE_CANTOPEN,
+    SQLITE_FULL,
+    SQLITE_LOCKED,
+    SQLITE_PERM,
+    SQLITE_READONLY,
+    StoreError,
+    sqlite_code,
+    why_not_saved,
+)
+from merlin.app.model.store_sync import Syncer
 
 SCHEMA_VERSION = 1
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
-CHECKPOINT_BYTES = 4 << 20  # the background syncer checkpoints a WAL larger than this
-SYNC_RETRY_S = 0.5  # after a failed sync (disk error), try again this much later
 log = logging.getLogger(__name__)
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 
@@ -74,55 +82,6 @@ CREATE INDEX IF NOT EXISTS message_images_by_sha ON message_images(sha256);
 
 # version -> SQL that brings a database from version-1 to version
 _MIGRATIONS = {1: _SCHEMA_V1}
-
-
-class StoreError(Exception):
-    """The chat store cannot be used or could not save; the message is meant for the user.
-    can_start_new: the database file itself is unusable (damaged, foreign, newer, unknown
-    schema), so the app may offer to start a new one beside it (Store.start_new_beside)."""
-
-    def __init__(self, message: str, can_start_new: bool = False):
-        super().__init__(message)
-        self.can_start_new = can_start_new
-
-
-# SQLite result codes (the primary code, the low byte of sqlite_errorcode). They are not
-# errnos: SQLITE_ERROR is 1 like EPERM, SQLITE_BUSY 5 like EIO; never compare them to errno.
-_SQLITE_ERROR, _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 3, 5, 6
-_SQLITE_READONLY, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 8, 11, 13, 14
-_SQLITE_NOTADB = 26
-
-
-def _why_not_saved(folder: Path | None, code: int | None, detail: str, sqlite: bool = False) -> str:
-    """What to tell the user when writing to the store failed (code: an errno for OSError,
-    or with sqlite=True a primary SQLite result code for sqlite3.Error)."""
-    where = str(folder) if folder else "memory"
-    if sqlite:
-        full = code == _SQLITE_FULL
-        read_only = code in (_SQLITE_READONLY, _SQLITE_PERM)
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            return (
-                f"The chat database in {where} is in use by another program (is Merlin open "
-                f"twice?) and stayed locked ({detail}). Close the other program and try again; "
-                "nothing was changed."
-            )
-        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-            return f"The chat database in {where} is damaged ({detail}); nothing was saved."
-    else:
-        full = code in (errno.ENOSPC, errno.EDQUOT)
-        read_only = code in (errno.EROFS, errno.EACCES, errno.EPERM)
-    if full:
-        return (
-            f"The disk is full: nothing more can be saved in {where}. Free some space and try "
-            "again; the chats saved before are intact."
-        )
-    if read_only:
-        return (
-            f"The data folder {where} is read-only ({detail}): nothing can be saved there. Make "
-            "it writable, or start Merlin with MERLIN_DATA_DIR set to another folder; the chats "
-            "saved before are intact."
-        )
-    return f"The chat database in {where} could not be written ({detail})."
 
 
 @dataclass(frozen=True)
@@ -165,7 +124,7 @@ class Store:
             else Path(tempfile.mkdtemp(prefix="merlin-images-"))
         )
         self.interrupted = 0  # answers found half-written when the store opened
-        self._syncer: _Syncer | None = None
+        self._syncer: Syncer | None = None
         try:
             if self.folder:
                 self.folder.mkdir(parents=True, exist_ok=True)
@@ -188,21 +147,21 @@ class Store:
             self._migrate()
             self.interrupted = self._recover()
             if self.folder:
-                self._syncer = _Syncer(path)
+                self._syncer = Syncer(path)
                 self._syncer.request()  # what opening wrote
         except StoreError:
             self._close_quietly()
             raise
         except sqlite3.OperationalError as e:
             self._close_quietly()
-            code = _sqlite_code(e)
-            if code in (_SQLITE_BUSY, _SQLITE_LOCKED):  # another process holds it: not damage
-                raise StoreError(_why_not_saved(self.folder, code, str(e), sqlite=True)) from None
-            if code not in (_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_PERM, _SQLITE_CANTOPEN):
+            code = sqlite_code(e)
+            if code in (SQLITE_BUSY, SQLITE_LOCKED):  # another process holds it: not damage
+                raise StoreError(why_not_saved(self.folder, code, str(e), sqlite=True)) from None
+            if code not in (SQLITE_FULL, SQLITE_READONLY, SQLITE_PERM, SQLITE_CANTOPEN):
                 raise self._open_error(e) from None
-            if code == _SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
-                code = _SQLITE_READONLY
-            raise StoreError(_why_not_saved(self.folder, code, str(e), sqlite=True)) from None
+            if code == SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
+                code = SQLITE_READONLY
+            raise StoreError(why_not_saved(self.folder, code, str(e), sqlite=True)) from None
         except sqlite3.DatabaseError as e:
             self._close_quietly()
             raise self._open_error(e) from None
@@ -275,7 +234,7 @@ class Store:
                 raise
         except sqlite3.Error as e:
             raise StoreError(
-                _why_not_saved(self.folder, _sqlite_code(e), str(e), sqlite=True)
+                why_not_saved(self.folder, sqlite_code(e), str(e), sqlite=True)
             ) from None
 
     def _recover(self) -> int:
@@ -485,7 +444,7 @@ class Store:
                     os.unlink(tmp)
             if not isinstance(e, OSError):
                 raise
-            why = _why_not_saved(self.image_dir, e.errno, e.strerror or str(e))
+            why = why_not_saved(self.image_dir, e.errno, e.strerror or str(e))
             raise StoreError(f"The image {name} was not saved. {why}") from None
         return ref
 
@@ -502,83 +461,3 @@ class Store:
                     path.unlink()
                     removed += 1
         return removed
-
-
-def _sqlite_code(e: sqlite3.Error) -> int | None:
-    code = getattr(e, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
-class _Syncer:
-    """Makes commits durable off the committing thread: after each request() it fsyncs the
-    WAL file, which is what `synchronous=FULL` does inside each commit (the frames of every
-    committed transaction are then on disk; SQLite replays them after a power cut). When
-    the WAL has grown past CHECKPOINT_BYTES it also checkpoints it into the database file
-    (on its own connection: sync the WAL, copy, sync the database). Checkpoints stay rare on
-    purpose: the first commit after one restarts the WAL, and SQLite syncs the new WAL header
-    in the committing thread. The sqlite3 module and os.fsync let go of the GIL while they
-    wait for the disk."""
-
-    def __init__(self, path: str):
-        self._path = path
-        self._cond = threading.Condition()
-        self._requested = 0  # commits so far
-        self._synced = 0  # commits known to be on disk
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name="merlin-store-sync", daemon=True)
-        self._thread.start()
-
-    def request(self) -> None:
-        with self._cond:
-            self._requested += 1
-            self._cond.notify_all()
-
-    def wait(self, timeout: float | None) -> bool:
-        with self._cond:
-            target = self._requested
-            self._cond.wait_for(
-                lambda: self._synced >= target or not self._thread.is_alive(), timeout
-            )
-            return self._synced >= target
-
-    def close(self, timeout: float = 10.0) -> None:
-        self.wait(timeout)
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        db: sqlite3.Connection | None = None  # for checkpoints only
-        fd: int | None = None  # the WAL file
-        try:
-            while True:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._requested > self._synced or self._closing)
-                    if self._requested <= self._synced:
-                        return  # closing, nothing left
-                    target = self._requested
-                try:
-                    if fd is None:
-                        fd = os.open(self._path + "-wal", os.O_RDONLY)
-                    os.fsync(fd)
-                    if os.fstat(fd).st_size > CHECKPOINT_BYTES:
-                        if db is None:
-                            db = sqlite3.connect(self._path, isolation_level=None, timeout=5.0)
-                        db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except (OSError, sqlite3.Error) as e:
-                    if self._closing:
-                        return  # the store's own connection checkpoints when it closes
-                    log.warning("chat store: syncing to disk failed (%s); trying again", e)
-                    time.sleep(SYNC_RETRY_S)
-                    continue
-                with self._cond:
-                    self._synced = target
-                    self._cond.notify_all()
-        finally:
-            if fd is not None:
-                os.close(fd)
-            if db is not None:
-                db.close()
-            with self._cond:
-                self._cond.notify_all()  # waiters see the thread gone

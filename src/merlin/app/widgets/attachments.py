@@ -15,7 +15,7 @@ from merlin.app.model.paths import data_dir
 
 THUMB = 64
 MAX_FILE_BYTES = 64 << 20
-# Qt format names of what engine.vision.preprocess.IMAGE_FORMATS decodes
+# Qt format names of what engine.vision.image_file.IMAGE_FORMATS decodes
 ENGINE_FORMATS = {"png", "jpeg", "jpg", "webp", "gif", "bmp", "tif", "tiff"}
 MAX_PIXELS = 180_000_000  # Pillow's decompression-bomb limit, which the engine applies too
 IMAGE_SUFFIXES = {

@@ -9,225 +9,31 @@ follows new text only while the user is at the bottom.
 
 from __future__ import annotations
 
-import math
-
-from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
-    QDesktopServices,
     QGuiApplication,
     QPainter,
     QPalette,
     QPixmap,
-    QTextBlockFormat,
-    QTextCharFormat,
-    QTextCursor,
-    QTextDocument,
 )
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
     QScrollArea,
-    QSizePolicy,
-    QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from merlin.app.i18n import tr
-from merlin.app.model import markdown
-from merlin.app.widgets import highlight, theme
+from merlin.app.widgets import theme
 from merlin.app.widgets.icons import icon
+from merlin.app.widgets.message_text import MessageText
 
-COPY_SCHEME = "merlin-copy"
 MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
 THUMB_HEIGHT = 120
-
-
-# Model text is text: raw HTML in an answer (`</think>`, "use the <b> tag") is shown as written,
-# never interpreted (Qt's importer passes HTML through by default and hides what follows a tag).
-MARKDOWN_FEATURES = QTextDocument.MarkdownFeatures(
-    QTextDocument.MarkdownDialectGitHub | QTextDocument.MarkdownNoHTML
-)
-
-
-class MessageText(QTextBrowser):
-    """Rendered markdown of one message; as tall as its text (the chat view scrolls)."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setFrameShape(QFrame.NoFrame)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
-        self.setOpenLinks(False)
-        self.setAcceptDrops(False)
-        self.setTextInteractionFlags(
-            Qt.TextSelectableByMouse | Qt.TextSelectableByKeyboard | Qt.LinksAccessibleByMouse
-        )
-        self.viewport().setAutoFillBackground(False)
-        pal = self.palette()  # transparent through the palette: a style sheet would stop the
-        pal.setColor(QPalette.Base, Qt.transparent)  # app font (demo mode) reaching the text
-        self.setPalette(pal)
-        self.document().setDocumentMargin(2)
-        self.document().setUndoRedoEnabled(False)  # read-only; streaming must not pile up undo
-        self.code_texts: list[str] = []
-        self.anchorClicked.connect(self.on_anchor_clicked)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit)
-        # streaming state: source offset rendered as finished blocks, and where the tail starts
-        self._stable_src = 0
-        self._tail_pos = 0
-
-    # ---- rendering -----------------------------------------------------------------------
-
-    def render_markdown(self, src: str, finished: bool = True) -> None:
-        """Render the whole text (a finished message, or the final render of an answer)."""
-        self.document().setMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
-        groups = highlight.decorate(self.document())
-        self.code_texts = []
-        if finished:
-            self._add_copy_links(groups)
-        self._stable_src = len(src)
-        self._tail_pos = self._end()
-        self._fit()
-
-    def mark_drafted(self, src: str, spans: list) -> int:
-        """Tint the text of `src[start:end]` for each (start, end) span: what a speculative
-        verify step emitted with accepted drafts. Source offsets are found again in the
-        rendered document in order (markdown changes positions); a piece markdown rewrote is
-        left plain. Returns the pieces tinted."""
-        doc = self.document()
-        fmt = QTextCharFormat()
-        fmt.setBackground(theme.drafted_background())
-        pos, marked = 0, 0
-        for start, end in spans:
-            for piece in src[start:end].split("\n"):
-                piece = piece.strip()
-                if not piece:
-                    continue
-                found = doc.find(piece, pos, QTextDocument.FindCaseSensitively)
-                if found.isNull():
-                    continue
-                found.mergeCharFormat(fmt)
-                pos = found.selectionEnd()
-                marked += 1
-        return marked
-
-    def render_plain(self, text: str) -> None:
-        """User messages are shown as typed (no markdown surprises), still selectable."""
-        self.document().setPlainText(text)
-        self._fit()
-
-    def stream(self, src: str) -> None:
-        """Show a growing answer: finished blocks once, the tail again each call."""
-        doc = self.document()
-        cursor = QTextCursor(doc)
-        stable = markdown.stable_length(src)
-        cursor.beginEditBlock()
-        # drop the old tail
-        cursor.setPosition(self._tail_pos)
-        cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
-        cursor.removeSelectedText()
-        if stable > self._stable_src:
-            start = self._insert(cursor, src[self._stable_src : stable])
-            cursor.endEditBlock()
-            highlight.decorate(doc, start)
-            cursor.beginEditBlock()
-            self._stable_src = stable
-            self._tail_pos = self._end()
-        tail = src[self._stable_src :]
-        if tail.strip():
-            cursor.setPosition(self._tail_pos)
-            self._insert(cursor, tail)
-        cursor.endEditBlock()
-
-    def _insert(self, cursor: QTextCursor, src: str) -> int:
-        """Insert markdown at the end as new blocks; returns where it starts."""
-        cursor.movePosition(QTextCursor.End)
-        if self._end() > 0:
-            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        start = cursor.position()
-        cursor.insertMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
-        return start
-
-    def _end(self) -> int:
-        return max(0, self.document().characterCount() - 1)
-
-    def _add_copy_links(self, groups: list[tuple[int, int]]) -> None:
-        doc = self.document()
-        self.code_texts = []
-        texts = []
-        for first_pos, last_pos in groups:
-            first, last = doc.findBlock(first_pos), doc.findBlock(last_pos)
-            c = QTextCursor(doc)
-            c.setPosition(first.position())
-            c.setPosition(last.position() + last.length() - 1, QTextCursor.KeepAnchor)
-            texts.append(c.selectedText().replace("\u2029", "\n"))
-        self.code_texts = texts
-        for index in range(len(groups) - 1, -1, -1):
-            last = doc.findBlock(groups[index][1])
-            c = QTextCursor(last)
-            c.movePosition(QTextCursor.EndOfBlock)
-            fmt = QTextBlockFormat()
-            fmt.setAlignment(Qt.AlignRight)
-            fmt.setBottomMargin(6)
-            c.insertBlock(fmt, QTextCharFormat())
-            c.insertHtml(f'<a href="{COPY_SCHEME}:{index}">{tr("Copy code")}</a>')
-
-    # ---- sizing --------------------------------------------------------------------------
-
-    def _fit(self, *_):
-        doc = self.document()
-        doc.setTextWidth(self.viewport().width())
-        margins = self.contentsMargins()
-        h = math.ceil(doc.size().height()) + margins.top() + margins.bottom() + 2
-        if self.height() != h:
-            self.setFixedHeight(h)
-
-    def resizeEvent(self, event):  # noqa: N802 (Qt name)
-        super().resizeEvent(event)
-        self._fit()
-
-    def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(400, self.height())
-
-    def wheelEvent(self, event):  # noqa: N802 - the chat view scrolls, not this widget
-        event.ignore()
-
-    # ---- copying -------------------------------------------------------------------------
-
-    def on_anchor_clicked(self, url: QUrl) -> None:
-        if url.scheme() == COPY_SCHEME:
-            index = int(url.path() or -1)
-            if 0 <= index < len(self.code_texts):
-                QGuiApplication.clipboard().setText(self.code_texts[index])
-        elif url.scheme() in ("http", "https", "mailto"):
-            QDesktopServices.openUrl(url)
-
-    def code_block_at(self, pos) -> str | None:
-        block = self.cursorForPosition(pos).block()
-        if not highlight.is_code_block(block):
-            return None
-        first = last = block
-        while first.previous().isValid() and highlight.is_code_block(first.previous()):
-            first = first.previous()
-        while last.next().isValid() and highlight.is_code_block(last.next()):
-            last = last.next()
-        c = QTextCursor(self.document())
-        c.setPosition(first.position())
-        c.setPosition(last.position() + last.length() - 1, QTextCursor.KeepAnchor)
-        return c.selectedText().replace("\u2029", "\n")
-
-    def contextMenuEvent(self, event):  # noqa: N802
-        menu = self.createStandardContextMenu(event.pos())
-        code = self.code_block_at(event.pos())
-        if code is not None:
-            menu.addSeparator()
-            action = menu.addAction(tr("Copy code block"))
-            action.triggered.connect(lambda: QGuiApplication.clipboard().setText(code))
-        menu.exec(event.globalPos())
 
 
 class MessageWidget(QFrame):

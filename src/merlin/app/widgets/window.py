@@ -1,6 +1,9 @@
 """The main window: conversation list | chat (banners, messages, composer) | performance panel.
 
-Wiring only: the conversation flow lives in app.controller, each part in its own module.
+Wiring only: the conversation flow lives in app.model.conversation (bound by app.controller),
+each part in its own module. About 600 lines on purpose: it is the one place where the parts
+meet (the menus, shortcuts, banners, model bar, splitter and panel toggles that connect
+them), so that no part module has to know another.
 """
 
 from __future__ import annotations

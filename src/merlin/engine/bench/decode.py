@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ..kernels.attention import key_tiles
+from ..kernels.kv_layout import key_tiles
 from ..model import load_model
 from ..profile import StepTimer
 from ..rope import text_positions

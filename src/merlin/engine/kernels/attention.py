@@ -28,14 +28,7 @@ depend on their order, so verify rows again equal decode rows bit for bit. (Conv
 int8 value to float instead cost a conversion and a sign extension per 16 values on top of
 the fmas: docs/kernels.md.) The pair dots come from dots.dot2, per CPU class.
 
-Key layout. A score tile reads, for each of the head_dim dimensions, 64 consecutive keys. With
-K transposed as one [head_dim, capacity] matrix those were 128 streams at a stride of the
-capacity, more than the prefetchers follow. Tiled, a score tile reads one contiguous 8 KB
-(int8) block and a head's keys are one sequential stream: f32 [kv_head, capacity / 64,
-head_dim, 64]; int8 [kv_head, capacity / 64, head_dim / 2, 128], the two dimensions of a pair
-side by side for each key. V stays [kv_head, capacity, head_dim]; the value tiles interleave
-two keys' rows in registers. Saved caches keep the logical [head_dim, tokens] layout
-(untile_keys / tile_keys_into).
+Key layout: K is stored in tiles of 64 keys, V row-major (engine/kernels/kv_layout.py).
 
 An f32 cache passes all-ones scales; multiplying by 1.0 is exact.
 """
@@ -50,6 +43,7 @@ from . import FASTMATH
 from .actquant import INV_LEVEL16
 from .dots import dot2
 from .irtools import prefetch, stack_f32, stack_i32
+from .kv_layout import KEY_BLOCK, KEY_PAIRS
 from .mathfn import fast_exp
 from .target import TARGET
 
@@ -57,7 +51,6 @@ GROUP = TARGET.group  # int32 lanes of one integer dot vector (as in qgroup)
 _X86 = TARGET.x86_ir
 
 AFASTMATH = FASTMATH - {"reassoc"}
-KEY_BLOCK = 64  # keys per stored K tile
 # Register tiles of 16 accumulator registers: queries x keys for scores, queries x dimensions
 # for values: 4 x 64 on x86, 2 x 32 on NEON (a 4 x 64 tile spilled there: docs/kernels.md).
 SCORE_QUERIES, SCORE_KEYS = (4, 64) if _X86 else (2, 32)
@@ -65,7 +58,6 @@ VALUE_QUERIES, DIM_BLOCK = (4, 64) if _X86 else (2, 32)
 SCORE_FLOATS = SCORE_QUERIES * SCORE_KEYS
 MAX_LANES = 16  # running maxima in softmax
 FLUSH_PAIRS = 128  # key pairs an int32 value accumulator takes before it moves to float
-KEY_PAIRS = 2  # int8 K tiles hold each key's dimensions in pairs (below)
 VALUE_FLOATS = VALUE_QUERIES * DIM_BLOCK
 WIDE_BLOCK = 2 * DIM_BLOCK  # dimensions a tile of up to VALUE_QUERIES // 2 queries takes
 CACHE_LINE = 64
@@ -506,128 +498,3 @@ def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
             h = h0 + m % group
             for d in range(head_dim):
                 out[n, h * head_dim + d] = out_rows[m, d]
-
-
-def attention_reference(q, k_tiles, k_scale, v, v_scale, start, scale):
-    """Naive float64 twin of attention() (with its int16 queries and weights for an int8
-    cache)."""
-    n_rows, n_heads, head_dim = q.shape
-    group = n_heads // k_tiles.shape[0]
-    k_t = untile_keys(k_tiles, v.shape[1])
-    kf = k_t.transpose(0, 2, 1).astype(np.float64) * k_scale[..., None]
-    if k_tiles.dtype == np.int8:  # the kernel's int16 queries
-        step = np.abs(q).max(axis=2, keepdims=True) * INV_LEVEL16
-        inv = np.divide(np.float32(1.0), step, out=np.zeros_like(step), where=step != 0)
-        q = np.rint(q * inv).astype(np.float64) * step
-    vf = v.astype(np.float64) * v_scale[..., None]
-    out = np.zeros((n_rows, n_heads * head_dim))
-    for n in range(n_rows):
-        for h in range(n_heads):
-            keys = kf[h // group, : start + n + 1]
-            s = keys @ q[n, h].astype(np.float64) * scale
-            p = np.exp(s - s.max())
-            p /= p.sum()
-            if v.dtype == np.int8:  # the kernel's int16 weights: softmax x the row scale
-                w = p * v_scale[h // group, : start + n + 1]
-                step = w.max() / 32767
-                w = np.rint(w / step) * step if step > 0 else w
-                rows = v[h // group, : start + n + 1].astype(np.float64)
-                out[n, h * head_dim : (h + 1) * head_dim] = w @ rows
-            else:
-                out[n, h * head_dim : (h + 1) * head_dim] = p @ vf[h // group, : start + n + 1]
-    return out.astype(np.float32)
-
-
-def key_tiles(capacity: int) -> int:
-    """Stored K tiles for a capacity of that many tokens."""
-    return -(-capacity // KEY_BLOCK)
-
-
-def key_tile_shape(n_kv: int, capacity: int, head_dim: int, dtype) -> tuple:
-    """The K array of one layer: f32 [NKV, tiles, HD, 64]; int8 [NKV, tiles, HD / 2, 128],
-    byte 2u + c of row p holding dimension 2p + c of key u (the pairs one vpdpwssd lane sums)."""
-    if np.dtype(dtype) == np.int8:
-        if head_dim % KEY_PAIRS:
-            raise ValueError(f"an int8 KV cache needs an even head_dim, not {head_dim}")
-        return (n_kv, key_tiles(capacity), head_dim // KEY_PAIRS, KEY_PAIRS * KEY_BLOCK)
-    return (n_kv, key_tiles(capacity), head_dim, KEY_BLOCK)
-
-
-def _logical_tiles(k_tiles: np.ndarray) -> np.ndarray:
-    """[..., tiles, HD, 64] (a view for f32, a copy for int8 pair tiles)."""
-    if k_tiles.dtype != np.int8:
-        return k_tiles
-    *lead, pairs, row = k_tiles.shape
-    split = k_tiles.reshape(*lead, pairs, KEY_BLOCK, KEY_PAIRS)
-    return np.swapaxes(split, -1, -2).reshape(*lead, pairs * KEY_PAIRS, KEY_BLOCK)
-
-
-def untile_keys(k_tiles: np.ndarray, n: int) -> np.ndarray:
-    """Keys 0..n-1 of the stored tiles (key_tile_shape) in the logical layout [..., HD, n]
-    (a copy)."""
-    t = key_tiles(n)
-    flat = np.swapaxes(_logical_tiles(k_tiles[..., :t, :, :]), -3, -2)  # [..., HD, t, 64]
-    return flat.reshape(*flat.shape[:-2], t * KEY_BLOCK)[..., :n]
-
-
-def tile_keys_into(k_tiles: np.ndarray, keys: np.ndarray) -> None:
-    """Store logical keys [..., HD, n] as keys 0..n-1 of the tiles (key_tile_shape); the rest
-    of the last tile is zeroed."""
-    n = keys.shape[-1]
-    t = key_tiles(n)
-    padded = np.zeros((*keys.shape[:-1], t * KEY_BLOCK), keys.dtype)
-    padded[..., :n] = keys
-    tiles = np.swapaxes(padded.reshape(*keys.shape[:-1], t, KEY_BLOCK), -3, -2)  # [.., t, HD, 64]
-    if k_tiles.dtype == np.int8:
-        *lead, hd, _ = tiles.shape
-        split = tiles.reshape(*lead, hd // KEY_PAIRS, KEY_PAIRS, KEY_BLOCK)
-        tiles = np.swapaxes(split, -1, -2).reshape(*lead, hd // KEY_PAIRS, KEY_PAIRS * KEY_BLOCK)
-    k_tiles[..., :t, :, :] = tiles
-
-
-@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
-def _row_factor(x, n, g, scales, pos, quantized):
-    """What row (n, g) of x is multiplied by before it is stored: 1 for an f32 cache; for an
-    int8 one, 1 / its symmetric scale max|x| / 127, which goes to scales[g, pos]."""
-    if not quantized:
-        return np.float32(1.0)
-    amax = np.float32(0.0)
-    for d in range(x.shape[2]):
-        amax = max(amax, abs(x[n, g, d]))
-    sc = amax / np.float32(127.0)
-    scales[g, pos] = sc
-    return np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
-
-
-@njit(nogil=True, cache=True, fastmath=FASTMATH)
-def store_keys(x, k_tiles, scales, start):
-    """x: [N, NKV, HD] f32 -> keys start..start+N-1 of every head, in the tiles of
-    key_tile_shape. An int8 cache gets one symmetric scale per (token, head) row in
-    scales[g, t]; an f32 one gets the values (its scales stay ones)."""
-    quantized = k_tiles.itemsize == 1
-    for n in range(x.shape[0]):
-        t = start + n
-        tile, u = t // KEY_BLOCK, t % KEY_BLOCK
-        for g in range(x.shape[1]):
-            f = _row_factor(x, n, g, scales, t, quantized)
-            for d in range(x.shape[2]):
-                value = x[n, g, d] * f
-                if quantized:
-                    p, c = d // KEY_PAIRS, d % KEY_PAIRS
-                    k_tiles[g, tile, p, KEY_PAIRS * u + c] = np.rint(value)
-                else:
-                    k_tiles[g, tile, d, u] = value
-
-
-@njit(nogil=True, cache=True, fastmath=FASTMATH)
-def store_values(x, v, scales, start):
-    """x: [N, NKV, HD] f32 -> rows start..start+N-1 of v [NKV, capacity, HD], scales as
-    store_keys."""
-    quantized = v.itemsize == 1
-    for n in range(x.shape[0]):
-        t = start + n
-        for g in range(x.shape[1]):
-            f = _row_factor(x, n, g, scales, t, quantized)
-            for d in range(x.shape[2]):
-                value = x[n, g, d] * f
-                v[g, t, d] = np.rint(value) if quantized else value

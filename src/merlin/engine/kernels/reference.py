@@ -1,4 +1,5 @@
-"""Naive NumPy twins of the quantized kernels, for tests: dequantize, float64 products.
+"""Naive NumPy twins of the quantized kernels and of attention, for tests: dequantize,
+float64 products.
 
 The small-N twins quantize the activations as the kernels do (actquant.py), so a kernel and
 its twin differ only by float rounding (~1e-6 relative), never by the activation error.
@@ -8,6 +9,7 @@ import numpy as np
 
 from .actquant import INV_LEVEL8, INV_LEVEL16
 from .irtools import BLOCK
+from .kv_layout import untile_keys
 
 
 def scales_ref(scales):
@@ -73,3 +75,33 @@ def matmul_q8a8g_reference(x, qs, scales):
 
 
 matmul_q8g_reference = matmul_q8_small_reference
+
+
+def attention_reference(q, k_tiles, k_scale, v, v_scale, start, scale):
+    """Naive float64 twin of attention() (with its int16 queries and weights for an int8
+    cache)."""
+    n_rows, n_heads, head_dim = q.shape
+    group = n_heads // k_tiles.shape[0]
+    k_t = untile_keys(k_tiles, v.shape[1])
+    kf = k_t.transpose(0, 2, 1).astype(np.float64) * k_scale[..., None]
+    if k_tiles.dtype == np.int8:  # the kernel's int16 queries
+        step = np.abs(q).max(axis=2, keepdims=True) * INV_LEVEL16
+        inv = np.divide(np.float32(1.0), step, out=np.zeros_like(step), where=step != 0)
+        q = np.rint(q * inv).astype(np.float64) * step
+    vf = v.astype(np.float64) * v_scale[..., None]
+    out = np.zeros((n_rows, n_heads * head_dim))
+    for n in range(n_rows):
+        for h in range(n_heads):
+            keys = kf[h // group, : start + n + 1]
+            s = keys @ q[n, h].astype(np.float64) * scale
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            if v.dtype == np.int8:  # the kernel's int16 weights: softmax x the row scale
+                w = p * v_scale[h // group, : start + n + 1]
+                step = w.max() / 32767
+                w = np.rint(w / step) * step if step > 0 else w
+                rows = v[h // group, : start + n + 1].astype(np.float64)
+                out[n, h * head_dim : (h + 1) * head_dim] = w @ rows
+            else:
+                out[n, h * head_dim : (h + 1) * head_dim] = p @ vf[h // group, : start + n + 1]
+    return out.astype(np.float32)

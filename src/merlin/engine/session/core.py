@@ -21,6 +21,11 @@ turns to leave out), persistence.py (the file format), store.py (the folder of s
 The app stays declarative: `session.respond(messages)` with the whole conversation as it
 stores it (ending with the question); edits and regenerations need no special calls, the
 common prefix is found either way, and answers the session remembers keep their ids.
+
+One class of ~500 lines on purpose: asking, editing, regenerating, warming, saving and
+restoring all read and change the same four things (the KV cache, the ids and positions it
+holds, their image spans, the remembered answers); every separable job is already its own
+file.
 """
 
 from __future__ import annotations

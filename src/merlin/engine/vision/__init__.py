@@ -6,17 +6,18 @@ with expanded image pads, 3D positions, the rope delta and image spans; `engine.
 (generate, or image_inputs) runs the encoder and places its outputs at the pads.
 """
 
-from .encoder import VisionEncoder, VisionOutput, expected_vision_tensors, load_vision_weights
+from .encoder import VisionEncoder, VisionOutput
+from .image_file import open_image
 from .model import ImageInputs, VisionModel, load_vision
 from .preprocess import (
     PreparedImage,
     PreprocessConfig,
     load_preprocess_config,
-    open_image,
     prepare_image,
     prepare_pil,
     smart_resize,
 )
+from .weights import expected_vision_tensors, load_vision_weights
 
 __all__ = [
     "ImageInputs",

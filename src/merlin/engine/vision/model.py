@@ -17,8 +17,9 @@ from ..config import ModelConfig
 from ..errors import CheckpointError, InputError
 from . import cost, qweights
 from .embed_cache import EmbeddingCache
-from .encoder import VisionEncoder, VisionOutput, load_vision_weights, vision_tensor_problem
+from .encoder import VisionEncoder, VisionOutput
 from .preprocess import PreparedImage, PreprocessConfig, load_preprocess_config, prepare_image
+from .weights import load_vision_weights, vision_tensor_problem
 
 
 @dataclass
