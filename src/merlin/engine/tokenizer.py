@@ -44,6 +44,8 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_JINJA_FILE = "chat_template.jinja"
 CHAT_TEMPLATE_JSON_FILE = "chat_template.json"
+MEMO_TEXT_CHARS = 4096  # plain texts up to this long are memoized (Tokenizer._encode_plain)
+MEMO_ENTRIES = 8192  # at most this many (a few MB)
 
 # The tokenizer_config.json entries transformers exposes to templates (its special_tokens_map).
 _TEMPLATE_TOKEN_KEYS = (
@@ -145,6 +147,7 @@ class Tokenizer:
         # plain: same model with no added tokens, so text never becomes a control token.
         self._full = full
         self._plain = plain
+        self._memo: dict[str, tuple[int, ...]] = {}  # text -> ids (_encode_plain)
         self._special = dict(special_tokens)  # content -> id, every added token
         self._special_ids = frozenset(self._special.values())
         self._vocab_size = vocab_size
@@ -377,6 +380,21 @@ class Tokenizer:
         return self._encode_plain(clean_text(text))
 
     def _encode_plain(self, text: str) -> list[int]:
+        """BPE ids of plain text. Short texts are memoized: a chat's prompt is re-encoded every
+        turn, stretch by stretch, and all but the newest stretches were seen before."""
+        memo = self._memo
+        if len(text) <= MEMO_TEXT_CHARS:
+            hit = memo.get(text)
+            if hit is not None:
+                return list(hit)
+        ids = self._encode_uncached(text)
+        if len(text) <= MEMO_TEXT_CHARS:
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()  # bounded; the next turn refills what it uses
+            memo[text] = tuple(ids)
+        return ids
+
+    def _encode_uncached(self, text: str) -> list[int]:
         try:
             return self._plain.encode(text, add_special_tokens=False).ids
         except BaseException as e:  # the Rust side: a tokenizer.json that loads, cannot encode

@@ -53,7 +53,7 @@ class SessionImage:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Message:
     """One turn. images (user turns only): file paths, PIL images, PreparedImage or
     SessionImage; the session turns them into SessionImage. ids (assistant turns only): the
@@ -116,7 +116,7 @@ def common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
     """How many messages a and b share from the start (same role, text and images)."""
     n = 0
     for x, y in zip(a, b):
-        if x.key() != y.key():
+        if x is not y and x.key() != y.key():
             break
         n += 1
     return n

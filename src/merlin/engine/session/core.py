@@ -185,7 +185,11 @@ class Session:
     def _normalize(self, messages: Sequence[Message]) -> list[Message]:
         out = []
         decode = self.model.tokenizer.decode
+        known = self._messages
         for i, m in enumerate(messages):
+            if i < len(known) and m is known[i]:  # normalized when it was added: as it is
+                out.append(m)
+                continue
             if isinstance(m, dict):
                 m = Message(m.get("role"), m.get("text", ""), list(m.get("images", [])))
             if m.role not in ("user", "assistant"):
