@@ -1036,6 +1036,61 @@ Merlin 在这台电脑上回答。</translation>
       <translation>服务器上有 {n} 个模型。</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Serve to other apps</source>
+      <translation>提供给其他应用</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Only this computer (127.0.0.1)</source>
+      <translation>仅本机 (127.0.0.1)</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Other devices on the network (needs an API key)</source>
+      <translation>网络中的其他设备（需要 API 密钥）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>(generated when needed)</source>
+      <translation>（需要时自动生成）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Other programs (Open WebUI, editors, scripts) can then use the loaded model through the OpenAI API at the address shown. Their requests take turns with your own questions.</source>
+      <translation>其他程序（Open WebUI、编辑器、脚本）随后可以通过所示地址的 OpenAI API 使用已加载的模型。它们的请求与你自己的提问轮流进行。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Port</source>
+      <translation>端口</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Serve</source>
+      <translation>开始提供</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Load a model first; then it can be served.</source>
+      <translation>请先加载模型，然后才能提供服务。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source> Clients send the API key {key}.</source>
+      <translation> 客户端需发送 API 密钥 {key}。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Serving the model to other apps at {url}.</source>
+      <translation>正在 {url} 向其他应用提供模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Not serving: {why}</source>
+      <translation>未提供服务：{why}</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/startup_problems.py" />
       <source>Chats will not be saved: {why}</source>
       <translation>对话将不会被保存：{why}</translation>
@@ -1219,6 +1274,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>Copy chat as Markdown</source>
       <translation>以 Markdown 复制对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Serve to other apps (OpenAI API)…</source>
+      <translation>提供给其他应用（OpenAI API）…</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
