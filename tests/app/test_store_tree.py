@@ -229,3 +229,31 @@ def test_a_damaged_tree_hides_no_message(tmp_path, damage):
     store.select_version(q)
     assert [r.id for r in store.messages(a)] == [q]
     store.close()
+
+
+def test_export_writes_the_selected_path_and_import_makes_a_linear_chat(tmp_path):
+    from merlin.app.model import chat_export
+
+    store = Store(tmp_path / "a")
+    cid = store.create_conversation("branched")
+    q = store.add_message(cid, "user", "q")
+    a1 = store.add_message(cid, "assistant", "first answer")
+    store.add_message(cid, "user", "follow-up")
+    store.add_message(cid, "assistant", "second answer", parent_id=q)
+    store.select_version(a1)
+    doc = chat_export.export_json(store, [cid])
+    texts = [m["text"] for m in doc["conversations"][0]["messages"]]
+    assert texts == ["q", "first answer", "follow-up"]
+    md = chat_export.conversation_markdown(store, cid)
+    assert "follow-up" in md and "second answer" not in md
+    other = Store(tmp_path / "b")
+    (new,) = chat_export.import_conversations(other, chat_export.parse_document(doc))
+    path = other.messages(new)
+    assert [r.text for r in path] == texts
+    assert [r.parent_id for r in path] == [None, path[0].id, path[1].id]
+    assert all(r.versions == 1 for r in path) and other.message_count(new) == 3
+    # the imported chat branches like any other
+    other.add_message(new, "assistant", "again", parent_id=path[0].id)
+    assert [r.text for r in other.messages(new)] == ["q", "again"]
+    store.close()
+    other.close()

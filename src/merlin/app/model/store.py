@@ -15,6 +15,11 @@ that uses them.
 Failures to write (a full disk, a read-only data folder) raise StoreError with a message for the
 user; the failed transaction is rolled back, so what was saved before stays as it was and the
 store keeps working once there is space again (tests/robustness/test_save_faults.py).
+
+Chats are trees of message versions since schema 2 (store_tree.py walks them; messages()
+returns the path shown). A little over 500 lines: Store is the one class that writes the
+database, every method one committed transaction; the layout, the tree walk, errors and
+syncing are in their own modules already.
 """
 
 from __future__ import annotations
