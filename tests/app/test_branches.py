@@ -123,3 +123,31 @@ def test_the_switch_follows_a_language_change(qtbot, make_window):
     qtbot.waitUntil(lambda: switch.prev_button.toolTip() == "上一个版本", timeout=5000)
     assert switch.next_button.toolTip() == "下一个版本"
     assert switch.label.toolTip() == "第 2 个版本，共 2 个"
+
+
+def test_a_schema_1_history_made_by_the_old_code_opens_and_branches(qtbot, make_window, data_dir):
+    import shutil
+    import sqlite3
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "chats_v1"
+    shutil.copytree(fixture, data_dir)
+    db = sqlite3.connect(data_dir / "chats.sqlite3")
+    old = db.execute(
+        "SELECT id, role, text FROM messages WHERE conversation_id = 1 ORDER BY id"
+    ).fetchall()
+    db.close()
+    w = make_window()
+    assert w.store.schema_version >= 2
+    titles = [c.title for c in w.store.conversations()]
+    assert sorted(titles) == sorted(["Boats on the lake", "红色的圆", "Left streaming"])
+    w.controller.open_conversation(1)
+    shown = [(m.message_id, m.role, m.text) for m in w.chat.messages()]
+    assert shown == [tuple(r) for r in old]
+    assert w.chat.messages()[0].image_paths  # the v1 image is still there
+    qtbot.mouseClick(w.chat.messages()[-1].regenerate_button, Qt.LeftButton)
+    wait_idle(qtbot, w)
+    assert w.chat.messages()[-1].versions.text == "2/2"
+    qtbot.mouseClick(w.chat.messages()[-1].versions.prev_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: w.chat.messages()[-1].message_id == old[-1][0], timeout=5000)
+    assert [(m.message_id, m.role, m.text) for m in w.chat.messages()] == shown
