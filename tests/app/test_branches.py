@@ -151,3 +151,33 @@ def test_a_schema_1_history_made_by_the_old_code_opens_and_branches(qtbot, make_
     qtbot.mouseClick(w.chat.messages()[-1].versions.prev_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: w.chat.messages()[-1].message_id == old[-1][0], timeout=5000)
     assert [(m.message_id, m.role, m.text) for m in w.chat.messages()] == shown
+
+
+def test_a_saved_session_of_another_branch_gives_the_shared_prefix_and_a_right_answer(
+    qtbot, make_window, data_dir
+):
+    """The session saved on disk holds the newest answer's branch; the chat is reopened on an
+    older version: the next turn reuses only what the two branches share, and answers as a
+    recompute from scratch does."""
+    from test_sessions import recomputed_last_answer, reopen, wait_saved
+
+    w = make_window(**GREEDY)
+    send(qtbot, w, "Describe a lake in the mountains. " * 4)
+    first = rows(w)[-1]
+    saved = wait_saved(qtbot, w)
+    w.settings.use_model_sampling, w.settings.temperature = True, 1.0  # another answer
+    qtbot.mouseClick(w.chat.messages()[-1].regenerate_button, Qt.LeftButton)
+    wait_idle(qtbot, w)
+    saved = wait_saved(qtbot, w, saved)  # the file now holds version 2
+    w.settings.use_model_sampling, w.settings.temperature = False, 0.0
+    qtbot.mouseClick(w.chat.messages()[-1].versions.prev_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: w.chat.messages()[-1].message_id == first.id, timeout=5000)
+    cid = w.controller.current_id
+    assert reopen(qtbot, w, cid).restored
+    send(qtbot, w, "Which animals live there?")
+    answer = rows(w)[-1]
+    assert [r.id for r in rows(w)][:2] == [rows(w)[0].id, first.id]
+    assert answer.stats["reused_tokens"] >= first.stats["prompt_tokens"]
+    assert 0 < answer.stats["prompt_tokens"]
+    wait_saved(qtbot, w, saved)
+    assert recomputed_last_answer(qtbot, w, cid, data_dir) == answer.text
