@@ -187,6 +187,7 @@ class ChatController(QObject):
         composer.sig_edit_cancelled.connect(m.cancel_edit)
         chat.sig_edit_requested.connect(self.begin_edit)
         chat.sig_regenerate_requested.connect(m.regenerate)
+        chat.sig_version_requested.connect(m.switch_version)  # model/branching.py
 
     def set_store(self, store: Store) -> None:
         """Use another chat store from now on (a new history started beside a broken one)."""

@@ -39,6 +39,11 @@
       <translation>已停止</translation>
     </message>
     <message>
+      <location filename="../../app/model/branching.py" />
+      <source>The chat store failed: {why}</source>
+      <translation>聊天存储出错：{why}</translation>
+    </message>
+    <message>
       <location filename="../../app/model/conversation.py" />
       <source>Loading was cancelled; the previous model stays.</source>
       <translation>已取消加载；继续使用之前的模型。</translation>
@@ -50,16 +55,6 @@
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
-      <source>Replace messages?</source>
-      <translation>替换消息？</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
-      <source>Sending the edited message replaces it and the {n} message(s) after it. Continue?</source>
-      <translation>发送编辑后的消息将替换它及其后的 {n} 条消息。继续吗？</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
       <source>Your message could not be saved ({why}); it is still in the box below.</source>
       <translation>无法保存你的消息（{why}）；它仍在下方的输入框中。</translation>
     </message>
@@ -67,11 +62,6 @@
       <location filename="../../app/model/conversation.py" />
       <source>Your message is saved and will be answered when the model is ready.</source>
       <translation>你的消息已保存，模型就绪后将会回答。</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
-      <source>The chat store failed: {why}</source>
-      <translation>聊天存储出错：{why}</translation>
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
@@ -1109,6 +1099,21 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/startup_problems.py" />
       <source>A new chat history was started. The old file was kept unchanged as {name}.</source>
       <translation>已开始新的对话记录。旧文件原样保留为 {name}。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/version_switch.py" />
+      <source>Previous version</source>
+      <translation>上一个版本</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/version_switch.py" />
+      <source>Next version</source>
+      <translation>下一个版本</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/version_switch.py" />
+      <source>Version {n} of {count}</source>
+      <translation>第 {n} 个版本，共 {count} 个</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
