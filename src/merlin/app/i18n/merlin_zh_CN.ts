@@ -4,6 +4,36 @@
   <context>
     <name>Merlin</name>
     <message>
+      <location filename="../../app/context_meter.py" />
+      <source>{n} / {budget} tokens</source>
+      <translation>{n} / {budget} 个令牌</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>If you send now, the model sees {n} tokens: the conversation in context and your message. The context budget is {budget} tokens (Settings); {reserve} of them are kept free for the answer.</source>
+      <translation>现在发送，模型将看到 {n} 个令牌：上下文中的对话和您的消息。上下文预算为 {budget} 个令牌（见设置），其中 {reserve} 个留给回答。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>The attached pictures take {n} tokens.</source>
+      <translation>附加的图片占 {n} 个令牌。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>{n} older message(s) are left out to make room; they stay in the chat.</source>
+      <translation>为腾出空间，{n} 条较早的消息未发送给模型；它们仍保留在聊天中。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>Nearly full: older messages will soon be left out.</source>
+      <translation>即将用满：较早的消息很快将不再发送给模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>This message cannot be sent as it is: {why}</source>
+      <translation>此消息无法按原样发送：{why}</translation>
+    </message>
+    <message>
       <location filename="../../app/image_encoding.py" />
       <source>{n} tokens, about {s} s to read</source>
       <translation>{n} 个令牌，读取约需 {s} 秒</translation>
