@@ -937,8 +937,8 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
-      <source>Process memory</source>
-      <translation>进程内存</translation>
+      <source>Memory (process of RAM)</source>
+      <translation>内存（进程 / 总量）</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
@@ -984,6 +984,16 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/perf_panel.py" />
       <source>Tokens per forward</source>
       <translation>每次前向的词元数</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/perf_panel.py" />
+      <source>{rss} of {ram}</source>
+      <translation>{rss} / 内存 {ram}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/perf_panel.py" />
+      <source>{memory}; KV {kv}</source>
+      <translation>{memory}；KV {kv}</translation>
     </message>
     <message>
       <location filename="../../app/widgets/preset_picker.py" />

@@ -15,7 +15,13 @@ from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from merlin.app.i18n import tr
-from merlin.app.model.perf_stats import HISTORY, PerfStats, format_bytes, process_memory_bytes
+from merlin.app.model.perf_stats import (
+    HISTORY,
+    PerfStats,
+    format_bytes,
+    machine_memory_bytes,
+    process_memory_bytes,
+)
 from merlin.app.widgets import theme
 
 REFRESH_MS = 250  # the panel updates 4 times a second
@@ -234,6 +240,7 @@ class PerfPanel(QFrame):
         self._seen = -1
         self._encoder = ""  # the vision encoder's progress or time (app/image_encoding.py)
         self._memory = 0
+        self._ram: int | None = None  # the machine's RAM (read once)
         self._ticks = 0
         self.timer = QTimer(self, interval=REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
@@ -262,7 +269,8 @@ class PerfPanel(QFrame):
         self._ticks += 1
         if force or self._ticks % 4 == 1:
             self._memory = process_memory_bytes()
-            self.values["memory"].setText(format_bytes(self._memory))
+            self._ram = machine_memory_bytes() if self._ram is None else self._ram
+            self.values["memory"].setText(memory_text(self._memory, self._ram, self.stats.kv_bytes))
         if not force and self.stats.generation == self._seen:
             return
         self._seen = self.stats.generation
@@ -338,7 +346,7 @@ class PerfPanel(QFrame):
             "prefill": tr("Prefill"),
             "context": tr("Context (tokens)"),
             "kv": tr("KV cache memory"),
-            "memory": tr("Process memory"),
+            "memory": tr("Memory (process of RAM)"),
             "split": tr("GEMM / attention / other"),
             "bandwidth": tr("Weights + KV read"),
             "experts": tr("Experts / weights read per forward"),
@@ -360,6 +368,17 @@ class PerfPanel(QFrame):
         if event.type() == QEvent.LanguageChange:
             self.retranslate()
         super().changeEvent(event)
+
+
+def memory_text(rss: int, ram: int | None, kv: int) -> str:
+    """The memory line: "1.2 GB of 16.0 GB; KV 96.0 MB" (the process's resident memory, the
+    machine's RAM, the KV cache's rows)."""
+    text = format_bytes(rss)
+    if ram:
+        text = tr("{rss} of {ram}").format(rss=text, ram=format_bytes(ram))
+    if kv:
+        text = tr("{memory}; KV {kv}").format(memory=text, kv=format_bytes(kv))
+    return text
 
 
 def _num(x) -> str:
