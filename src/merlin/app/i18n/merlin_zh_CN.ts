@@ -139,6 +139,116 @@
       <translation>新对话</translation>
     </message>
     <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Mon</source>
+      <translation>周一</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Tue</source>
+      <translation>周二</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Wed</source>
+      <translation>周三</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Thu</source>
+      <translation>周四</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Fri</source>
+      <translation>周五</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Sat</source>
+      <translation>周六</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Sun</source>
+      <translation>周日</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Jan</source>
+      <translation>1月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Feb</source>
+      <translation>2月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Mar</source>
+      <translation>3月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Apr</source>
+      <translation>4月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>May</source>
+      <translation>5月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Jun</source>
+      <translation>6月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Jul</source>
+      <translation>7月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Aug</source>
+      <translation>8月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Sep</source>
+      <translation>9月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Oct</source>
+      <translation>10月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Nov</source>
+      <translation>11月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Dec</source>
+      <translation>12月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Today {time}</source>
+      <translation>今天 {time}</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Yesterday</source>
+      <translation>昨天</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>{day} {month} {year}</source>
+      <translation>{year}年{month}{day}日</translation>
+    </message>
+    <message>
       <location filename="../../app/model/history.py" />
       <source>Some images of earlier messages can no longer be read ({names}); the model answers without them.</source>
       <translation>之前消息中的部分图片已无法读取（{names}）；模型将在没有这些图片的情况下回答。</translation>
