@@ -130,5 +130,5 @@ def test_the_meter_follows_a_language_switch(qtbot, make_window):
     counted(qtbot, w)
     _switch(w, language="zh_CN")
     r = counted(qtbot, w)
-    assert "令牌" in w.composer.meter.text() and f"{r.tokens:,}" in w.composer.meter.text()
+    assert "词元" in w.composer.meter.text() and f"{r.tokens:,}" in w.composer.meter.text()
     _switch(w, language="en")

@@ -23,7 +23,7 @@ def test_memory_line_shows_process_ram_and_kv(qtbot, make_window):
     w = make_window()
     send(qtbot, w, "hello there")
     w.panel.refresh(force=True)
-    text = w.panel.values["memory"].text()
+    text = w.panel.values["memory"].text().replace("\u00a0", " ")
     m = LINE.match(text)
     assert m, text
     rss, ram, kv = _bytes(*m.group(1, 2)), _bytes(*m.group(3, 4)), _bytes(*m.group(5, 6))
@@ -38,9 +38,14 @@ def test_memory_line_shows_process_ram_and_kv(qtbot, make_window):
 
 
 def test_memory_text_forms():
-    assert memory_text(1288490189, 16 * 2**30, 96 * 2**20) == "1.2 GB of 16.0 GB; KV 96.0 MB"
-    assert memory_text(300 * 2**20, None, 0) == "300.0 MB"  # nothing known of RAM, no cache
-    assert memory_text(300 * 2**20, 8 * 2**30, 0) == "300.0 MB of 8.0 GB"
+    def text(*args):
+        out = memory_text(*args)
+        assert "KV " not in out and not any(f" {u}" in out for u in UNITS)  # never split there
+        return out.replace("\u00a0", " ")
+
+    assert text(1288490189, 16 * 2**30, 96 * 2**20) == "1.2 GB of 16.0 GB; KV 96.0 MB"
+    assert text(300 * 2**20, None, 0) == "300.0 MB"  # nothing known of RAM, no cache
+    assert text(300 * 2**20, 8 * 2**30, 0) == "300.0 MB of 8.0 GB"
 
 
 def test_total_memory_is_the_machines():

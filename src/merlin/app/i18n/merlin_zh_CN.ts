@@ -6,17 +6,17 @@
     <message>
       <location filename="../../app/context_meter.py" />
       <source>{n} / {budget} tokens</source>
-      <translation>{n} / {budget} 个令牌</translation>
+      <translation>{n} / {budget} 个词元</translation>
     </message>
     <message>
       <location filename="../../app/context_meter.py" />
       <source>If you send now, the model sees {n} tokens: the conversation in context and your message. The context budget is {budget} tokens (Settings); {reserve} of them are kept free for the answer.</source>
-      <translation>现在发送，模型将看到 {n} 个令牌：上下文中的对话和您的消息。上下文预算为 {budget} 个令牌（见设置），其中 {reserve} 个留给回答。</translation>
+      <translation>现在发送，模型将看到 {n} 个词元：上下文中的对话和您的消息。上下文预算为 {budget} 个词元（见设置），其中 {reserve} 个留给回答。</translation>
     </message>
     <message>
       <location filename="../../app/context_meter.py" />
       <source>The attached pictures take {n} tokens.</source>
-      <translation>附加的图片占 {n} 个令牌。</translation>
+      <translation>附加的图片占 {n} 个词元。</translation>
     </message>
     <message>
       <location filename="../../app/context_meter.py" />
@@ -1047,8 +1047,8 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
-      <source>Memory (process of RAM)</source>
-      <translation>内存（进程 / 总量）</translation>
+      <source>Memory</source>
+      <translation>内存</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
@@ -1098,7 +1098,7 @@ Merlin 在这台电脑上回答。</translation>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
       <source>{rss} of {ram}</source>
-      <translation>{rss} / 内存 {ram}</translation>
+      <translation>{rss} / {ram}</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />

@@ -285,6 +285,8 @@ class PerfPanel(QFrame):
             pre = tr("{ms} · computed {n} / reused {r} tok").format(
                 ms=_ms(s.prefill_ms), n=s.prefill_tokens, r=s.reused_tokens
             )
+            # a narrow panel wraps at the dot, never between a number and its word
+            pre = pre.replace(" ", "\u00a0").replace("\u00a0·\u00a0", " · ")
         else:
             pre = "–"
         self.values["prefill"].setText(pre)
@@ -298,6 +300,9 @@ class PerfPanel(QFrame):
         self.values["experts"].setText(
             f"{s.experts_read} · {format_bytes(s.weight_bytes)}" if s.experts_read else "–"
         )
+        # a mixture-of-experts figure: a dense model's row would only ever say "–"
+        self.names["experts"].setVisible(bool(s.experts_read))
+        self.values["experts"].setVisible(bool(s.experts_read))
         spec = s.spec
         mode = s.spec_mode or "–"
         if s.spec_k and s.spec_mode and s.spec_mode != "off":
@@ -323,7 +328,7 @@ class PerfPanel(QFrame):
     def set_demo_mode(self, on: bool) -> None:
         """Demo mode (large text on a 720p screen): the chart keeps a readable height; the
         rows close up and the repaint footer (a figure for developers) is hidden."""
-        self.chart.setMinimumHeight(170 if on else 120)
+        self.chart.setMinimumHeight(160 if on else 120)
         self.grid.setVerticalSpacing(0 if on else 3)
         self.footer.setVisible(not on)
 
@@ -346,7 +351,7 @@ class PerfPanel(QFrame):
             "prefill": tr("Prefill"),
             "context": tr("Context (tokens)"),
             "kv": tr("KV cache memory"),
-            "memory": tr("Memory (process of RAM)"),
+            "memory": tr("Memory"),
             "split": tr("GEMM / attention / other"),
             "bandwidth": tr("Weights + KV read"),
             "experts": tr("Experts / weights read per forward"),
@@ -372,12 +377,17 @@ class PerfPanel(QFrame):
 
 def memory_text(rss: int, ram: int | None, kv: int) -> str:
     """The memory line: "1.2 GB of 16.0 GB; KV 96.0 MB" (the process's resident memory, the
-    machine's RAM, the KV cache's rows)."""
-    text = format_bytes(rss)
+    machine's RAM, the KV cache's rows). Each figure keeps its unit on its line (no-break
+    spaces), so a narrow panel wraps between the parts, never inside one."""
+
+    def nb(n: int) -> str:
+        return format_bytes(n).replace(" ", "\u00a0")
+
+    text = nb(rss)
     if ram:
-        text = tr("{rss} of {ram}").format(rss=text, ram=format_bytes(ram))
+        text = tr("{rss} of {ram}").format(rss=text, ram=nb(ram))
     if kv:
-        text = tr("{memory}; KV {kv}").format(memory=text, kv=format_bytes(kv))
+        text = tr("{memory}; KV {kv}").format(memory=text, kv=nb(kv)).replace("KV ", "KV\u00a0")
     return text
 
 
