@@ -16,11 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
 from merlin.engine.demo_scenes import save_showcase
 
-
-def _switch(w, language):
-    new = type(w.settings)(**vars(w.settings))
-    new.language = language
-    w.apply_settings(new)
+DRAFT = {"en": "And what shape is green?", "zh_CN": "绿色的是什么形状？"}
 
 
 @pytest.mark.parametrize("language", ["en", "zh_CN"])
@@ -32,7 +28,7 @@ def test_nothing_clips_or_overlaps(qtbot, make_window, tmp_path, language, size,
     w.set_demo_mode(demo)
     w.composer.add_paths([str(save_showcase(tmp_path / "shapes.png"))])
     send(qtbot, w, "What colour is the circle?")
-    w.composer.set_text("And the square?")
+    w.composer.set_text(DRAFT[language])
     meter = w.controller.meter
     qtbot.waitUntil(lambda: meter.last is not None and meter.last.serial == meter.serial
                     and not meter.timer.isActive(), timeout=30_000)  # fmt: skip
@@ -43,6 +39,8 @@ def test_nothing_clips_or_overlaps(qtbot, make_window, tmp_path, language, size,
     assert (w.width(), w.height()) == size  # the window fits the screen
     assert w.panel.minimumSizeHint().height() <= w.panel.height()
     assert problems(w) == []
+    edit = w.composer.edit  # one line of text, in its language's font: no scroll bar
+    assert not edit.verticalScrollBar().isVisible(), edit.height()
     w.set_demo_mode(False)
 
 
