@@ -132,3 +132,31 @@ def test_the_meter_follows_a_language_switch(qtbot, make_window):
     r = counted(qtbot, w)
     assert "词元" in w.composer.meter.text() and f"{r.tokens:,}" in w.composer.meter.text()
     _switch(w, language="en")
+
+
+def test_an_edit_counts_the_conversation_up_to_the_edited_message(qtbot, make_window):
+    w = make_window()
+    for text in ("The first question about the circle?", "A second question?"):
+        w.composer.set_text(text)
+        send_now(qtbot, w)
+    whole = counted(qtbot, w)
+    first = w.store.messages(w.controller.current_id)[0]
+    w.controller.begin_edit(first.id)
+    w.controller.ask = lambda title, text: True  # yes, replace the messages after it
+    w.composer.set_text("An edited first question?")
+    edited = counted(qtbot, w)
+    assert edited.tokens < whole.tokens  # the later turns are not part of it
+    assert send_now(qtbot, w) == edited.tokens
+
+
+def test_a_picture_larger_than_the_context_is_red_with_the_reason(qtbot, make_window, tmp_path):
+    w = make_window()
+    _switch(w, context_budget=64)
+    w.composer.set_text("What is this?")
+    w.composer.add_paths([png(tmp_path / "big.png", 1280, 960)])
+    r = counted(qtbot, w)
+    assert not r.fits and r.level == "red" and r.problem
+    # the picture's budget shrinks to what the context holds; with the text it still cannot fit
+    assert w.composer.meter.text() in (f"{r.tokens} / 64 tokens", "? / 64 tokens")
+    assert r.tokens == 0 or r.tokens + r.reserve > 64
+    assert r.problem in w.composer.meter.toolTip()

@@ -66,3 +66,10 @@ def test_old_turns_left_out_and_a_question_that_cannot_fit(demo_model):
     huge = s.count([Message("user", long * 20)])
     assert not huge.fits and huge.tokens + huge.reserve > huge.budget
     assert "context budget" in huge.problem
+
+
+def test_an_unusable_image_is_reported_not_raised(demo_model, tmp_path):
+    s = Session(demo_model)
+    c = s.count([Message("user", "What is it?", [str(tmp_path / "gone.png")])])
+    assert not c.fits and c.tokens == 0 and "gone.png" in c.problem
+    assert s.messages == [] and s.cached_tokens == 0
