@@ -54,3 +54,27 @@ def test_total_memory_is_the_machines():
     with open("/proc/meminfo") as f:
         mem_total = int(next(x for x in f if x.startswith("MemTotal:")).split()[1]) * 1024
     assert total <= mem_total
+
+
+def test_the_kv_figure_follows_the_chat_shown(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "hello there")
+    meter = w.controller.meter
+
+    def counted():
+        qtbot.waitUntil(lambda: not meter.timer.isActive(), timeout=5000)
+        qtbot.waitUntil(lambda: meter.last is not None and meter.last.serial == meter.serial,
+                        timeout=30_000)  # fmt: skip
+        w.panel.refresh(force=True)
+        return meter.last
+
+    r = counted()
+    held = r.kv_bytes
+    assert held > 0 and w.stats.kv_bytes == held  # what the engine session holds
+    chat = w.controller.current_id
+    w.controller.new_conversation()
+    assert counted().kv_bytes == 0 and w.stats.kv_bytes == 0
+    assert "KV" not in w.panel.values["memory"].text() and w.panel.values["kv"].text() == "–"
+    w.controller.open_conversation(chat)  # its saved session is restored
+    assert counted().kv_bytes == held and w.stats.kv_bytes == held
+    assert "KV" in w.panel.values["memory"].text()

@@ -44,6 +44,7 @@ class ContextMeter(QObject):
         self.serial = 0
         self.requests = 0  # CountJobs sent (tests: typing fast sends few)
         self.last: CountReport | None = None
+        self.kv_bytes = lambda n: None  # the engine session's KV bytes (the panel's stats)
         self.timer = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
         self.timer.timeout.connect(self.send)
         composer.edit.textChanged.connect(self.schedule)
@@ -89,6 +90,8 @@ class ContextMeter(QObject):
             return  # a newer draft is being counted
         self.last = report
         self.show(report if report.available else None)
+        if report.available:
+            self.kv_bytes(report.kv_bytes)
 
     # ---- showing -------------------------------------------------------------------------
 

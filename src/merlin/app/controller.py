@@ -171,6 +171,7 @@ class ChatController(QObject):
         m.stopped = self.images.stop_sent
         # the composer's context meter, counted on the engine thread (app/context_meter.py)
         self.meter = ContextMeter(composer, m, self)
+        self.meter.kv_bytes = stats.session_kv
         self.meter.sig_count.connect(self.worker.count)
         self.worker.sig_count.connect(self.meter.on_report)
         self.sig_busy_changed.connect(self.meter.schedule)

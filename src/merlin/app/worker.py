@@ -362,7 +362,8 @@ class EngineWorker(QObject):
             self.sig_count.emit(CountReport(job.serial, False))
             return
         self.sig_count.emit(CountReport(job.serial, True, c.tokens, c.image_tokens, c.budget,
-                                        c.reserve, c.dropped, c.fits, c.problem))  # fmt: skip
+                                        c.reserve, c.dropped, c.fits, c.problem,
+                                        s.cache_bytes))  # fmt: skip
 
     # ---- generation ----------------------------------------------------------------------
 

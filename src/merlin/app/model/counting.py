@@ -36,6 +36,7 @@ class CountReport:
     dropped: int = 0
     fits: bool = True
     problem: str = ""
+    kv_bytes: int = 0  # the KV cache rows the engine session holds now (the panel's KV)
 
     @property
     def level(self) -> str:

@@ -112,6 +112,13 @@ class PerfStats:
             self.decode_tokens_per_s = (self.tokens - 1) / (now - self.first_token_at)
         self._touch()
 
+    def session_kv(self, kv_bytes: int) -> None:
+        """The KV cache bytes of the engine session now (a chat opened or restored, between
+        answers; the context meter's count reports it)."""
+        if kv_bytes != self.kv_bytes:
+            self.kv_bytes = int(kv_bytes)
+            self._touch()
+
     def finished(self, reason: str, tps: float | None = None) -> None:
         """The answer ended; tps: the engine's decode rate (engine.generate.Finished)."""
         self.running = False
