@@ -44,6 +44,18 @@ def test_nothing_clips_or_overlaps(qtbot, make_window, tmp_path, language, size,
     w.set_demo_mode(False)
 
 
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_the_narrowest_panel_wraps_and_never_clips(qtbot, make_window, language):
+    w = make_window(language=language)
+    send(qtbot, w, "What colour is the circle?")
+    total = sum(w.splitter.sizes())
+    w.splitter.setSizes([0, total, 0])  # every side at its minimum width
+    w.panel.refresh(force=True)
+    qtbot.wait(100)
+    assert w.panel.width() == w.panel.minimumWidth()
+    assert problems(w) == []
+
+
 def test_the_checker_sees_clipped_text_and_overlaps(qtbot):
     root = QWidget()
     qtbot.addWidget(root)

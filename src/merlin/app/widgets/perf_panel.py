@@ -206,7 +206,7 @@ class PerfPanel(QFrame):
         self.model_label = QLabel()
         self.model_label.setWordWrap(True)
         self.model_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        self.setMinimumWidth(220)
+        self.setMinimumWidth(260)  # its values in two lines at most, also in Chinese
         layout.addWidget(self.model_label)
         self.chart = StackedChart(stats)
         layout.addWidget(self.chart, 3)
@@ -232,6 +232,7 @@ class PerfPanel(QFrame):
         layout.addLayout(grid)
         self.grid = grid
         self.footer = QLabel()
+        self.footer.setWordWrap(True)  # a narrow panel wraps it, never clips it
         self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         pal = self.footer.palette()
         pal.setColor(QPalette.WindowText, theme.muted_text())
@@ -286,7 +287,11 @@ class PerfPanel(QFrame):
                 ms=_ms(s.prefill_ms), n=s.prefill_tokens, r=s.reused_tokens
             )
             # a narrow panel wraps at the dot, never between a number and its word
-            pre = pre.replace(" ", "\u00a0").replace("\u00a0·\u00a0", " · ")
+            pre = (
+                pre.replace(" ", "\u00a0")
+                .replace("\u00a0·\u00a0", " · ")
+                .replace("\u00a0/\u00a0", " / ")
+            )
         else:
             pre = "–"
         self.values["prefill"].setText(pre)
