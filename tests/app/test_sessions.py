@@ -69,7 +69,7 @@ def test_follow_up_regenerate_and_edit_reuse_the_cached_prefix(qtbot, make_windo
     assert w.stats.reused_tokens == second["reused_tokens"]
     assert w.stats.prefill_tokens == second["prompt_tokens"]
     w.panel.refresh(force=True)
-    shown = w.panel.values["prefill"].text()
+    shown = w.panel.values["prefill"].text().replace("\u00a0", " ")  # no-break spaces
     assert f"reused {second['reused_tokens']}" in shown
     assert f"computed {second['prompt_tokens']}" in shown
     # regenerate: the whole question is cached, only its last row is fed again

@@ -15,6 +15,7 @@ import logging
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from merlin.app.context_meter import ContextMeter
 from merlin.app.image_encoding import ImageEncoding
 from merlin.app.model.conversation import ConversationModel
 from merlin.app.model.conversation import title as _conversation_title
@@ -75,6 +76,7 @@ class _EngineSignals:
 
     def prepare(self, job) -> None:
         self.c._sig_prepare.emit(job)
+        self.c.meter.schedule()  # another chat shown: count its context
 
     def forget(self, conversation_id) -> None:
         self.c._sig_forget.emit(conversation_id)
@@ -177,6 +179,13 @@ class ChatController(QObject):
         self._sig_serve.connect(self.serving.start)
         self._sig_serve_stop.connect(self.serving.stop)
         self.serving.sig_status.connect(self.sig_serving)
+        # the composer's context meter, counted on the engine thread (app/context_meter.py)
+        self.meter = ContextMeter(composer, m, self)
+        self.meter.kv_bytes = stats.session_kv
+        self.meter.sig_count.connect(self.worker.count)
+        self.worker.sig_count.connect(self.meter.on_report)
+        self.sig_busy_changed.connect(self.meter.schedule)
+        self.sig_model_ready.connect(self.meter.schedule)
         self.thread.start()
 
         self.flush_timer = QTimer(self, interval=FLUSH_MS)

@@ -72,6 +72,7 @@ class EngineWorker(QObject):
     sig_job_done(int): job id; the worker is free again.
     sig_session(object): a SessionReport (a saved session was restored or not, saved or not).
     sig_image(object): an ImageStatus (an image encoded on attach, or during an answer).
+    sig_count(object): a CountReport (the context meter: app/model/counting.py).
     """
 
     sig_load_progress = Signal(float, str)
@@ -83,6 +84,7 @@ class EngineWorker(QObject):
     sig_job_done = Signal(int)
     sig_session = Signal(object)
     sig_image = Signal(object)
+    sig_count = Signal(object)
 
     def __init__(
         self, sessions_folder: Path | str | None = None, cap_bytes: int = DEFAULT_STORE_CAP
@@ -359,6 +361,30 @@ class EngineWorker(QObject):
         except Exception as e:  # an engine bug: say so on the image, keep the app alive
             traceback.print_exc()
             self.sig_image.emit(ImageStatus(job.key, "error", message=f"{type(e).__name__}: {e}"))
+
+    # ---- the context meter ----------------------------------------------------------------
+
+    @Slot(object)
+    def count(self, box) -> None:
+        """Count the latest CountJob in `box` (a LatestBox; None: already counted)."""
+        from merlin.app.model.counting import CountReport
+
+        job = box.take()
+        if job is None:
+            return
+        if self._model is None or self._remote is not None:
+            self.sig_count.emit(CountReport(job.serial, False))
+            return
+        try:
+            s = self._session_for(job.conversation_id, job.turns[:-1], job.options)
+            c = s.count(session_messages(job.turns), answer_options(self._model, job.options))
+        except Exception as e:  # a count never breaks the app; the meter says it is unknown
+            log.info("the context meter could not count: %s", e)
+            self.sig_count.emit(CountReport(job.serial, False))
+            return
+        self.sig_count.emit(CountReport(job.serial, True, c.tokens, c.image_tokens, c.budget,
+                                        c.reserve, c.dropped, c.fits, c.problem,
+                                        s.cache_bytes))  # fmt: skip
 
     # ---- generation ----------------------------------------------------------------------
 

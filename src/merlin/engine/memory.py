@@ -296,14 +296,7 @@ def estimate_memory(
 
 
 def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return _meminfo("MemAvailable")
 
 
 def _cgroup_available() -> int | None:
@@ -317,6 +310,51 @@ def _cgroup_available() -> int | None:
         return max(0, int(limit) - current)
     except (OSError, ValueError):
         return None
+
+
+def _meminfo(field: str) -> int | None:
+    """A /proc/meminfo field in bytes (e.g. "MemTotal"), or None where there is none."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def total_memory() -> int | None:
+    """Bytes of RAM this process may use in all: the machine's (MemTotal, else sysconf),
+    lowered by a cgroup v2 limit (containers); None when the system does not say."""
+    found = [_meminfo("MemTotal")]
+    if found[0] is None:
+        try:
+            found = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+        except (AttributeError, OSError, ValueError):
+            found = []
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit))
+    except (OSError, ValueError):
+        pass
+    found = [n for n in found if n]
+    return min(found) if found else None
+
+
+def resident_memory() -> int:
+    """Resident memory (RSS) of this process in bytes (Linux: /proc/self/statm; elsewhere
+    the peak from getrusage, the closest the system says)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
 
 
 def available_memory() -> int | None:

@@ -4,6 +4,36 @@
   <context>
     <name>Merlin</name>
     <message>
+      <location filename="../../app/context_meter.py" />
+      <source>{n} / {budget} tokens</source>
+      <translation>{n} / {budget} 个词元</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>If you send now, the model sees {n} tokens: the conversation in context and your message. The context budget is {budget} tokens (Settings); {reserve} of them are kept free for the answer.</source>
+      <translation>现在发送，模型将看到 {n} 个词元：上下文中的对话和您的消息。上下文预算为 {budget} 个词元（见设置），其中 {reserve} 个留给回答。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>The attached pictures take {n} tokens.</source>
+      <translation>附加的图片占 {n} 个词元。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>{n} older message(s) are left out to make room; they stay in the chat.</source>
+      <translation>为腾出空间，{n} 条较早的消息未发送给模型；它们仍保留在聊天中。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>Nearly full: older messages will soon be left out.</source>
+      <translation>即将用满：较早的消息很快将不再发送给模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/context_meter.py" />
+      <source>This message cannot be sent as it is: {why}</source>
+      <translation>此消息无法按原样发送：{why}</translation>
+    </message>
+    <message>
       <location filename="../../app/image_encoding.py" />
       <source>{n} tokens, about {s} s to read</source>
       <translation>{n} 个令牌，读取约需 {s} 秒</translation>
@@ -97,6 +127,116 @@
       <location filename="../../app/model/conversation.py" />
       <source>New chat</source>
       <translation>新对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Mon</source>
+      <translation>周一</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Tue</source>
+      <translation>周二</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Wed</source>
+      <translation>周三</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Thu</source>
+      <translation>周四</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Fri</source>
+      <translation>周五</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Sat</source>
+      <translation>周六</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Sun</source>
+      <translation>周日</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Jan</source>
+      <translation>1月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Feb</source>
+      <translation>2月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Mar</source>
+      <translation>3月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Apr</source>
+      <translation>4月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>May</source>
+      <translation>5月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Jun</source>
+      <translation>6月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Jul</source>
+      <translation>7月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Aug</source>
+      <translation>8月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Sep</source>
+      <translation>9月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Oct</source>
+      <translation>10月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Nov</source>
+      <translation>11月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Dec</source>
+      <translation>12月</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Today {time}</source>
+      <translation>今天 {time}</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>Yesterday</source>
+      <translation>昨天</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/dates.py" />
+      <source>{day} {month} {year}</source>
+      <translation>{year}年{month}{day}日</translation>
     </message>
     <message>
       <location filename="../../app/model/history.py" />
@@ -897,8 +1037,8 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
-      <source>Process memory</source>
-      <translation>进程内存</translation>
+      <source>Memory</source>
+      <translation>内存</translation>
     </message>
     <message>
       <location filename="../../app/widgets/perf_panel.py" />
@@ -944,6 +1084,16 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/perf_panel.py" />
       <source>Tokens per forward</source>
       <translation>每次前向的词元数</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/perf_panel.py" />
+      <source>{rss} of {ram}</source>
+      <translation>{rss} / {ram}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/perf_panel.py" />
+      <source>{memory}; KV {kv}</source>
+      <translation>{memory}；KV {kv}</translation>
     </message>
     <message>
       <location filename="../../app/widgets/preset_picker.py" />

@@ -6,11 +6,10 @@ wall-clock times; the panel reads the fields a few times a second.
 
 from __future__ import annotations
 
-import os
-import resource
-import sys
 from collections import deque
 from dataclasses import dataclass, field
+
+from merlin.engine import memory
 
 HISTORY = 200  # forwards kept for the chart
 CURRENT_WINDOW = 8  # forwards averaged for "current" tokens/s
@@ -113,6 +112,13 @@ class PerfStats:
             self.decode_tokens_per_s = (self.tokens - 1) / (now - self.first_token_at)
         self._touch()
 
+    def session_kv(self, kv_bytes: int) -> None:
+        """The KV cache bytes of the engine session now (a chat opened or restored, between
+        answers; the context meter's count reports it)."""
+        if kv_bytes != self.kv_bytes:
+            self.kv_bytes = int(kv_bytes)
+            self._touch()
+
     def finished(self, reason: str, tps: float | None = None) -> None:
         """The answer ended; tps: the engine's decode rate (engine.generate.Finished)."""
         self.running = False
@@ -143,13 +149,13 @@ class PerfStats:
 
 
 def process_memory_bytes() -> int:
-    """Resident memory of this process (Linux: /proc; elsewhere the peak from getrusage)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
+    """Resident memory of this process (engine.memory.resident_memory)."""
+    return memory.resident_memory()
+
+
+def machine_memory_bytes() -> int | None:
+    """RAM this process may use in all (engine.memory.total_memory), None if unknown."""
+    return memory.total_memory()
 
 
 def format_bytes(n: float) -> str:

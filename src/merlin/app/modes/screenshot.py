@@ -1,5 +1,7 @@
 """`merlin --demo-screenshot PATH`: a scripted exchange with an image on the demo checkpoint,
-offscreen, saved as a 1280x720 PNG of the window with the performance panel shown. On the
+offscreen, saved as a 1280x720 PNG of the window with the performance panel shown. run()
+also takes another size, demo mode (F10) and a draft left in the composer (its context
+meter counted); scripts/screenshots.py makes docs/screenshots/ with them under Xvfb. On the
 built-in demo model the picture is a drawn scene of shapes and the questions are ones it was
 trained to answer (engine.demo_scenes.SHOWCASE); on any other model, a landscape.
 
@@ -30,6 +32,8 @@ def run(
     size: tuple[int, int] = (1280, 720),
     language: str = "en",
     timeout_s: float = 600.0,
+    demo: bool = False,
+    draft: str = "",
 ) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     scratch = Path(tempfile.mkdtemp(prefix="merlin-screenshot-"))
@@ -47,6 +51,8 @@ def run(
     window = MainWindow(model_folder=model or None, settings=settings)
     window.resize(*size)
     window.show()
+    if demo:
+        window.set_demo_mode(True)
     clock = QElapsedTimer()
     clock.start()
 
@@ -82,12 +88,19 @@ def run(
         c.send(follow_up, [])
         if not wait(lambda: not c.busy):
             return 1
+    if draft:  # the composer's context meter counts it on the engine thread
+        window.composer.set_text(draft)
+        meter = c.meter
+        wait(lambda: not meter.timer.isActive())
+        wait(lambda: meter.last is not None and meter.last.serial == meter.serial)
     window.panel.refresh(force=True)
     for _ in range(5):
         app.processEvents()
     out = Path(path).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     ok = window.grab().save(str(out), "PNG")
+    if demo:
+        window.set_demo_mode(False)  # the saved settings of a scratch folder: no matter
     window.close()
     print(f"merlin: screenshot saved to {out}" if ok else f"merlin: could not write {out}")
     return 0 if ok else 1

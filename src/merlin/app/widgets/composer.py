@@ -12,8 +12,10 @@ detail menu (fast / detailed / full, or the settings' default) that changes its 
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QImage, QKeyEvent, QPalette
+from PySide6.QtGui import QFontMetrics, QImage, QKeyEvent, QPalette, QTextLayout
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -95,7 +97,7 @@ class ComposerEdit(QPlainTextEdit):
 
     def _fit(self, *_):
         lines = max(1, min(MAX_LINES, round(self.document().size().height())))
-        line_h = self.fontMetrics().lineSpacing()
+        line_h = _line_height(self.font())
         margins = self.contentsMargins()
         h = lines * line_h + 2 * self.document().documentMargin() + margins.top() + margins.bottom()
         self.setFixedHeight(int(h) + 2)
@@ -104,6 +106,16 @@ class ComposerEdit(QPlainTextEdit):
         super().changeEvent(event)
         if event.type() == QEvent.FontChange:
             self._fit()
+
+
+def _line_height(font) -> int:
+    """A line's height in this font with its fallbacks: Chinese glyphs come from a taller
+    font (Noto Sans CJK) than Latin ones, and one line of them must not need a scroll bar."""
+    layout = QTextLayout("Ag你", font)
+    layout.beginLayout()
+    line = layout.createLine()
+    layout.endLayout()
+    return max(QFontMetrics(font).lineSpacing(), math.ceil(line.height()))
 
 
 DETAIL_NAMES = {"": "default", "fast": "fast", "detailed": "detailed", "full": "full"}
@@ -259,7 +271,12 @@ class Composer(QWidget):
         pal = self.hint.palette()
         pal.setColor(QPalette.WindowText, theme.muted_text())
         self.hint.setPalette(pal)
-        outer.addWidget(self.hint)
+        foot = QHBoxLayout()
+        foot.addWidget(self.hint, 1)
+        self.meter = QLabel()  # the context meter (app/context_meter.py fills it)
+        self.meter.setVisible(False)
+        foot.addWidget(self.meter, 0, Qt.AlignRight)
+        outer.addLayout(foot)
         self._notice_timer = QTimer(self, singleShot=True, interval=12_000)
         self._notice_timer.timeout.connect(lambda: self.notice.setVisible(False))
         self.retranslate()

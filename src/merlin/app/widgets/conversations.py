@@ -1,11 +1,17 @@
-"""The conversation list: search, new, rename (double-click or F2), delete."""
+"""The conversation list: search, new, rename (double-click or F2), delete.
+
+Each row shows the title and, on a second, smaller line, when the chat was last used
+(app/model/dates.py: "Today 14:05", "Yesterday", "Mon", "3 Nov 2026"), painted by
+_ChatDelegate so the item's text stays the title (renaming edits just that). The dates follow
+a language switch and `clock` (time.time; tests set a fixed one).
+"""
 
 from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QEvent, QSize, Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QFontMetrics, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -14,16 +20,67 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMenu,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from merlin.app.i18n import tr
+from merlin.app.model.dates import chat_date, full_date
 from merlin.app.model.store import ConversationRow
+from merlin.app.widgets import theme
 from merlin.app.widgets.icons import icon
 
 ID_ROLE = Qt.UserRole + 1
+TIME_ROLE = Qt.UserRole + 2  # when the chat was last used (seconds since the epoch)
+DATE_ROLE = Qt.UserRole + 3  # that, as the list's second line says it
+DATE_SCALE = 0.85  # the date line's font, relative to the title's
+PAD = 3  # pixels above, between and below the two lines
+
+
+def _date_font(font):
+    return theme.scaled_font(font, DATE_SCALE)
+
+
+class _ChatDelegate(QStyledItemDelegate):
+    """Paints a row as its title, elided, over its date line (muted, smaller)."""
+
+    def paint(self, painter, option, index) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        title, date = opt.text, index.data(DATE_ROLE) or ""
+        opt.text = ""
+        style = opt.widget.style() if opt.widget else None
+        if style is not None:
+            style.drawControl(QStyle.CE_ItemViewItem, opt, painter, opt.widget)
+        r = opt.rect.adjusted(6, PAD, -6, -PAD)
+        selected = bool(opt.state & QStyle.State_Selected)
+        fm = opt.fontMetrics
+        painter.save()
+        painter.setFont(opt.font)
+        painter.setPen(opt.palette.color(QPalette.HighlightedText if selected else QPalette.Text))
+        top = QRect(r.left(), r.top(), r.width(), fm.height())
+        painter.drawText(
+            top, Qt.AlignLeft | Qt.AlignVCenter, fm.elidedText(title, Qt.ElideRight, r.width())
+        )
+        small = _date_font(opt.font)
+        painter.setFont(small)
+        sfm = painter.fontMetrics()
+        muted = theme.muted_text(opt.palette)
+        painter.setPen(opt.palette.color(QPalette.HighlightedText) if selected else muted)
+        line = QRect(r.left(), top.bottom() + 1 + PAD, r.width(), sfm.height())
+        painter.drawText(
+            line, Qt.AlignLeft | Qt.AlignVCenter, sfm.elidedText(date, Qt.ElideRight, r.width())
+        )
+        painter.restore()
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: N802 (Qt name)
+        size = super().sizeHint(option, index)
+        small = QFontMetrics(_date_font(option.font)).height()
+        return QSize(size.width(), option.fontMetrics.height() + small + 3 * PAD)
 
 
 class ConversationList(QWidget):
@@ -67,6 +124,8 @@ class ConversationList(QWidget):
         self.list.currentItemChanged.connect(self._on_current)
         self.list.itemChanged.connect(self._on_item_changed)
         self.list.setUniformItemSizes(True)
+        self.list.setItemDelegate(_ChatDelegate(self.list))
+        self.clock = time.time  # what "now" is for the dates (tests: a fixed clock)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.ElideRight)
         layout.addWidget(self.list, 1)
@@ -82,17 +141,31 @@ class ConversationList(QWidget):
     def set_conversations(self, rows: list[ConversationRow], current_id: int | None) -> None:
         self._filling = True
         self.list.clear()
-        now = time.time()
         for row in rows:
             item = QListWidgetItem(row.title)
             item.setData(ID_ROLE, row.id)
+            item.setData(TIME_ROLE, float(row.updated or row.created or 0.0))
             item.setFlags(item.flags() | Qt.ItemIsEditable)
-            item.setToolTip(f"{row.title}\n{_when(row.updated, now)}")
             self.list.addItem(item)
             if row.id == current_id:
                 self.list.setCurrentItem(item)
+        self._update_dates()
         self._filling = False
         self._update_empty_label()
+
+    def _update_dates(self) -> None:
+        """Each row's date line and tooltip, in the current language, against clock()."""
+        now = self.clock()
+        filling, self._filling = self._filling, True  # setData is not a rename
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            ts = item.data(TIME_ROLE) or 0.0
+            item.setData(DATE_ROLE, chat_date(ts, now, tr) if ts else "")
+            item.setToolTip(f"{item.text()}\n{full_date(ts)}" if ts else item.text())
+        self._filling = filling
+
+    def dates(self) -> list[str]:
+        return [self.list.item(i).data(DATE_ROLE) for i in range(self.list.count())]
 
     def _update_empty_label(self) -> None:
         search = self.search.text().strip()
@@ -148,12 +221,9 @@ class ConversationList(QWidget):
         self.search.setPlaceholderText(tr("Search chats"))
         self.new_button.setToolTip(tr("New chat (Ctrl+N)"))
         self._update_empty_label()
+        self._update_dates()
 
     def changeEvent(self, event):  # noqa: N802
         if event.type() == QEvent.LanguageChange:
             self.retranslate()
         super().changeEvent(event)
-
-
-def _when(ts: float, now: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))

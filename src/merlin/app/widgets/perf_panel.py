@@ -15,7 +15,13 @@ from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from merlin.app.i18n import tr
-from merlin.app.model.perf_stats import HISTORY, PerfStats, format_bytes, process_memory_bytes
+from merlin.app.model.perf_stats import (
+    HISTORY,
+    PerfStats,
+    format_bytes,
+    machine_memory_bytes,
+    process_memory_bytes,
+)
 from merlin.app.widgets import theme
 
 REFRESH_MS = 250  # the panel updates 4 times a second
@@ -200,7 +206,7 @@ class PerfPanel(QFrame):
         self.model_label = QLabel()
         self.model_label.setWordWrap(True)
         self.model_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        self.setMinimumWidth(220)
+        self.setMinimumWidth(260)  # its values in two lines at most, also in Chinese
         layout.addWidget(self.model_label)
         self.chart = StackedChart(stats)
         layout.addWidget(self.chart, 3)
@@ -226,6 +232,7 @@ class PerfPanel(QFrame):
         layout.addLayout(grid)
         self.grid = grid
         self.footer = QLabel()
+        self.footer.setWordWrap(True)  # a narrow panel wraps it, never clips it
         self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         pal = self.footer.palette()
         pal.setColor(QPalette.WindowText, theme.muted_text())
@@ -234,6 +241,7 @@ class PerfPanel(QFrame):
         self._seen = -1
         self._encoder = ""  # the vision encoder's progress or time (app/image_encoding.py)
         self._memory = 0
+        self._ram: int | None = None  # the machine's RAM (read once)
         self._ticks = 0
         self.timer = QTimer(self, interval=REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
@@ -262,7 +270,8 @@ class PerfPanel(QFrame):
         self._ticks += 1
         if force or self._ticks % 4 == 1:
             self._memory = process_memory_bytes()
-            self.values["memory"].setText(format_bytes(self._memory))
+            self._ram = machine_memory_bytes() if self._ram is None else self._ram
+            self.values["memory"].setText(memory_text(self._memory, self._ram, self.stats.kv_bytes))
         if not force and self.stats.generation == self._seen:
             return
         self._seen = self.stats.generation
@@ -277,6 +286,12 @@ class PerfPanel(QFrame):
             pre = tr("{ms} · computed {n} / reused {r} tok").format(
                 ms=_ms(s.prefill_ms), n=s.prefill_tokens, r=s.reused_tokens
             )
+            # a narrow panel wraps at the dot, never between a number and its word
+            pre = (
+                pre.replace(" ", "\u00a0")
+                .replace("\u00a0·\u00a0", " · ")
+                .replace("\u00a0/\u00a0", " / ")
+            )
         else:
             pre = "–"
         self.values["prefill"].setText(pre)
@@ -290,6 +305,9 @@ class PerfPanel(QFrame):
         self.values["experts"].setText(
             f"{s.experts_read} · {format_bytes(s.weight_bytes)}" if s.experts_read else "–"
         )
+        # a mixture-of-experts figure: a dense model's row would only ever say "–"
+        self.names["experts"].setVisible(bool(s.experts_read))
+        self.values["experts"].setVisible(bool(s.experts_read))
         spec = s.spec
         mode = s.spec_mode or "–"
         if s.spec_k and s.spec_mode and s.spec_mode != "off":
@@ -315,7 +333,7 @@ class PerfPanel(QFrame):
     def set_demo_mode(self, on: bool) -> None:
         """Demo mode (large text on a 720p screen): the chart keeps a readable height; the
         rows close up and the repaint footer (a figure for developers) is hidden."""
-        self.chart.setMinimumHeight(170 if on else 120)
+        self.chart.setMinimumHeight(160 if on else 120)
         self.grid.setVerticalSpacing(0 if on else 3)
         self.footer.setVisible(not on)
 
@@ -338,7 +356,7 @@ class PerfPanel(QFrame):
             "prefill": tr("Prefill"),
             "context": tr("Context (tokens)"),
             "kv": tr("KV cache memory"),
-            "memory": tr("Process memory"),
+            "memory": tr("Memory"),
             "split": tr("GEMM / attention / other"),
             "bandwidth": tr("Weights + KV read"),
             "experts": tr("Experts / weights read per forward"),
@@ -360,6 +378,22 @@ class PerfPanel(QFrame):
         if event.type() == QEvent.LanguageChange:
             self.retranslate()
         super().changeEvent(event)
+
+
+def memory_text(rss: int, ram: int | None, kv: int) -> str:
+    """The memory line: "1.2 GB of 16.0 GB; KV 96.0 MB" (the process's resident memory, the
+    machine's RAM, the KV cache's rows). Each figure keeps its unit on its line (no-break
+    spaces), so a narrow panel wraps between the parts, never inside one."""
+
+    def nb(n: int) -> str:
+        return format_bytes(n).replace(" ", "\u00a0")
+
+    text = nb(rss)
+    if ram:
+        text = tr("{rss} of {ram}").format(rss=text, ram=nb(ram))
+    if kv:
+        text = tr("{memory}; KV {kv}").format(memory=text, kv=nb(kv)).replace("KV ", "KV\u00a0")
+    return text
 
 
 def _num(x) -> str:

@@ -516,6 +516,7 @@ class MainWindow(QMainWindow):
         self.panel.refresh(force=True)
         if language_changed:
             self.apply_language(new.language)
+        self.controller.meter.schedule()  # the budget or the language may have changed
 
     def set_panel_visible(self, on: bool) -> None:
         self.panel.setVisible(on)

@@ -307,6 +307,13 @@ class Session:
         self._sync_drafter(p.ids)
         return reuse, inputs
 
+    def count(self, messages: Sequence[Message], options=None):
+        """The prompt tokens answering `messages` would use, without computing anything
+        (session/counting.py: PromptCount, equal to that turn's PrefillDone n_tokens + reused)."""
+        from .counting import count_prompt
+
+        return count_prompt(self, messages, options)
+
     # ---- turns ---------------------------------------------------------------------------------
 
     def ask(self, text: str, images: Iterable = (), options=None, **gen) -> Iterator:
