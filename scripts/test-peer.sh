@@ -6,5 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh test
 export QT_QPA_PLATFORM=offscreen
+# built (or found) here, with the real cache folder; the tests then get its path, since they
+# run with HOME and the XDG folders pointed at temporary ones (tests/user_folders.py)
+MERLIN_PEER_DIR="$(.venv/bin/python -c "from merlin.engine.bench import peer; print(peer.peer_dir())")"
+export MERLIN_PEER_DIR
 .venv/bin/python -c "from merlin.engine.bench import peer; print('llama-cpp-python', peer.ensure_llama_cpp())"
 .venv/bin/python -m pytest -q -m peer "$@"

@@ -3,8 +3,8 @@ against a scripted server for what a real one does only sometimes (401, 429, 500
 in the stream, a connection dropped mid-answer, silence); then the GUI offscreen: the model
 dialog's server fields, a chat answered by the server, the panel's remote note.
 
-Not done here: the same GUI run against llama.cpp's own server (llama-cpp-python) serving a
-GGUF of the demo checkpoint."""
+The same GUI run against llama.cpp's own server (llama-cpp-python) serving a GGUF of the demo
+model is tests/app/test_remote_llamacpp.py (marker `peer`, scripts/test-peer.sh)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ def _free_port() -> int:
 def llama_server(shapes_dir, tmp_path_factory):
     from merlin.engine.bench import peer
 
-    peer.ensure_llama_cpp()
+    if not peer.venv_python().exists():  # never built here: HOME is a temporary folder
+        pytest.fail(f"llama.cpp is not built in {peer.peer_dir()}: run scripts/test-peer.sh")
     gguf = tmp_path_factory.mktemp("gguf") / "demo-f32.gguf"
     python = str(peer.venv_python())
     subprocess.run(
@@ -91,7 +92,9 @@ def test_gui_answers_through_llama_cpp_server(qtbot, make_window, llama_server, 
     # the same greedy words as Merlin's engine on the same checkpoint (the demo model's
     # honest sentence for a text-only question)
     assert rows[-1].text.strip() == _merlin_answer(shapes_dir, question, 60).strip()
-    assert rows[-1].stats["tokens"] > 0 and window.stats.prefill_tokens > 0
+    # tokens out counted from the stream; llama-cpp-python's server sends no usage in a
+    # stream (stream_options.include_usage), so the panel has no tokens-in figure from it
+    assert rows[-1].stats["tokens"] > 0 and window.stats.ttft_ms > 0
     send(qtbot, window, "And what can you do?")  # a follow-up through the same server
     rows = window.store.messages(c.current_id)
     assert len(rows) == 4 and rows[-1].state == "done" and rows[-1].text.strip()
