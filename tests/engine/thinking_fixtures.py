@@ -1,3 +1,4 @@
+# ruff: noqa: E501 (the templates are Jinja lines as checkpoints write them)
 """Thinking-style chat templates and checkpoints for tests.
 
 THINKING_TEMPLATE behaves as Qwen3-VL's -Thinking templates do: the generation prompt opens

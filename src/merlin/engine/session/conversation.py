@@ -75,9 +75,7 @@ class Message:
     def assistant(
         cls, text: str, ids: Sequence[int] | None = None, reasoning: str | None = None
     ) -> Message:
-        return cls(
-            "assistant", text, [], None if ids is None else [int(t) for t in ids], reasoning
-        )
+        return cls("assistant", text, [], None if ids is None else [int(t) for t in ids], reasoning)
 
     def key(self) -> tuple:
         return (
