@@ -14,9 +14,10 @@ import shutil
 from pathlib import Path
 
 _BODY = """
-{%- set ns = namespace(last_query=messages|length - 1) %}
+{%- set ns = namespace(last_query=messages|length - 1, found=false) %}
 {%- for message in messages[::-1] %}
-    {%- if message.role == 'user' and ns.last_query == messages|length - 1 %}
+    {%- if message.role == 'user' and not ns.found %}
+        {%- set ns.found = true %}
         {%- set ns.last_query = messages|length - 1 - loop.index0 %}
     {%- endif %}
 {%- endfor %}
