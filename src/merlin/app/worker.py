@@ -172,6 +172,7 @@ class EngineWorker(QObject):
                 weight_bytes_per_token=model.bytes_per_token,
                 load_s=model.load_s,
                 demo_model=_is_demo_model(model.folder),
+                **thinking_info(model.tokenizer),
             )
         )
 
@@ -384,6 +385,19 @@ class EngineWorker(QObject):
             )
         finally:
             self.sig_job_done.emit(job.job_id)
+
+
+def thinking_info(tokenizer) -> dict:
+    """ModelInfo's thinking fields (engine.thinking.support)."""
+    from merlin.engine.thinking import support
+
+    s = support(tokenizer)
+    return dict(
+        thinking=s.supported,
+        thinking_switchable=s.switchable,
+        thinking_always=s.opens,
+        thinking_reason=s.reason,
+    )
 
 
 def _is_demo_model(folder) -> bool:

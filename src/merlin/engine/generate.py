@@ -119,6 +119,7 @@ class Finished:
     reasoning: str | None = None  # a thinking template's reasoning (text: the answer only)
     reasoning_tokens: int | None = None
     thinking_budget_closed: bool | None = None  # the engine closed the block (budget spent)
+    answer_ids: list[int] | None = None  # a thinking answer: the ids of `text` (when exact)
 
     def to_dict(self) -> dict:
         """The JSON form (`merlin-cli --json`, the app's stored stats): fields that are None
@@ -539,4 +540,7 @@ def generate(
         reasoning="".join(reasoning_parts) if steer.active else None,
         reasoning_tokens=steer.reasoning_tokens if steer.active else None,
         thinking_budget_closed=steer.budget_closed if steer.active else None,
+        answer_ids=thinking.answer_parts(model.tokenizer, turn, generated)[2]
+        if steer.active
+        else None,
     )

@@ -45,7 +45,7 @@ from merlin.app.model.store_errors import (
 )
 from merlin.app.model.store_sync import Syncer
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ CREATE INDEX IF NOT EXISTS message_images_by_sha ON message_images(sha256);
 """
 
 # version -> SQL that brings a database from version-1 to version
-_MIGRATIONS = {1: _SCHEMA_V1}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: schema.THINKING_MIGRATION}
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ class MessageRow:
     state: str = "done"
     stats: dict = field(default_factory=dict)
     images: list[ImageRef] = field(default_factory=list)
+    reasoning: str | None = None  # a thinking model's reasoning (None: no thinking block)
 
 
 @dataclass
@@ -303,6 +304,20 @@ class Store:
 
     # ---- messages ------------------------------------------------------------------------
 
+    def thinking(self, conversation_id: int) -> str | None:
+        """The chat's thinking switch: "on", "off", or None (the template's default)."""
+        row = self._db.execute(
+            "SELECT thinking FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        return schema.thinking_switch(row[0]) if row else None
+
+    def set_thinking(self, conversation_id: int, switch: str | None) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE conversations SET thinking = ? WHERE id = ?",
+                (schema.thinking_switch(switch), conversation_id),
+            )
+
     def add_message(
         self,
         conversation_id: int,
@@ -310,14 +325,15 @@ class Store:
         text: str,
         images: Sequence[ImageRef] = (),
         state: str = "done",
+        reasoning: str | None = None,
     ) -> int:
         """Insert and commit one message (its images must be imported already)."""
         now = time.time()
         with self._transaction() as db:
             cur = db.execute(
-                "INSERT INTO messages (conversation_id, role, text, state, created, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, text, state, now, now),
+                "INSERT INTO messages (conversation_id, role, text, state, created, updated, "
+                "reasoning) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, text, state, now, now, reasoning),
             )
             mid = int(cur.lastrowid)
             db.executemany(
@@ -362,8 +378,12 @@ class Store:
         text: str | None = None,
         state: str | None = None,
         stats: dict | None = None,
+        reasoning: str | None = None,
     ) -> None:
         sets, args = ["updated = ?"], [time.time()]
+        if reasoning is not None:
+            sets.append("reasoning = ?")
+            args.append(reasoning)
         if text is not None:
             sets.append("text = ?")
             args.append(text)
@@ -389,7 +409,7 @@ class Store:
         if not schema.row_id_ok(conversation_id):
             return []
         rows = self._db.execute(
-            "SELECT id, conversation_id, role, text, state, stats FROM messages "
+            "SELECT id, conversation_id, role, text, state, stats, reasoning FROM messages "
             "WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         ).fetchall()
@@ -403,11 +423,12 @@ class Store:
             if schema.image_ref_ok(sha, ext):  # never a path outside images/
                 images.setdefault(mid, []).append(ImageRef(sha, ext, str(name)))
         out = []
-        for mid, cid, role, text, state, stats in rows:
+        for mid, cid, role, text, state, stats, reasoning in rows:
             row = schema.message_row(mid, cid, role, text, state, stats)
             if row is not None:  # a row no Merlin wrote (bad role, id) is left out
                 role, text, state, stats_d = row
                 out.append(MessageRow(mid, cid, role, text, state, stats_d, images.get(mid, [])))
+                out[-1].reasoning = schema.optional_text(reasoning) if role == "assistant" else None
         return out
 
     # ---- images --------------------------------------------------------------------------

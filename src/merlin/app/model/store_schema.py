@@ -35,6 +35,7 @@ COLUMNS = {
         "title": "TEXT NOT NULL DEFAULT ''",
         "created": "REAL NOT NULL DEFAULT 0",
         "updated": "REAL NOT NULL DEFAULT 0",
+        "thinking": "TEXT",  # the chat's thinking switch (THINKING_MIGRATION)
     },
     "messages": {
         "id": None,
@@ -45,6 +46,7 @@ COLUMNS = {
         "stats": "TEXT NOT NULL DEFAULT '{}'",
         "created": "REAL NOT NULL DEFAULT 0",
         "updated": "REAL NOT NULL DEFAULT 0",
+        "reasoning": "TEXT",  # a thinking model's reasoning (THINKING_MIGRATION)
     },
     "message_images": {
         "message_id": None,
@@ -54,6 +56,14 @@ COLUMNS = {
         "name": "TEXT NOT NULL DEFAULT ''",
     },
 }
+# Thinking models (schema step 2): an answer's reasoning apart from its text (NULL: the answer
+# had no thinking block), and a chat's thinking switch (NULL: the template's default; "on",
+# "off"). Nullable columns, so every row an older Merlin wrote stays as it was.
+THINKING_MIGRATION = """
+ALTER TABLE messages ADD COLUMN reasoning TEXT;
+ALTER TABLE conversations ADD COLUMN thinking TEXT
+"""
+THINKING_SWITCHES = ("on", "off")
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 _SHA = re.compile(r"[0-9a-f]{64}")
 _EXT = re.compile(r"[a-z0-9]{1,8}")
@@ -146,6 +156,16 @@ def message_row(mid, cid, role, text, state, stats):
     if not isinstance(stats_d, dict):  # a list, a number...: the app reads it as a dict
         stats_d = {}
     return role, _text(text), state, stats_d
+
+
+def optional_text(value) -> str | None:
+    """A nullable text column (reasoning) read back: None stays None."""
+    return None if value is None else _text(value)
+
+
+def thinking_switch(value) -> str | None:
+    """A chat's stored thinking switch: "on", "off", or None (anything else)."""
+    return value if value in THINKING_SWITCHES else None
 
 
 def conversation_row(cid, title, updated, created=0.0):

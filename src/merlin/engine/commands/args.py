@@ -142,7 +142,8 @@ def thinking_kwargs(args, model) -> dict:
     """The chat template's variables for --thinking (InputError: `on` without support)."""
     from .. import thinking
 
-    return thinking.template_kwargs(thinking.support(model.tokenizer), args.thinking)
+    mode = getattr(args, "thinking", "auto")  # `logits` has no --thinking: the default
+    return thinking.template_kwargs(thinking.support(model.tokenizer), mode)
 
 
 def sampling(args, model):
