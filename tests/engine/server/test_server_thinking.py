@@ -66,3 +66,21 @@ def test_reasoning_content_whole_and_streamed(server, think_dir):
     bad = [{"role": "user", "content": "hi", "reasoning_content": 3}]
     r3 = httpx.post(url, json=_body(bad), timeout=120)
     assert r3.status_code == 400 and "reasoning_content" in r3.text
+
+
+def test_the_apps_remote_engine_gets_reasoning_apart(server, think_dir):
+    """The app's remote backend (app/model/remote.py) marks the server's reasoning_content
+    deltas as reasoning, so a remote thinking model's reasoning shows in its block."""
+    from merlin.app.model.prompting import GenerationOptions, Turn
+    from merlin.app.model.remote import RemoteBackend, RemoteConfig, list_models
+    from merlin.engine.generate import Tokens
+
+    model = list_models(RemoteConfig(server.url))[0]
+    options = GenerationOptions(sampling={"temperature": 0.0}, max_new_tokens=8, spec_mode="off")
+    events = list(RemoteBackend(RemoteConfig(server.url, model=model)).respond(
+        [Turn("user", "hi")], options, None
+    ))  # fmt: skip
+    tokens = [e for e in events if isinstance(e, Tokens)]
+    assert any(e.reasoning for e in tokens)
+    assert all(e.reasoning_ids == (1 if e.reasoning else 0) for e in tokens)
+    assert "".join(e.text for e in tokens) == ""  # a random model never closes the block
