@@ -11,7 +11,9 @@ The events are plain dataclasses (no Qt); `event_json` gives the JSON objects `m
 cancelled run keeps everything it produced and the KV cache holds exactly the tokens fed.
 Options of one answer are one type, AnswerOptions; the session adds its own settings
 (engine.session.SessionSettings) and the app maps its settings onto both
-(app/model/prompting.py).
+(app/model/prompting.py). A thinking model's answer is split and its budget kept by one hook
+in the loop (engine.thinking.Steer). Over 500 lines because the options, the events and the
+loop that makes them are read together.
 """
 
 from __future__ import annotations
@@ -398,7 +400,6 @@ def generate(
     history = list(prompt.ids)
     generated: list[int] = []
     text_parts: list[str] = []
-    reasoning_parts: list[str] = []
     notices = [spec_notice] if spec_notice else []
     stats = SpecStats()
     bytes_per_token = model.bytes_per_token
@@ -464,7 +465,6 @@ def generate(
         history += emit
         drafter.extend(emit)
         text_parts.append(text)
-        reasoning_parts += reasoning
         stats.emitted += len(emit)
         spec = {}
         if policy.mode != "off":
@@ -516,10 +516,7 @@ def generate(
         stats.drafted += drafted
         stats.hits += accepted
         stats.kv_rolls += drafted - accepted
-    tail_answer, tail_reasoning = steer.feed(stream.flush())
-    more_answer, more_reasoning = steer.finish()
-    tail, tail_reasoning = tail_answer + more_answer, tail_reasoning + more_reasoning
-    reasoning_parts.append(tail_reasoning)
+    tail, tail_reasoning = steer.flush(stream.flush())
     if tail or tail_reasoning:
         text_parts.append(tail)
         yield Tokens(tail, [], StepProfile(step=step, context=cache.length), tail_reasoning)
@@ -537,10 +534,5 @@ def generate(
         notices=notices,
         token_ids=generated,
         text="".join(text_parts),
-        reasoning="".join(reasoning_parts) if steer.active else None,
-        reasoning_tokens=steer.reasoning_tokens if steer.active else None,
-        thinking_budget_closed=steer.budget_closed if steer.active else None,
-        answer_ids=thinking.answer_parts(model.tokenizer, turn, generated)[2]
-        if steer.active
-        else None,
+        **steer.totals(model.tokenizer, generated),  # a thinking model's reasoning apart
     )

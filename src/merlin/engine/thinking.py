@@ -267,6 +267,7 @@ class Steer:
         self._closing = False  # the closing ids were queued (once)
         self.reasoning_tokens = 0  # tokens emitted inside the block (tags included)
         self._counted = False  # the last chosen token counted as reasoning
+        self._reasoning: list[str] = []  # the reasoning text so far
 
     @property
     def forcing(self) -> bool:
@@ -303,20 +304,32 @@ class Steer:
         if self.splitter.in_reasoning and not was and not self._counted:
             self.reasoning_tokens += 1  # the token that opened the block
             self._counted = True
+        self._reasoning.append(out[1])
         return out
 
     def last_was_reasoning(self) -> bool:
         """The last chosen token is part of the reasoning block (its tags included)."""
         return self.splitter is not None and self._counted
 
-    def finish(self) -> tuple[str, str]:
+    def flush(self, text: str) -> tuple[str, str]:
+        """The stream decoder's last text and whatever the splitter held back."""
+        answer, reasoning = self.feed(text)
         if self.splitter is None:
-            return "", ""
-        return self.splitter.finish()
+            return answer, reasoning
+        more_answer, more_reasoning = self.splitter.finish()
+        self._reasoning.append(more_reasoning)
+        return answer + more_answer, reasoning + more_reasoning
 
-    @property
-    def budget_closed(self) -> bool:
-        return self._closing
+    def totals(self, tokenizer, ids) -> dict:
+        """Finished's thinking fields (none for a turn without thinking)."""
+        if self.splitter is None:
+            return {}
+        return dict(
+            reasoning="".join(self._reasoning),
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_budget_closed=self._closing,
+            answer_ids=answer_parts(tokenizer, self.turn, ids)[2],
+        )
 
 
 def answer_parts(tokenizer, turn: ThinkingTurn | None, ids) -> tuple[str | None, str, list | None]:

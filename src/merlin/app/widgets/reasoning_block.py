@@ -1,5 +1,5 @@
 """A thinking model's reasoning above its answer: a collapsed block ("Thinking… 12 s" while it
-streams, "Thought for 12 s" after) that a click, Space or Enter on its header expands.
+streams, "Thought for 12 s" after) that a click, or Space on its focused header, expands.
 
 Cheap while thousands of reasoning tokens stream: collapsed, only the header's label changes
 (at most once a second, or when the block ends); expanded, only the new characters are
