@@ -313,3 +313,12 @@ def test_cli_json_marks_reasoning_and_text_mode_keeps_it_off_stdout(think_dir):
     off = run_cli(*base, "--max-new-tokens", "8", "--thinking", "off", "--json", "hi")
     assert off.returncode == 0, off.stderr
     assert json.loads(off.stdout.splitlines()[-1])["reasoning"] == ""
+
+
+def test_cli_info_says_what_the_template_offers(think_dir, demo_dir):
+    r = run_cli("info", "--model", str(think_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    th = json.loads(r.stdout)["thinking"]
+    assert th["supported"] and th["opens"] and not th["switchable"]
+    r = run_cli("info", "--model", str(demo_dir), "--json")
+    assert json.loads(r.stdout)["thinking"]["supported"] is False
