@@ -173,9 +173,26 @@ def test_a_thinking_checkpoint_answers_with_its_reasoning_apart(qtbot, make_wind
     send(qtbot, w, "Think first.")
     row = w.store.messages(w.controller.current_id)[-1]
     assert row.reasoning and "</think>" not in row.text and "</think>" not in row.reasoning
+    assert row.text.strip()  # the budget closed the block: the rest is answer
     widget = w.chat.messages()[-1]
     assert widget.reasoning is not None and widget.text == row.text
     assert widget.reasoning.header.text().startswith("Thought for")
     # the next turn sends the answer back without its reasoning (the template drops it)
     send(qtbot, w, "Again.")
     assert w.store.messages(w.controller.current_id)[-1].state == "done"
+
+
+def test_the_thinking_budget_setting(qtbot, tmp_path, data_dir):
+    from merlin.app.settings import AppSettings, SettingsDialog, load_settings, save_settings
+
+    d = SettingsDialog(AppSettings())
+    qtbot.addWidget(d)
+    assert d.thinking_budget.value() == 0 and d.thinking_budget.specialValueText() == "no limit"
+    d.thinking_budget.setValue(1024)
+    s = d.result_settings()
+    assert s.thinking_budget == 1024 and s.generation_options().thinking_budget == 1024
+    from PySide6.QtCore import QSettings
+
+    qs = QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
+    save_settings(s, qs)
+    assert load_settings(qs).thinking_budget == 1024
