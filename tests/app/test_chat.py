@@ -1,6 +1,7 @@
 """The chat on the real engine and the demo checkpoint: send, stream, stop, regenerate, edit,
 restart from SQLite, queueing while loading, the conversation list."""
 
+import pytest
 from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QInputMethodEvent
@@ -71,7 +72,7 @@ def test_stop_keeps_what_was_produced(qtbot, make_window):
     assert stored(w)[-1][2] == "done"
 
 
-def test_regenerate_replaces_the_last_answer(qtbot, make_window):
+def test_regenerate_adds_a_version_of_the_last_answer(qtbot, make_window):
     w = make_window()
     send(qtbot, w, "Say something")
     first = w.chat.messages()[-1]
@@ -84,31 +85,30 @@ def test_regenerate_replaces_the_last_answer(qtbot, make_window):
     assert [r.role for r in rows] == ["user", "assistant"]
     assert rows[1].id != old_id and rows[1].state == "done"
     assert [m.message_id for m in w.chat.messages()] == [r.id for r in rows]
+    assert w.store.versions(rows[1].id) == [old_id, rows[1].id]  # the old answer stays
+    assert w.chat.messages()[-1].versions.text == "2/2"
 
 
-def test_edit_reruns_from_the_edited_message_after_confirmation(qtbot, make_window):
+def test_edit_reruns_from_the_edited_message_as_a_new_version(qtbot, make_window):
     w = make_window()
     send(qtbot, w, "first question")
     send(qtbot, w, "second question")
-    assert len(stored(w)) == 4
-    asked = []
-    w.controller.ask = lambda title, text: asked.append(text) or False
+    before = stored(w)
+    assert len(before) == 4
+    w.controller.ask = lambda title, text: pytest.fail("an edit replaces nothing: no question")
     w.composer.set_text("a draft I was writing")
     first_user = w.chat.messages()[0]
     qtbot.mouseClick(first_user.edit_button, Qt.LeftButton)
     assert w.composer.editing and w.composer.text() == "first question"
     w.composer.set_text("first question, edited")
     qtbot.keyClick(w.composer.edit, Qt.Key_Return)
-    assert asked and "3 message" in asked[0]
-    assert len(stored(w)) == 4  # refused: nothing replaced, nothing lost
-    assert w.composer.text() == "first question, edited"
-    w.controller.ask = lambda title, text: True
-    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
     wait_idle(qtbot, w)
     rows = stored(w)
     assert [r[:2] for r in rows][0] == ("user", "first question, edited")
     assert [r[0] for r in rows] == ["user", "assistant"]
     assert not w.composer.editing
+    assert w.chat.messages()[0].versions.text == "2/2"
+    assert w.store.message_count(w.controller.current_id) == 6  # the old four stay
     # cancelling an edit gives the draft back
     w.composer.set_text("my draft")
     qtbot.mouseClick(w.chat.messages()[0].edit_button, Qt.LeftButton)

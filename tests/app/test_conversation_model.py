@@ -51,6 +51,10 @@ class FakeMessage:
     streamed: list = field(default_factory=list)
     finished: tuple | None = None
     notices: list = field(default_factory=list)
+    versions: tuple = (1, 1)
+
+    def set_versions(self, version, count):
+        self.versions = (version, count)
 
     def stream(self, text):
         self.streamed.append(text)
@@ -211,25 +215,24 @@ def test_stop_edit_regenerate_and_failures(world):
     assert job.cancel.is_set()
     m.on_event(job.job_id, finished("cancelled", generated_tokens=0))
     assert store.messages(m.current_id)[-1].state == "stopped"
-    # regenerate the (only) answer: its row is replaced
+    # regenerate the (only) answer: a new version, the stopped one stays
     answer_id = store.messages(m.current_id)[-1].id
     m.regenerate(answer_id)
     assert len(engine.jobs) == 2 and store.messages(m.current_id)[-1].id != answer_id
+    assert store.versions(answer_id)[0] == answer_id and view.items[-1].versions == (2, 2)
     m.on_failed(engine.jobs[-1].job_id, "out of memory while answering.")
     row = store.messages(m.current_id)[-1]
     assert row.state == "error" and "out of memory" in row.stats["error"]
     # a failed answer is never sent back to the model
     assert [t.role for t in m.turns(store.messages(m.current_id))] == ["user"]
-    # edit the question: confirm, then the question and what follows are replaced
+    # edit the question: a new version of it, nothing asked, nothing replaced
     user_id = store.messages(m.current_id)[0].id
     assert m.edit_target(user_id).text == "First?"
-    asked = []
-    m.confirm = lambda title, text: asked.append(text) or False
-    assert not m.send("First, edited?")
-    assert asked and store.messages(m.current_id)[0].text == "First?"
-    m.confirm = lambda title, text: True
+    m.confirm = lambda title, text: pytest.fail("an edit loses nothing: no question")
     assert m.send("First, edited?")
     assert [r.text for r in store.messages(m.current_id)] == ["First, edited?", ""]
+    assert store.versions(user_id)[0] == user_id and view.items[0].versions == (2, 2)
+    assert store.message_count(m.current_id) == 5
     m.on_job_done(engine.jobs[-1].job_id)  # ended without Finished
     assert store.messages(m.current_id)[-1].state == "error"
 

@@ -1,5 +1,5 @@
-"""Thinking models in the app: the store's migration from schema 1 (a database made by the
-store before thinking models, tests/app/data/make_schema1_db.py), the reasoning block
+"""Thinking models in the app: the store's migration from schemas 1 and 2 (databases made by
+the stores before thinking models, tests/app/data/make_old_db.py), the reasoning block
 (collapsed, expanded by click and keyboard, left out of Copy, stored and shown again), the
 per-chat switch (disabled with its reason on the demo model, kept with the chat, sent to the
 engine), and a real answer of a thinking checkpoint with the budget setting."""
@@ -20,23 +20,24 @@ from merlin.app.model.store import SCHEMA_VERSION, Store
 from merlin.engine.generate import Finished, Tokens
 from merlin.engine.profile import StepProfile
 
-SCHEMA1_DB = Path(__file__).parent / "data" / "chats-schema1.sqlite3"
+OLD_DBS = Path(__file__).parent / "data"  # made by older stores: data/make_old_db.py
 
 
 # ---- the store ---------------------------------------------------------------------------------
 
 
-def test_migration_from_schema_1_keeps_every_row(tmp_path):
-    shutil.copy(SCHEMA1_DB, tmp_path / "chats.sqlite3")
+@pytest.mark.parametrize("version", [1, 2])
+def test_migration_from_older_schemas_keeps_every_row(tmp_path, version):
+    shutil.copy(OLD_DBS / f"chats-schema{version}.sqlite3", tmp_path / "chats.sqlite3")
     old = sqlite3.connect(tmp_path / "chats.sqlite3")
-    assert old.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert old.execute("PRAGMA user_version").fetchone()[0] == version
     cols = {r[1] for r in old.execute("PRAGMA table_info(messages)")}
     assert "reasoning" not in cols
     before = old.execute("SELECT id, role, text, state, stats FROM messages ORDER BY id").fetchall()
     old.close()
 
     store = Store(tmp_path)
-    assert store.schema_version == SCHEMA_VERSION == 2
+    assert store.schema_version == SCHEMA_VERSION == 3
     convs = store.conversations()
     assert sorted(c.title for c in convs) == ["Capitals", "Second chat"]
     capitals = next(c.id for c in convs if c.title == "Capitals")
@@ -53,7 +54,7 @@ def test_migration_from_schema_1_keeps_every_row(tmp_path):
     store.set_thinking(capitals, "off")
     store.close()
     again = Store(tmp_path)  # a second open changes nothing
-    assert again.schema_version == 2
+    assert again.schema_version == 3
     assert again.messages(capitals)[-1].reasoning == "Think of France."
     assert again.thinking(capitals) == "off"
     db = again._db

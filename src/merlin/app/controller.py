@@ -23,6 +23,7 @@ from merlin.app.model.jobs import LoadRequest, ModelInfo, SessionReport  # noqa:
 from merlin.app.model.paths import sessions_dir
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.store import Store
+from merlin.app.serving import ServeWorker
 from merlin.app.settings import AppSettings
 from merlin.app.widgets.attachments import AttachmentError, load_attachment
 from merlin.app.widgets.chat_view import ChatView
@@ -103,11 +104,14 @@ class ChatController(QObject):
     sig_conversations_changed = Signal()
     sig_notice = Signal(str, str)
     sig_session = Signal(object)
+    sig_serving = Signal(object)  # a ServeStatus (app/serving.py)
     _sig_load = Signal(object)
     _sig_generate = Signal(object)
     _sig_prepare = Signal(object)
     _sig_forget = Signal(object)
     _sig_session_cap = Signal(object)  # bytes (object: may not fit a C int)
+    _sig_serve = Signal(object)
+    _sig_serve_stop = Signal()
 
     def __init__(
         self,
@@ -167,6 +171,12 @@ class ChatController(QObject):
             self.images.remember(p, a) for a, p in zip(attachments, paths)
         ]
         m.stopped = self.images.stop_sent
+        # the loaded model on the OpenAI API while the app is open (Model > Serve)
+        self.serving = ServeWorker(self.worker)
+        self.serving.moveToThread(self.thread)
+        self._sig_serve.connect(self.serving.start)
+        self._sig_serve_stop.connect(self.serving.stop)
+        self.serving.sig_status.connect(self.sig_serving)
         self.thread.start()
 
         self.flush_timer = QTimer(self, interval=FLUSH_MS)
@@ -177,6 +187,7 @@ class ChatController(QObject):
         composer.sig_edit_cancelled.connect(m.cancel_edit)
         chat.sig_edit_requested.connect(self.begin_edit)
         chat.sig_regenerate_requested.connect(m.regenerate)
+        chat.sig_version_requested.connect(m.switch_version)  # model/branching.py
 
     def set_store(self, store: Store) -> None:
         """Use another chat store from now on (a new history started beside a broken one)."""
@@ -280,12 +291,20 @@ class ChatController(QObject):
         if missing:
             self.composer.show_notice("\n".join(missing))
 
+    def start_serving(self, options) -> None:
+        """Serve the loaded model (engine.server.embedded.ServeOptions); sig_serving says how."""
+        self._sig_serve.emit(options)
+
+    def stop_serving(self) -> None:
+        self._sig_serve_stop.emit()
+
     def shutdown(self) -> None:
         """Stop the engine thread; a streaming answer is saved as stopped."""
         self.conversation.shutdown()
         self.flush_timer.stop()
         self.thread.quit()
         self.thread.wait(30_000)
+        self.serving.shutdown()  # the API server's own threads (the engine thread has ended)
 
 
 def trim_notice(n_dropped: int) -> str:

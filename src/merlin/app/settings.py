@@ -62,6 +62,7 @@ class AppSettings:
     panel_visible: bool = True
     demo_mode: bool = False
     last_conversation: int = 0
+    serve_port: int = 8080  # Model > Serve to other apps
 
     def generation_options(self) -> GenerationOptions:
         return GenerationOptions(

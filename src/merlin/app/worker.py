@@ -13,6 +13,7 @@ when it matters.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from pathlib import Path
 
@@ -93,6 +94,22 @@ class EngineWorker(QObject):
         self._session: Session | None = None
         self._session_key: int | None = None
         self._store = SessionStore(sessions_folder, cap_bytes) if sessions_folder else None
+        # held while this worker computes; the API server the app may run (app/serving.py)
+        # holds it for each request it answers, so the two never compute at once
+        self.engine_lock = threading.Lock()
+
+    @property
+    def model(self):
+        """The local model in use (None before a load, or while a remote server answers)."""
+        return None if self._remote is not None else self._model
+
+    def _engine_turn(self, cancel: threading.Event) -> bool:
+        """Take the engine lock, waiting while a served request computes; False if the
+        user cancelled meanwhile."""
+        while not self.engine_lock.acquire(timeout=0.1):
+            if cancel.is_set():
+                return False
+        return True
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -323,6 +340,9 @@ class EngineWorker(QObject):
         s = self._session
         if s is None or s.model is not model:
             s = Session(model, job.options.system_prompt, session_settings(job.options))
+        if not self._engine_turn(job.cancel):
+            self.sig_image.emit(ImageStatus(job.key, "cancelled"))
+            return
         try:
             im = s.image(BudgetedImage(job.path, job.tokens))
             secs = cost.estimate_seconds(model.vision.encoder, [im.grid_thw])
@@ -332,6 +352,7 @@ class EngineWorker(QObject):
                 s.encode_image(im, job.cancel)
             finally:
                 s.vision_progress = None
+                self.engine_lock.release()
         except EncodeCancelled:
             self.sig_image.emit(ImageStatus(job.key, "cancelled"))
         except MerlinError as e:
@@ -345,7 +366,6 @@ class EngineWorker(QObject):
     @Slot(object)
     def generate(self, job: GenerationJob) -> None:
         from merlin.engine.generate import Finished
-        from merlin.engine.threads import set_threads
 
         try:
             if self._remote is not None:  # a remote server answers (model/remote.py)
@@ -355,23 +375,13 @@ class EngineWorker(QObject):
             if self._model is None:
                 self.sig_failed.emit(job.job_id, "no model is loaded yet.")
                 return
-            if job.cancel.is_set():
+            if job.cancel.is_set() or not self._engine_turn(job.cancel):
                 self.sig_event.emit(job.job_id, Finished("cancelled"))
                 return
-            set_threads(job.options.threads or None)
-            session = self._session_for(job.conversation_id, job.turns, job.options)
-            session.vision_progress = self._progress(GENERATION_KEY)
-            events = session.respond(
-                session_messages(job.turns),
-                answer_options(self._model, job.options),
-                cancel=job.cancel,
-            )
-            ended = False
-            for event in events:
-                self.sig_event.emit(job.job_id, event)
-                ended = ended or isinstance(event, Finished)
-            if ended:  # finished or stopped: the next answer starts from here, even later
-                self._save_session()
+            try:
+                self._answer(job)
+            finally:
+                self.engine_lock.release()
         except MerlinError as e:
             self.sig_failed.emit(job.job_id, str(e))
         except MemoryError:
@@ -385,6 +395,25 @@ class EngineWorker(QObject):
             )
         finally:
             self.sig_job_done.emit(job.job_id)
+
+    def _answer(self, job: GenerationJob) -> None:
+        from merlin.engine.generate import Finished
+        from merlin.engine.threads import set_threads
+
+        set_threads(job.options.threads or None)
+        session = self._session_for(job.conversation_id, job.turns, job.options)
+        session.vision_progress = self._progress(GENERATION_KEY)
+        events = session.respond(
+            session_messages(job.turns),
+            answer_options(self._model, job.options),
+            cancel=job.cancel,
+        )
+        ended = False
+        for event in events:
+            self.sig_event.emit(job.job_id, event)
+            ended = ended or isinstance(event, Finished)
+        if ended:  # finished or stopped: the next answer starts from here, even later
+            self._save_session()
 
 
 def thinking_info(tokenizer) -> dict:

@@ -39,6 +39,11 @@
       <translation>已停止</translation>
     </message>
     <message>
+      <location filename="../../app/model/branching.py" />
+      <source>The chat store failed: {why}</source>
+      <translation>聊天存储出错：{why}</translation>
+    </message>
+    <message>
       <location filename="../../app/model/conversation.py" />
       <source>Loading was cancelled; the previous model stays.</source>
       <translation>已取消加载；继续使用之前的模型。</translation>
@@ -50,16 +55,6 @@
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
-      <source>Replace messages?</source>
-      <translation>替换消息？</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
-      <source>Sending the edited message replaces it and the {n} message(s) after it. Continue?</source>
-      <translation>发送编辑后的消息将替换它及其后的 {n} 条消息。继续吗？</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
       <source>Your message could not be saved ({why}); it is still in the box below.</source>
       <translation>无法保存你的消息（{why}）；它仍在下方的输入框中。</translation>
     </message>
@@ -67,11 +62,6 @@
       <location filename="../../app/model/conversation.py" />
       <source>Your message is saved and will be answered when the model is ready.</source>
       <translation>你的消息已保存，模型就绪后将会回答。</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
-      <source>The chat store failed: {why}</source>
-      <translation>聊天存储出错：{why}</translation>
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
@@ -1091,6 +1081,61 @@ Merlin 在这台电脑上回答。</translation>
       <translation>服务器上有 {n} 个模型。</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Serve to other apps</source>
+      <translation>提供给其他应用</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Only this computer (127.0.0.1)</source>
+      <translation>仅本机 (127.0.0.1)</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Other devices on the network (needs an API key)</source>
+      <translation>网络中的其他设备（需要 API 密钥）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>(generated when needed)</source>
+      <translation>（需要时自动生成）</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Other programs (Open WebUI, editors, scripts) can then use the loaded model through the OpenAI API at the address shown. Their requests take turns with your own questions.</source>
+      <translation>其他程序（Open WebUI、编辑器、脚本）随后可以通过所示地址的 OpenAI API 使用已加载的模型。它们的请求与你自己的提问轮流进行。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Port</source>
+      <translation>端口</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Serve</source>
+      <translation>开始提供</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Load a model first; then it can be served.</source>
+      <translation>请先加载模型，然后才能提供服务。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source> Clients send the API key {key}.</source>
+      <translation> 客户端需发送 API 密钥 {key}。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Serving the model to other apps at {url}.</source>
+      <translation>正在 {url} 向其他应用提供模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/serve_dialog.py" />
+      <source>Not serving: {why}</source>
+      <translation>未提供服务：{why}</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/startup_problems.py" />
       <source>Chats will not be saved: {why}</source>
       <translation>对话将不会被保存：{why}</translation>
@@ -1114,6 +1159,21 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/thinking_switch.py" />
       <source>Thinking</source>
       <translation>思考</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/version_switch.py" />
+      <source>Previous version</source>
+      <translation>上一个版本</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/version_switch.py" />
+      <source>Next version</source>
+      <translation>下一个版本</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/version_switch.py" />
+      <source>Version {n} of {count}</source>
+      <translation>第 {n} 个版本，共 {count} 个</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
@@ -1279,6 +1339,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>Copy chat as Markdown</source>
       <translation>以 Markdown 复制对话</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Serve to other apps (OpenAI API)…</source>
+      <translation>提供给其他应用（OpenAI API）…</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />

@@ -11,6 +11,10 @@ Qt-free. The JSON format, "merlin-chats" version 1 (docs/chat-format.md describe
              "images": [{"name": "cat.jpg", "ext": "jpg", "sha256": "<hex>",
                          "data": "<base64>"}]}]}]}
 
+A chat with versions (edited questions, regenerated answers: store_tree.py) is exported as the
+path it shows, the version selected at each fork, like the window shows it; the other versions
+stay in the store only (docs/branches.md). Import makes each chat one linear branch.
+
 Import reads and checks the whole file before it writes anything (format, version, every
 field's type and size, every image's bytes against its sha256), then adds all conversations
 in one transaction: a bad file is refused with a message and never half-imported, and nothing
@@ -78,7 +82,8 @@ class ImportedConversation:
 
 
 def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
-    """The conversations (in the order given) as a "merlin-chats" document."""
+    """The conversations (in the order given) as a "merlin-chats" document: of each, the
+    messages it shows (the selected version at each fork)."""
     from merlin.engine.version import __version__
 
     convs = []
@@ -127,9 +132,9 @@ def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
 
 
 def conversation_markdown(store: Store, conversation_id: int, image_folder: str = "") -> str:
-    """One chat as Markdown: a heading, then each message under its speaker's name. Images
-    are linked as `image_folder/<name>` (what write_markdown puts beside the file), or named
-    only when image_folder is empty (copy as Markdown)."""
+    """One chat as Markdown (its selected path): a heading, then each message under its
+    speaker's name. Images are linked as `image_folder/<name>` (what write_markdown puts
+    beside the file), or named only when image_folder is empty (copy as Markdown)."""
     row = store.conversation(conversation_id)
     if row is None:
         return ""

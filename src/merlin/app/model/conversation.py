@@ -17,8 +17,8 @@ Ports (duck-typed, so fakes are easy):
     engine:   load(LoadRequest), generate(GenerationJob), prepare(SessionJob), forget(id),
               set_session_cap(bytes); its results come back through on_* methods here.
     view:     the chat view: add_message(...) -> message handle (stream, finish, set_state,
-              set_notices) or None, message(id), remove_from(id), clear(), scroll_to_bottom(),
-              update_actions(busy=).
+              set_notices, set_versions) or None, message(id), remove_from(id), clear(),
+              scroll_to_bottom(), update_actions(busy=).
     composer: set_busy(bool), show_notice(text), end_edit(restore_draft=), clear().
     settings: app settings (generation_options(), spec_mode, spec_k, last_conversation).
 Callbacks (attributes, no-ops by default): model_ready(), model_changed(ModelInfo),
@@ -39,11 +39,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from merlin.app.model.branching import Branching
 from merlin.app.model.history import missing_images_notice, prompt_turns
 from merlin.app.model.jobs import GenerationJob, LoadRequest, ModelInfo, SessionJob, SessionReport
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.prompting import Turn
-from merlin.app.model.store import MessageRow, Store, StoreError
+from merlin.app.model.store import AT_END, MessageRow, Store, StoreError
 from merlin.app.model.thought import ThinkingProgress, Thought, thinking_mode
 from merlin.engine.errors import InputError
 from merlin.engine.generate import Finished, PrefillDone, Tokens
@@ -115,8 +116,9 @@ def _answer_ids(done: Finished | None) -> list[int] | None:
     return list(ids) if ids else None
 
 
-class ConversationModel:
-    """The turn state machine of the chat window. Everything runs on one thread (the GUI's)."""
+class ConversationModel(Branching):
+    """The turn state machine of the chat window. Everything runs on one thread (the GUI's).
+    Regenerate, edit and switching versions: branching.py."""
 
     def __init__(self, store: Store, settings, engine, view, composer, stats: PerfStats, tr=None):
         self.store = store
@@ -240,24 +242,12 @@ class ConversationModel:
         except InputError as e:  # too long: say so under the box, keep the text in it
             self.composer.show_notice(tr("This message cannot be sent: {why}").format(why=e))
             return False
-        if self.editing_id is not None:
-            rows = self.store.messages(self.current_id) if self.current_id else []
-            later = [r for r in rows if r.id >= self.editing_id]
-            if later and not self.confirm(
-                tr("Replace messages?"),
-                tr(
-                    "Sending the edited message replaces it and the {n} message(s) after it. "
-                    "Continue?"
-                ).format(n=len(later) - 1),
-            ):
-                return False
+        # an edit is a new version of the edited message (branching.py): nothing is replaced
+        edited = self.editing_id if self.current_id is not None else None
+        parent = self.edit_parent() if edited is not None else AT_END
         try:
             refs = [self.store.import_image(a.path, a.name) for a in attachments]
             self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])
-            if self.editing_id is not None and self.current_id is not None:
-                self.store.delete_messages_from(self.current_id, self.editing_id)
-                self.view.remove_from(self.editing_id)
-                self.editing_id = None
             if self.current_id is None:
                 self.current_id = self.store.create_conversation(title(text, bool(refs), tr))
                 if self.thinking_switch is not None:  # switched before the chat existed
@@ -265,7 +255,7 @@ class ConversationModel:
                 self.settings.last_conversation = self.current_id
                 self.conversations_changed()
             state = "done" if self.ready else "queued"
-            mid = self.store.add_message(self.current_id, "user", text, refs, state=state)
+            mid = self.store.add_message(self.current_id, "user", text, refs, state, parent)
         except (OSError, sqlite3.Error, StoreError) as e:
             self.notice(
                 "error",
@@ -274,7 +264,10 @@ class ConversationModel:
                 ),
             )
             return False
-        self.view.add_message(
+        if edited is not None:
+            self.view.remove_from(edited)
+            self.editing_id = None
+        widget = self.view.add_message(
             mid,
             "user",
             text,
@@ -282,6 +275,8 @@ class ConversationModel:
             [r.name for r in refs],
             state=state,
         )
+        if edited is not None:
+            self.show_versions(widget, message_id=mid)
         self.view.scroll_to_bottom()
         self.conversations_changed()
         if self.ready:
@@ -300,10 +295,13 @@ class ConversationModel:
             self.notice("info", missing_images_notice(dropped, self.tr))
         return turns
 
-    def _start_answer(self) -> None:
+    def _start_answer(self, after: int | None = None) -> None:
+        """Answer the path shown (up to message `after`, for a regenerate)."""
         tr = self.tr
         cid = self.current_id
         rows = self.store.messages(cid)
+        if after is not None:
+            rows = rows[: 1 + next(i for i, r in enumerate(rows) if r.id == after)]
         job = GenerationJob(
             next(self._job_ids),
             self.turns(rows),
@@ -312,11 +310,13 @@ class ConversationModel:
         )
         job.options.thinking = thinking_mode(self.model, self.thinking_switch)
         try:
-            mid = self.store.add_message(cid, "assistant", "", state="streaming")
+            mid = self.store.add_message(cid, "assistant", "", (), "streaming", rows[-1].id)
         except (sqlite3.Error, StoreError) as e:
             self.notice("error", tr("The chat store failed: {why}").format(why=e))
             return
         widget = self.view.add_message(mid, "assistant", "", state="streaming")
+        if after is not None:
+            self.show_versions(widget, message_id=mid)
         self.answer = Answer(job, cid, mid, widget)
         self.stats.spec_mode, self.stats.spec_k = self.settings.spec_mode, self.settings.spec_k
         self.stats.start(time.perf_counter())
@@ -433,17 +433,7 @@ class ConversationModel:
             self._after_answer.append(action)
             self.stop()
 
-    # ---- regenerate and edit -------------------------------------------------------------
-
-    def regenerate(self, message_id: int) -> None:
-        if self.answer is not None or self.current_id is None or not self.ready:
-            return
-        rows = self.store.messages(self.current_id)
-        if not rows or rows[-1].id != message_id or rows[-1].role != "assistant":
-            return
-        self.store.delete_messages_from(self.current_id, message_id)
-        self.view.remove_from(message_id)
-        self._start_answer()
+    # ---- edit (regenerate and versions: branching.py) ------------------------------------
 
     def edit_target(self, message_id: int) -> MessageRow | None:
         """Start editing user message `message_id` (None: it cannot be edited now); the
@@ -537,13 +527,7 @@ class ConversationModel:
             self.store.set_thinking(self.current_id, self.thinking_switch)
 
     def _show_row(self, r: MessageRow):
-        handle = self._add_row(r)
-        if r.reasoning is not None and handle is not None:  # a thinking model's answer
-            handle.set_reasoning(r.reasoning, float(r.stats.get("thinking_s") or 0), False)
-        return handle
-
-    def _add_row(self, r: MessageRow):
-        return self.view.add_message(
+        widget = self.view.add_message(
             r.id,
             r.role,
             r.text,
@@ -553,6 +537,10 @@ class ConversationModel:
             stats=r.stats,
             error=r.stats.get("error", "") if r.state == "error" else "",
         )
+        self.show_versions(widget, r)
+        if r.reasoning is not None and widget is not None:  # a thinking model's answer
+            widget.set_reasoning(r.reasoning, float(r.stats.get("thinking_s") or 0), False)
+        return widget
 
     def _update_actions(self) -> None:
         self.view.update_actions(busy=self.answer is not None)

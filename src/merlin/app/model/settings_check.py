@@ -26,6 +26,7 @@ BOUNDS = {
     "image_max_pixels": (0, 16_777_216),
     "session_cap_mb": (0, 1 << 30),
     "last_conversation": (0, limits.MAX_ROW_ID),
+    "serve_port": (1, 65535),
 }
 
 

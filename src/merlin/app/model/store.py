@@ -15,6 +15,11 @@ that uses them.
 Failures to write (a full disk, a read-only data folder) raise StoreError with a message for the
 user; the failed transaction is rolled back, so what was saved before stays as it was and the
 store keeps working once there is space again (tests/robustness/test_save_faults.py).
+
+Chats are trees of message versions since schema 2 (store_tree.py walks them; messages()
+returns the path shown). A little over 500 lines: Store is the one class that writes the
+database, every method one committed transaction; the layout, the tree walk, errors and
+syncing are in their own modules already.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from merlin.app.model import store_schema as schema
+from merlin.app.model import store_tree as tree
 from merlin.app.model.store_errors import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -45,10 +51,11 @@ from merlin.app.model.store_errors import (
 )
 from merlin.app.model.store_sync import Syncer
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
 log = logging.getLogger(__name__)
+AT_END = object()  # add_message's default parent: the last message of the path shown
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 
 _SCHEMA_V1 = """
@@ -81,7 +88,7 @@ CREATE INDEX IF NOT EXISTS message_images_by_sha ON message_images(sha256);
 """
 
 # version -> SQL that brings a database from version-1 to version
-_MIGRATIONS = {1: _SCHEMA_V1, 2: schema.THINKING_MIGRATION}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: schema.BRANCHES_V2, 3: schema.THINKING_MIGRATION}
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,9 @@ class MessageRow:
     state: str = "done"
     stats: dict = field(default_factory=dict)
     images: list[ImageRef] = field(default_factory=list)
+    parent_id: int | None = None  # None: a first message of its chat
+    version: int = 1  # its place among its versions (siblings), 1-based
+    versions: int = 1
     reasoning: str | None = None  # a thinking model's reasoning (None: no thinking block)
 
 
@@ -211,7 +221,7 @@ class Store:
                 self._db.execute(f"PRAGMA user_version = {target}")
         # columns an older or partial layout lacks are added (with their defaults)
         with self._transaction():
-            schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1)
+            schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1 + schema.CHOICES_TABLE)
 
     @property
     def schema_version(self) -> int:
@@ -325,17 +335,23 @@ class Store:
         text: str,
         images: Sequence[ImageRef] = (),
         state: str = "done",
+        parent_id=AT_END,
         reasoning: str | None = None,
     ) -> int:
-        """Insert and commit one message (its images must be imported already)."""
+        """Insert and commit one message (its images must be imported already), below
+        parent_id (None: a first message; by default the last message shown). It becomes the
+        version its fork shows: a sibling already there stays, as another version."""
         now = time.time()
         with self._transaction() as db:
+            if parent_id is AT_END:
+                parent_id = tree.last_of_path(db, conversation_id)
             cur = db.execute(
                 "INSERT INTO messages (conversation_id, role, text, state, created, updated, "
-                "reasoning) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, text, state, now, now, reasoning),
+                "parent_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, text, state, now, now, parent_id, reasoning),
             )
             mid = int(cur.lastrowid)
+            tree.show_newest(db, conversation_id, parent_id)
             db.executemany(
                 "INSERT INTO message_images (message_id, position, sha256, ext, name) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -347,7 +363,8 @@ class Store:
     def add_conversations(self, conversations: Sequence[tuple]) -> list[int]:
         """Add whole conversations in ONE transaction (an import: all or nothing). Each is
         (title, created or None, [(role, text, state, stats, [ImageRef, ...]), ...]); the
-        images must be imported already. Returns the new conversation ids in order."""
+        images must be imported already; the messages follow each other (one branch).
+        Returns the new conversation ids in order."""
         now = time.time()
         ids = []
         with self._transaction() as db:
@@ -358,13 +375,14 @@ class Store:
                 )
                 cid = int(cur.lastrowid)
                 ids.append(cid)
+                parent = None
                 for role, text, state, stats, images in messages:
                     cur = db.execute(
                         "INSERT INTO messages (conversation_id, role, text, state, stats, "
-                        "created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (cid, role, text, state, json.dumps(stats), now, now),
+                        "created, updated, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cid, role, text, state, json.dumps(stats), now, now, parent),
                     )
-                    mid = int(cur.lastrowid)
+                    mid = parent = int(cur.lastrowid)
                     db.executemany(
                         "INSERT INTO message_images (message_id, position, sha256, ext, name) "
                         "VALUES (?, ?, ?, ?, ?)",
@@ -397,17 +415,48 @@ class Store:
             db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> int:
-        """Delete message_id and every later message of the conversation; returns the count."""
+        """Delete message_id and every message below it (in every branch); returns the count.
+        Its fork then shows its newest remaining sibling."""
         with self._transaction() as db:
-            cur = db.execute(
-                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
-                (conversation_id, message_id),
-            )
-            return cur.rowcount
+            if not db.execute(
+                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                (message_id, conversation_id),
+            ).fetchone():
+                return 0
+            n = tree.subtree_size(db, message_id)
+            db.execute("DELETE FROM messages WHERE id = ?", (message_id,))  # cascades below
+            return n
+
+    # ---- versions (the tree of a chat: store_tree.py) -------------------------------------
+
+    def versions(self, message_id: int) -> list[int]:
+        """The ids of the versions of message_id (it and its siblings), oldest first."""
+        if not schema.row_id_ok(message_id):
+            return []
+        return tree.versions(self._db, message_id)
+
+    def select_version(self, message_id: int) -> bool:
+        """Show message_id instead of its siblings (and below it, the branch it leads to, as
+        it was last shown). Committed; False if there is no such message."""
+        if not schema.row_id_ok(message_id):
+            return False
+        with self._transaction() as db:
+            return tree.choose(db, message_id)
+
+    def message_count(self, conversation_id: int) -> int:
+        """Every message of the conversation, in all branches."""
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM messages WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        return int(row[0])
 
     def messages(self, conversation_id: int) -> list[MessageRow]:
+        """The messages the conversation shows: the selected version at each fork, in order
+        (every other caller sees a linear chat). The versions: versions() and the rows'
+        version/versions."""
         if not schema.row_id_ok(conversation_id):
             return []
+        path = {step.id: step for step in tree.selected_path(self._db, conversation_id)}
         rows = self._db.execute(
             "SELECT id, conversation_id, role, text, state, stats, reasoning FROM messages "
             "WHERE conversation_id = ? ORDER BY id",
@@ -424,10 +473,26 @@ class Store:
                 images.setdefault(mid, []).append(ImageRef(sha, ext, str(name)))
         out = []
         for mid, cid, role, text, state, stats, reasoning in rows:
+            step = path.get(mid)
+            if step is None:  # another version's branch
+                continue
             row = schema.message_row(mid, cid, role, text, state, stats)
             if row is not None:  # a row no Merlin wrote (bad role, id) is left out
                 role, text, state, stats_d = row
-                out.append(MessageRow(mid, cid, role, text, state, stats_d, images.get(mid, [])))
+                out.append(
+                    MessageRow(
+                        mid,
+                        cid,
+                        role,
+                        text,
+                        state,
+                        stats_d,
+                        images.get(mid, []),
+                        step.parent_id,
+                        step.version,
+                        step.versions,
+                    )  # fmt: skip
+                )
                 out[-1].reasoning = schema.optional_text(reasoning) if role == "assistant" else None
         return out
 

@@ -12,6 +12,12 @@ Store (store.py) opens a database through these functions, in this order:
    missing column without a sensible default (a message's text, role or conversation) makes
    the database unusable: refused, untouched.
 
+Schema versions (store.py's _MIGRATIONS): 1 the linear chats; 2 branches (BRANCHES_V2): every
+message has a parent (NULL: the chat's first message), versions of a message are siblings, and
+message_choices remembers which child the conversation shows at each fork (none: the newest).
+The migration from 1 links each message to the one before it in its conversation, so an old
+chat becomes one branch with every message and its order kept.
+
 Rows are then read through message_row() / conversation_row() / image_ref_ok(), which turn
 what a damaged or hand-edited database holds (a stats column holding a list, a text stored as
 a blob or NULL, an unknown state, an image hash with a "/" in it) into values the app can
@@ -46,6 +52,7 @@ COLUMNS = {
         "stats": "TEXT NOT NULL DEFAULT '{}'",
         "created": "REAL NOT NULL DEFAULT 0",
         "updated": "REAL NOT NULL DEFAULT 0",
+        "parent_id": "INTEGER REFERENCES messages(id) ON DELETE CASCADE",
         "reasoning": "TEXT",  # a thinking model's reasoning (THINKING_MIGRATION)
     },
     "message_images": {
@@ -56,7 +63,27 @@ COLUMNS = {
         "name": "TEXT NOT NULL DEFAULT ''",
     },
 }
-# Thinking models (schema step 2): an answer's reasoning apart from its text (NULL: the answer
+# schema 2: the tree of versions (a new column, a new table; no row of version 1 is lost)
+CHOICES_TABLE = """
+CREATE TABLE IF NOT EXISTS message_choices (
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_id INTEGER NOT NULL,  -- the fork: a message id, 0 for the chat's first messages
+    child_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    PRIMARY KEY (conversation_id, parent_id)
+);
+"""
+BRANCHES_V2 = (
+    """
+ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+UPDATE messages SET parent_id = (
+    SELECT MAX(p.id) FROM messages p
+    WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id
+);
+"""
+    + CHOICES_TABLE
+    + "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id, id);"
+)
+# Thinking models (schema 3): an answer's reasoning apart from its text (NULL: the answer
 # had no thinking block), and a chat's thinking switch (NULL: the template's default; "on",
 # "off"). Nullable columns, so every row an older Merlin wrote stays as it was.
 THINKING_MIGRATION = """

@@ -32,6 +32,7 @@ from merlin.app.widgets import theme
 from merlin.app.widgets.icons import icon
 from merlin.app.widgets.message_text import MessageText
 from merlin.app.widgets.reasoning_block import ReasoningBlock
+from merlin.app.widgets.version_switch import VersionSwitch
 
 MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
 THUMB_HEIGHT = 120
@@ -42,10 +43,12 @@ class MessageWidget(QFrame):
 
     sig_edit_requested(int): message id; the user wants to edit this (user) message.
     sig_regenerate_requested(int): message id; the user wants this answer again.
+    sig_version_requested(int, int): message id, step; show another version of it.
     """
 
     sig_edit_requested = Signal(int)
     sig_regenerate_requested = Signal(int)
+    sig_version_requested = Signal(int, int)
 
     def __init__(self, message_id: int, role: str, parent=None):
         super().__init__(parent)
@@ -72,6 +75,11 @@ class MessageWidget(QFrame):
         header.addWidget(self.who)
         header.addWidget(self.status)
         header.addStretch(1)
+        self.versions = VersionSwitch(self)  # "< 2/3 >", shown when there are versions
+        self.versions.sig_step.connect(
+            lambda step: self.sig_version_requested.emit(self.message_id, step)
+        )
+        header.addWidget(self.versions)
         self.copy_button = self._tool("copy", self.copy_text)
         self.edit_button = self._tool("edit", lambda: self.sig_edit_requested.emit(self.message_id))
         self.regenerate_button = self._tool(
@@ -183,6 +191,9 @@ class MessageWidget(QFrame):
         pal.setColor(QPalette.WindowText, theme.muted_text())
         self.notices.setPalette(pal)
 
+    def set_versions(self, version: int, count: int) -> None:
+        self.versions.set_versions(version, count)
+
     def set_can_regenerate(self, on: bool) -> None:
         self.regenerate_button.setVisible(on and self.role == "assistant")
 
@@ -254,10 +265,12 @@ class ChatView(QScrollArea):
 
     sig_edit_requested(int): message id of a user message to edit.
     sig_regenerate_requested(int): message id of the answer to regenerate.
+    sig_version_requested(int, int): message id and step (-1, +1) of a version switch.
     """
 
     sig_edit_requested = Signal(int)
     sig_regenerate_requested = Signal(int)
+    sig_version_requested = Signal(int, int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -306,6 +319,7 @@ class ChatView(QScrollArea):
         w = MessageWidget(message_id, role, self.column)
         w.sig_edit_requested.connect(self.sig_edit_requested)
         w.sig_regenerate_requested.connect(self.sig_regenerate_requested)
+        w.sig_version_requested.connect(self.sig_version_requested)
         if images:
             w.set_images(images, image_names)
         if state == "streaming":

@@ -43,6 +43,7 @@ from merlin.app.widgets.conversations import ConversationList
 from merlin.app.widgets.icons import app_icon, icon
 from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
 from merlin.app.widgets.perf_panel import PerfPanel
+from merlin.app.widgets.serve_dialog import show_serving, toggle_serving
 from merlin.app.widgets.thinking_switch import ThinkingSwitch
 from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B, ModelInfo
 
@@ -164,6 +165,7 @@ class MainWindow(QMainWindow):
         c.sig_load_failed.connect(self.on_load_failed)
         c.sig_conversations_changed.connect(self.refresh_conversations)
         c.sig_notice.connect(self.on_notice)
+        c.sig_serving.connect(lambda status: show_serving(self, status))
         c.sig_busy_changed.connect(self.on_busy_changed)
         c.images.sig_encoder.connect(self.panel.set_encoder)  # the encoder's progress
         self.conversations.sig_selected.connect(c.open_conversation)
@@ -256,6 +258,7 @@ class MainWindow(QMainWindow):
         self.act_export_all = action("Ctrl+Shift+E", lambda: chat_files.export_all(self))
         self.act_import = action("Ctrl+I", lambda: chat_files.import_chats(self))
         self.act_copy_md = action("Ctrl+Shift+C", lambda: chat_files.copy_markdown(self))
+        self.act_serve = action("Ctrl+Shift+S", lambda on: toggle_serving(self, on), True)
         mb = self.menuBar()
         self.menu_chat = mb.addMenu("")
         self.menu_chat.addActions([self.act_new, self.act_attach])
@@ -266,7 +269,7 @@ class MainWindow(QMainWindow):
         self.menu_chat.addSeparator()
         self.menu_chat.addAction(self.act_quit)
         self.menu_model = mb.addMenu("")
-        self.menu_model.addActions([self.act_model, self.act_settings])
+        self.menu_model.addActions([self.act_model, self.act_settings, self.act_serve])
         self.menu_view = mb.addMenu("")
         self.menu_view.addActions([self.act_panel, self.act_demo, self.act_full])
         self.menu_help = mb.addMenu("")
@@ -299,6 +302,7 @@ class MainWindow(QMainWindow):
         self.act_export_all.setText(tr("Export all chats…"))
         self.act_import.setText(tr("Import chats…"))
         self.act_copy_md.setText(tr("Copy chat as Markdown"))
+        self.act_serve.setText(tr("Serve to other apps (OpenAI API)…"))
         self.model_button.setToolTip(tr("Load a model (Ctrl+L)"))
         self.settings_button.setToolTip(tr("Settings (Ctrl+,)"))
         self.panel_button.setToolTip(tr("Show or hide the performance panel (F9)"))

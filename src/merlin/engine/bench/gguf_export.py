@@ -18,6 +18,7 @@ maps Qwen3 the same way):
   keys     qwen3.{context_length, embedding_length, block_count, feed_forward_length,
            attention.head_count, attention.head_count_kv, attention.key_length,
            attention.value_length, attention.layer_norm_rms_epsilon, rope.freq_base};
+  chat template  the checkpoint's (tokenizer.chat_template), for llama.cpp's server;
   tokenizer  byte-level BPE ("gpt2", pre-tokenizer "qwen2") from tokenizer.json: tokens by id,
            merges, added tokens as control (special) or user-defined tokens, and "[PADn]"
            unused tokens up to the embedding's row count (as convert_hf_to_gguf.py pads Qwen).
@@ -156,6 +157,9 @@ def export(folder: Path, out: Path, dtype: str = "f16") -> dict:
     if isinstance(bos, int):
         w.add_bos_token_id(bos)
     w.add_add_bos_token(False)
+    template = chat_template(folder)
+    if template:  # llama.cpp's server renders chats with it, as Merlin does
+        w.add_chat_template(template)
     names = gguf_tensor_names(n_layers, tied)
     missing = [n for n in names if n not in st]
     if missing:
@@ -172,6 +176,21 @@ def export(folder: Path, out: Path, dtype: str = "f16") -> dict:
     w.write_tensors_to_file()
     w.close()
     return {"tensors": len(names), "bytes": nbytes, "path": str(out)}
+
+
+def chat_template(folder: Path) -> str | None:
+    """The checkpoint's chat template (chat_template.jinja, chat_template.json or
+    tokenizer_config.json, in Merlin's order), or None."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        path = folder / name
+        if path.is_file():
+            value = json.loads(path.read_text(encoding="utf-8")).get("chat_template")
+            if isinstance(value, str):
+                return value
+    return None
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ import numpy as np
 from .sections import SectionUnavailable
 
 HERE = Path(__file__).resolve().parent
-PEER_PACKAGES = ("llama-cpp-python", "gguf", "numpy")
+# [server]: llama.cpp's OpenAI server, for tests/app/test_remote_llamacpp.py
+PEER_PACKAGES = ("llama-cpp-python[server]", "gguf", "numpy")
 BUILD_MINUTES = "5-10 minutes on 2 cores"
 CHECK_PROMPT = [3, 17, 42, 99, 250, 7, 512, 1000]
 CHECK_TOKENS = 8

@@ -24,6 +24,7 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -52,6 +53,7 @@ class ServerConfig:
     allowed_images: str | None = None  # folder image file paths may point into
     cors_origins: list[str] = field(default_factory=list)
     max_waiting: int = 8  # requests waiting behind the running one
+    engine_lock: Any = None  # held while a request computes (a model shared in-process)
 
 
 def _error(e: ApiError) -> JSONResponse:
@@ -101,7 +103,7 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
     """The ASGI app serving `model` (adapter: the engine sessions; default settings if None)."""
     adapter = adapter or EngineAdapter(model)
     resolver = ImageResolver(config.allowed_images, config.limits.max_image_bytes)
-    gen_queue = GenerationQueue(config.max_waiting)
+    gen_queue = GenerationQueue(config.max_waiting, config.engine_lock)
     created = R.now()
 
     def check_key(request: Request) -> None:

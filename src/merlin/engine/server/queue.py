@@ -7,11 +7,16 @@ generation thread runs a job's `start()` (checks, then the event iterator) and s
 item to the job's asyncio queue on the server's event loop: ("event", e), then ("end", None)
 or ("error", exception). Setting `job.cancel` (the client went away, a stop string) ends the
 generation at its next step; a job cancelled while it waits is skipped.
+
+`engine_lock` (optional): held while a job computes, when the model is shared with another
+user of it in the same process (the app serving its loaded model: its own answers take the
+same lock), so two forwards never run at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import queue
@@ -49,8 +54,9 @@ class Job:
 
 
 class GenerationQueue:
-    def __init__(self, max_waiting: int = 8):
+    def __init__(self, max_waiting: int = 8, engine_lock=None):
         self.max_waiting = max(0, int(max_waiting))
+        self._engine_lock = engine_lock if engine_lock is not None else contextlib.nullcontext()
         self._q: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
@@ -99,12 +105,8 @@ class GenerationQueue:
                 if job.cancel.is_set():
                     job.put("end")
                     continue
-                first = True
-                for event in job.start(job.cancel):
-                    job.put("event", event)
-                    if first and job.first_sent is not None and getattr(event, "text", ""):
-                        first = False
-                        job.first_sent.wait(FIRST_TOKEN_WAIT_S)
+                with self._engine_lock:
+                    self._compute(job)
                 job.put("end")
             except ApiError as e:
                 job.put("error", e)
@@ -125,3 +127,12 @@ class GenerationQueue:
                 self._mean_s = 0.8 * self._mean_s + 0.2 * dt
                 with self._lock:
                     self.busy = False
+
+    @staticmethod
+    def _compute(job: Job) -> None:
+        first = True
+        for event in job.start(job.cancel):
+            job.put("event", event)
+            if first and job.first_sent is not None and getattr(event, "text", ""):
+                first = False
+                job.first_sent.wait(FIRST_TOKEN_WAIT_S)

@@ -1,6 +1,7 @@
-"""How chats-schema1.sqlite3 was made: by the chat store of main at cc10572 (schema 1, before
-thinking models), run as `PYTHONPATH=<main>/src python make_schema1_db.py OUT_FOLDER`; the
-database is OUT_FOLDER/chats.sqlite3 (tests/app/test_thinking_app.py migrates a copy)."""
+"""How chats-schema1.sqlite3 and chats-schema2.sqlite3 were made: by the chat store of main at
+cc10572 (schema 1) and at d10f9cd (schema 2, branches), before thinking models, run as
+`PYTHONPATH=<main>/src python make_old_db.py OUT_FOLDER`; the database is
+OUT_FOLDER/chats.sqlite3 (tests/app/test_thinking_app.py migrates copies)."""
 
 import shutil
 import sys
