@@ -322,3 +322,13 @@ def test_cli_info_says_what_the_template_offers(think_dir, demo_dir):
     assert th["supported"] and th["opens"] and not th["switchable"]
     r = run_cli("info", "--model", str(demo_dir), "--json")
     assert json.loads(r.stdout)["thinking"]["supported"] is False
+
+
+def test_a_template_that_only_renders_old_reasoning_is_no_thinking_template(demo_dir, tmp_path):
+    from merlin.engine.model import load_model
+
+    instruct = THINKING_TEMPLATE.replace("'<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}",
+                                         "'<|im_start|>assistant\\n' }}\n{%- endif %}")  # fmt: skip
+    assert instruct != THINKING_TEMPLATE
+    model = load_model(checkpoint_with_template(demo_dir, tmp_path / "i", instruct))
+    assert not thinking.support(model.tokenizer).supported

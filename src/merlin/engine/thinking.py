@@ -41,8 +41,10 @@ _PROBE = "Merlin thinking probe"
 
 @dataclass(frozen=True)
 class ThinkingSupport:
-    """supported: the template has a thinking block. switchable: `enable_thinking` changes
-    the prompt (thinking can be switched off by the template itself). opens: the default
+    """supported: the template makes the model think (its generation prompt opens a block, or
+    `enable_thinking` changes the prompt; a template that only renders the reasoning of
+    earlier answers does not count). switchable: `enable_thinking` changes the prompt
+    (thinking can be switched off by the template itself). opens: the default
     generation prompt opens the block (the model always starts by thinking). reason: a
     sentence saying why thinking is not available (empty when it is)."""
 
@@ -80,19 +82,23 @@ def _support(tokenizer) -> ThinkingSupport:
     source = getattr(tokenizer, "chat_template", None)
     if not source:
         return ThinkingSupport(False, reason="the model has no chat template")
+    none = ThinkingSupport(
+        False,
+        reason="the model's chat template has no thinking block (an Instruct checkpoint; "
+        "use a -Thinking checkpoint to see its reasoning)",
+    )
     if not any(s in source for s in (THINK, END_THINK, "enable_thinking", "reasoning_content")):
-        return ThinkingSupport(
-            False,
-            reason="the model's chat template has no thinking block (an Instruct checkpoint; "
-            "use a -Thinking checkpoint to see its reasoning)",
-        )
+        return none
     try:
         default = _probe(tokenizer)
         on = _probe(tokenizer, enable_thinking=True)
         off = _probe(tokenizer, enable_thinking=False)
     except TokenizerError as e:
         return ThinkingSupport(False, reason=f"the chat template cannot be rendered ({e})")
-    return ThinkingSupport(True, switchable=on != off, opens=_opens(default))
+    switchable, opens = on != off, _opens(default)
+    if not (switchable or opens):  # it only renders earlier reasoning: the model never thinks
+        return none
+    return ThinkingSupport(True, switchable=switchable, opens=opens)
 
 
 def check_mode(mode: str) -> str:
