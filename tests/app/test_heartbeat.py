@@ -1,5 +1,6 @@
 """The GUI never freezes: a 10 ms timer keeps firing while the model loads (with kernel
-warm-up) and while an answer about an image streams.
+warm-up), while an answer about an image streams, and while a thinking model's 5,000-token
+reasoning block (LaTeX and code) streams, collapsed and expanded.
 
 When a beat is late the test says what the GUI thread was doing: per gap, its CPU time and
 its wait for a CPU (Linux schedstat; the rest of the gap it was blocked: on the disk, on a
@@ -145,3 +146,65 @@ def test_event_loop_latency_during_load_and_generation(qtbot, make_window, tmp_p
     )
     assert heartbeat.worst("load") < MAX_GAP_MS, heartbeat.report("load")
     assert heartbeat.worst("generation") < MAX_GAP_MS, heartbeat.report("generation")
+
+
+REASONING_LINE = (
+    "Let $f(x) = \\frac{x^2}{2}$, so $f'(x) = x$ and $$\\int_0^1 f = \\tfrac16.$$ "
+    "Check it in code:\n```python\ndef f(x):\n    return x * x / 2\n```\n"
+)
+
+
+def test_heartbeat_while_5000_reasoning_tokens_stream(qtbot, make_window):
+    """5,000 reasoning tokens with LaTeX and code, sent from another thread as the engine
+    sends its events, at ~1,000 tokens/s: the GUI never stalls, collapsed or expanded."""
+    from merlin.engine.generate import Finished, Tokens
+    from merlin.engine.profile import StepProfile
+
+    def tokens(text="", reasoning=""):
+        return Tokens(text, [1], StepProfile(), reasoning, 1 if reasoning else 0)
+
+    w = make_window()
+    jobs = []
+    w.controller.conversation.engine.generate = jobs.append  # the test sends the events
+    send(qtbot, w, "Prove it.", wait=False)
+    qtbot.waitUntil(lambda: len(jobs) == 1)
+    job = jobs[0]
+    words = REASONING_LINE.replace("\n", "\n ").split(" ")
+    pieces = [(words[i % len(words)] + " ").replace("\n ", "\n") for i in range(5000)]
+    signal = w.controller.worker.sig_event  # queued to the GUI thread, like the engine's
+
+    def engine():
+        for i, piece in enumerate(pieces):
+            signal.emit(job.job_id, tokens(reasoning=piece))
+            if i % 2:
+                time.sleep(0.002)
+        for i in range(200):
+            signal.emit(job.job_id, tokens(text=f"answer {i} "))
+        signal.emit(job.job_id, Finished("stop_token", generated_tokens=5200, reasoning="x"))
+
+    heartbeat = Heartbeat()
+    try:
+        heartbeat.begin("collapsed")
+        t = threading.Thread(target=engine, daemon=True)
+        t.start()
+        qtbot.waitUntil(lambda: w.chat.messages()[-1].reasoning is not None, timeout=10_000)
+        block = w.chat.messages()[-1].reasoning
+        qtbot.waitUntil(lambda: len(block.text) > 8000, timeout=30_000)
+        heartbeat.begin("expanded")
+        block.set_expanded(True)
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=60_000)
+        t.join(5)
+    finally:
+        heartbeat.stop()
+    row = w.store.messages(w.controller.current_id)[-1]
+    assert row.reasoning == "".join(pieces)
+    assert "\\frac" in row.reasoning and "```python" in row.reasoning
+    assert block.body.toPlainText() == row.reasoning
+    print(
+        f"\nheartbeat (5,000 reasoning tokens): collapsed max {heartbeat.worst('collapsed'):.1f} "
+        f"ms over {heartbeat.count('collapsed')} beats; expanded max "
+        f"{heartbeat.worst('expanded'):.1f} ms over {heartbeat.count('expanded')} beats"
+    )
+    assert heartbeat.count("collapsed") > 10 and heartbeat.count("expanded") > 10
+    assert heartbeat.worst("collapsed") < MAX_GAP_MS, heartbeat.report("collapsed")
+    assert heartbeat.worst("expanded") < MAX_GAP_MS, heartbeat.report("expanded")

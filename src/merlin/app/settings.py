@@ -49,6 +49,7 @@ class AppSettings:
     spec_k: int = 4
     image_max_pixels: int = 0  # 0 = the checkpoint's own limit (used when image_tokens is 0)
     image_tokens: int = 0  # image-token budget per image; 0 = this machine's default
+    thinking_budget: int = 0  # reasoning tokens before a thinking model answers; 0: no limit
     # app
     session_cap_mb: int = 4096  # disk for saved sessions (KV caches of chats); 0 = none saved
     language: str = "system"  # "system", "en", "zh_CN"
@@ -82,6 +83,7 @@ class AppSettings:
             spec_k=self.spec_k,
             max_pixels=self.image_max_pixels,
             image_tokens=self.image_tokens,
+            thinking_budget=self.thinking_budget,
         )
 
 
@@ -183,6 +185,7 @@ class SettingsDialog(QDialog):
         self.spec_k = _ispin(1, MAX_K, settings.spec_k)
         self.max_pixels = _ispin(0, 16_777_216, settings.image_max_pixels, step=65536)
         self.image_tokens = _ispin(0, 16384, settings.image_tokens, step=256)
+        self.thinking_budget = _ispin(0, 1_000_000, settings.thinking_budget, step=256)
         self.image_tokens_note = QLabel()
         self.image_tokens_note.setWordWrap(True)
         self.image_tokens.valueChanged.connect(self._check_image_tokens)
@@ -209,6 +212,7 @@ class SettingsDialog(QDialog):
             ("threads", self.threads),
             ("spec_mode", self.spec_mode),
             ("spec_k", self.spec_k),
+            ("thinking_budget", self.thinking_budget),
             ("image_tokens", self.image_tokens),
             ("max_pixels", self.max_pixels),
         )
@@ -290,6 +294,7 @@ class SettingsDialog(QDialog):
         self.cpus.setCurrentText(d.cpus)
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(d.spec_mode))
         self.spec_k.setValue(d.spec_k)
+        self.thinking_budget.setValue(d.thinking_budget)
         self.max_pixels.setValue(d.image_max_pixels)
         self.image_tokens.setValue(d.image_tokens)
         self.session_cap.setValue(d.session_cap_mb)
@@ -309,6 +314,7 @@ class SettingsDialog(QDialog):
             threads=self.threads.value(),
             spec_mode=self.spec_mode.currentData(),
             spec_k=self.spec_k.value(),
+            thinking_budget=self.thinking_budget.value(),
             image_max_pixels=self.max_pixels.value(),
             image_tokens=self._image_tokens_value()[0],
             session_cap_mb=self.session_cap.value(),
@@ -336,6 +342,7 @@ class SettingsDialog(QDialog):
             "threads": tr("Threads (0 = all cores)"),
             "spec_mode": tr("Speculative decoding"),
             "spec_k": tr("Draft tokens K"),
+            "thinking_budget": tr("Thinking budget (reasoning tokens, 0 = no limit)"),
             "max_pixels": tr("Image max pixels (0 = model default; used when image tokens is 0)"),
             "image_tokens": tr("Image tokens per image (0 = this machine's default)"),
             "language": tr("Language"),
@@ -352,6 +359,13 @@ class SettingsDialog(QDialog):
             tr("this machine's default ({n})").format(n=default_tokens())
         )
         self._check_image_tokens()
+        self.thinking_budget.setSpecialValueText(tr("no limit"))
+        self.thinking_budget.setToolTip(
+            tr(
+                "For thinking models: after this many reasoning tokens Merlin closes the "
+                "thinking block and the model answers."
+            )
+        )
         self.language.setItemText(0, tr("System language"))
         for i, m in enumerate(SPEC_MODES):
             self.spec_mode.setItemText(i, {"off": tr("off"), "on": tr("on"), "auto": tr("auto")}[m])

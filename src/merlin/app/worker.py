@@ -191,6 +191,7 @@ class EngineWorker(QObject):
                 weight_bytes_per_token=model.bytes_per_token,
                 load_s=model.load_s,
                 demo_model=_is_demo_model(model.folder),
+                **thinking_info(model.tokenizer),
             )
         )
 
@@ -439,6 +440,19 @@ class EngineWorker(QObject):
             ended = ended or isinstance(event, Finished)
         if ended:  # finished or stopped: the next answer starts from here, even later
             self._save_session()
+
+
+def thinking_info(tokenizer) -> dict:
+    """ModelInfo's thinking fields (engine.thinking.support)."""
+    from merlin.engine.thinking import support
+
+    s = support(tokenizer)
+    return dict(
+        thinking=s.supported,
+        thinking_switchable=s.switchable,
+        thinking_always=s.opens,
+        thinking_reason=s.reason,
+    )
 
 
 def _is_demo_model(folder) -> bool:

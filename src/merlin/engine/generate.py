@@ -11,7 +11,9 @@ The events are plain dataclasses (no Qt); `event_json` gives the JSON objects `m
 cancelled run keeps everything it produced and the KV cache holds exactly the tokens fed.
 Options of one answer are one type, AnswerOptions; the session adds its own settings
 (engine.session.SessionSettings) and the app maps its settings onto both
-(app/model/prompting.py).
+(app/model/prompting.py). A thinking model's answer is split and its budget kept by one hook
+in the loop (engine.thinking.Steer). Over 500 lines because the options, the events and the
+loop that makes them are read together.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
+from . import thinking
 from .errors import InputError
 from .finite import check_logits
 from .kv_cache import KVCache
@@ -51,11 +54,15 @@ class AnswerOptions:
     ignore_eos: bool = False  # eos tokens are generated like any other token
     spec: str = "auto"  # speculative decoding: off | on | auto
     spec_k: int = 4  # drafts per verify (the maximum, in auto mode)
+    thinking: str = "auto"  # auto | on | off (engine.thinking; the prompt is built for it)
+    thinking_budget: int | None = None  # reasoning tokens before the engine closes the block
 
     def resolved(self, model) -> AnswerOptions:
         """These options checked (InputError), with the model's default sampling filled in."""
         if int(self.max_new_tokens) < 1:
             raise InputError("max new tokens must be at least 1.")
+        thinking.check_mode(self.thinking)
+        thinking.check_budget(self.thinking_budget)
         sampling = (self.sampling or model.defaults.sampling).validate()
         return replace(self, sampling=sampling, max_new_tokens=int(self.max_new_tokens))
 
@@ -79,9 +86,15 @@ class PrefillDone:
 
 @dataclass
 class Tokens:
+    """Newly decoded text. With a thinking template (engine.thinking) `text` is answer text
+    only and `reasoning` the reasoning text; reasoning_ids: how many of `ids` are reasoning
+    tokens (the `<think>` tags included)."""
+
     text: str
     ids: list[int]
     profile: StepProfile
+    reasoning: str = ""
+    reasoning_ids: int = 0
 
 
 @dataclass
@@ -105,6 +118,10 @@ class Finished:
     context_tokens: int | None = None  # tokens of the conversation the model saw
     dropped_messages: list[int] | None = None  # messages left out of the context
     extra: dict | None = None  # what a caller measured around the engine (Finished.of)
+    reasoning: str | None = None  # a thinking template's reasoning (text: the answer only)
+    reasoning_tokens: int | None = None
+    thinking_budget_closed: bool | None = None  # the engine closed the block (budget spent)
+    answer_ids: list[int] | None = None  # a thinking answer: the ids of `text` (when exact)
 
     def to_dict(self) -> dict:
         """The JSON form (`merlin-cli --json`, the app's stored stats): fields that are None
@@ -147,12 +164,11 @@ def event_json(event) -> dict:
             "prefill_ms": round(event.prefill_ms, 3),
         }
     if isinstance(event, Tokens):
-        return {
-            "event": "tokens",
-            "text": event.text,
-            "ids": event.ids,
-            "profile": event.profile.to_dict(),
-        }
+        out = {"event": "tokens", "text": event.text, "ids": event.ids}
+        if event.reasoning or event.reasoning_ids:
+            out.update(reasoning=event.reasoning, reasoning_ids=event.reasoning_ids)
+        out["profile"] = event.profile.to_dict()
+        return out
     return {"event": "finished", **event.to_dict()}
 
 
@@ -352,12 +368,19 @@ def generate(
     drafter: Drafter | None = None,
     small_rows: int = SMALL_PREFILL_ROWS,
     max_chunk: int | None = None,
+    turn: thinking.ThinkingTurn | None = None,
 ) -> Iterator[PrefillDone | Tokens | Finished]:
     """Answer `prompt`. `cache` may hold its first rows already (start: how many; default
     cache.length - prompt.offset, and it must be that); images: the image rows of rows
     start.. (image_inputs; default: the encoder runs on the prompt's images); `drafter` may
-    carry the history for speculative drafts (default: a new one over the prompt)."""
+    carry the history for speculative drafts (default: a new one over the prompt); turn: the
+    answer's thinking (engine.thinking.plan_turn; default: planned from the options)."""
     options = (options or AnswerOptions()).resolved(model)
+    if turn is None:
+        turn = thinking.plan_turn(
+            model.tokenizer, prompt.ids, options.thinking, options.thinking_budget
+        )
+    steer = turn.steer()
     max_context = min(max_context or model.max_context, model.max_context)
     if cache is None:
         cache = model.new_cache(max_context)
@@ -416,19 +439,28 @@ def generate(
     rows, drafted, accepted, round_start = n - start, 0, 0, 0
     while True:
         # emit what the last forward decided, up to a stop token or the token budget
-        emit = []
+        emit, answer, reasoning, n_reasoning, replaced = [], [], [], 0, False
         for token in new_tokens:
-            if token in model.eos_ids and not options.ignore_eos:
+            chosen = steer.choose(token)  # the thinking budget may close the block instead
+            if chosen in model.eos_ids and not options.ignore_eos:
                 reason = "stop_token"
                 break
-            emit.append(token)
+            emit.append(chosen)
+            replaced = chosen != token  # a closing id replaced the decided one
+            a, r = steer.feed(stream.push(chosen))
+            answer.append(a)
+            reasoning.append(r)
+            n_reasoning += steer.last_was_reasoning()
             if len(generated) + len(emit) >= options.max_new_tokens:
                 reason = "max_tokens"
                 break
+            if replaced:  # the rest of what the forward decided is void
+                break
         if drafted:
             # a verify cached the fed token and the accepted drafts: keep only emitted ones
-            cache.truncate(round_start + 1 + min(len(emit), accepted))
-        text = "".join(stream.push(t) for t in emit)
+            # (a closing id the budget put in place of a draft is not in the cache)
+            cache.truncate(round_start + 1 + min(len(emit) - replaced, accepted))
+        text = "".join(answer)
         generated += emit
         history += emit
         drafter.extend(emit)
@@ -450,7 +482,7 @@ def generate(
             )
         )
         if emit:
-            yield Tokens(text=text, ids=emit, profile=prof)
+            yield Tokens(text, emit, prof, "".join(reasoning), n_reasoning)
         step += 1
         if reason is None and cancel is not None and cancel.is_set():
             reason = "cancelled"
@@ -461,7 +493,8 @@ def generate(
         # next forward: one token, or the last token plus verified drafts
         last = generated[-1]
         room = min(options.max_new_tokens - len(generated) - 1, max_context - cache.length - 1)
-        drafts = drafter.draft(min(policy.k_max, room)) if policy.mode != "off" else []
+        drafting = policy.mode != "off" and not steer.forcing
+        drafts = drafter.draft(min(policy.k_max, room)) if drafting else []
         drafts = drafts[: policy.choose_k(len(drafts))]
         timer = StepTimer()
         round_start = cache.length
@@ -483,10 +516,10 @@ def generate(
         stats.drafted += drafted
         stats.hits += accepted
         stats.kv_rolls += drafted - accepted
-    tail = stream.flush()
-    if tail:
+    tail, tail_reasoning = steer.flush(stream.flush())
+    if tail or tail_reasoning:
         text_parts.append(tail)
-        yield Tokens(text=tail, ids=[], profile=StepProfile(step=step, context=cache.length))
+        yield Tokens(tail, [], StepProfile(step=step, context=cache.length), tail_reasoning)
     decode_s = time.perf_counter() - t_decode0
     yield Finished(
         reason,
@@ -501,4 +534,5 @@ def generate(
         notices=notices,
         token_ids=generated,
         text="".join(text_parts),
+        **steer.totals(model.tokenizer, generated),  # a thinking model's reasoning apart
     )

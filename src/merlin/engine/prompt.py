@@ -146,6 +146,9 @@ def _chat(system, messages, check: bool) -> tuple[list[dict], list, dict[int, li
             if ids:
                 answer_ids[len(chat)] = list(ids)
             chat.append({"role": "assistant", "content": m.text})
+            reasoning = getattr(m, "reasoning", None)
+            if isinstance(reasoning, str):  # a thinking answer: the template keeps or drops it
+                chat[-1]["reasoning_content"] = reasoning
     return chat, images, answer_ids
 
 
@@ -157,6 +160,7 @@ def build_prompt(
     system: str | None = None,
     *,
     generation_prompt: bool = True,
+    template_kwargs: dict | None = None,
 ) -> Prompt:
     """The one prompt builder: (system, messages, images) through the checkpoint's chat
     template -> Prompt.
@@ -168,7 +172,9 @@ def build_prompt(
     n_tokens; hash and budget when known). Each `<|image_pad|>` is expanded to its image's
     t*h*w/merge**2 tokens; positions as transformers' get_rope_index. An assistant message's
     `ids` (the tokens it was generated as) are used for its text wherever the template
-    renders that text unchanged (Tokenizer.encode_chat's token_ids)."""
+    renders that text unchanged (Tokenizer.encode_chat's token_ids); its `reasoning` (a
+    thinking answer's) goes to the template as `reasoning_content`. template_kwargs: extra
+    template variables (engine.thinking.template_kwargs: enable_thinking)."""
     if isinstance(messages, str):
         images = list(images)
         chat = [{"role": "system", "content": system}] if system else []
@@ -178,7 +184,12 @@ def build_prompt(
         if images:
             raise ValueError("images go in the messages when messages is a sequence")
         chat, images, answer_ids = _chat(system, messages, check=True)
-    ids = tokenizer.encode_chat(chat, add_generation_prompt=generation_prompt, token_ids=answer_ids)
+    ids = tokenizer.encode_chat(
+        chat,
+        add_generation_prompt=generation_prompt,
+        token_ids=answer_ids,
+        **(template_kwargs or {}),
+    )
     if not images:
         return Prompt(ids, text_positions(0, len(ids)), 0)
     pad = config.image_token_id

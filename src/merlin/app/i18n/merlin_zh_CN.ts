@@ -244,6 +244,36 @@
       <translation>之前消息中的部分图片已无法读取（{names}）；模型将在没有这些图片的情况下回答。</translation>
     </message>
     <message>
+      <location filename="../../app/model/thought.py" />
+      <source>Thinking… {n} s</source>
+      <translation>思考中… {n} 秒</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/thought.py" />
+      <source>Thought for {n} s</source>
+      <translation>已思考 {n} 秒</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/thought.py" />
+      <source>Load a model first.</source>
+      <translation>请先加载模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/thought.py" />
+      <source>This model's chat template has no thinking mode, so it always answers directly. Load a -Thinking checkpoint to see its reasoning.</source>
+      <translation>此模型的对话模板没有思考模式，因此总是直接回答。加载 -Thinking 检查点即可看到它的推理过程。</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/thought.py" />
+      <source>The model thinks before it answers (its reasoning shows above the answer).</source>
+      <translation>模型先思考再回答（推理过程显示在回答上方）。</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/thought.py" />
+      <source>This model always thinks; switched off, Merlin closes its thinking block at once so it answers directly.</source>
+      <translation>此模型总是先思考；关闭后，Merlin 会立即结束它的思考块，让它直接回答。</translation>
+    </message>
+    <message>
       <location filename="../../app/remote_settings.py" />
       <source>Remote server: time to first token, tokens/s and tokens in/out are measured from its stream and usage. The GEMM/attention split and speculative statistics are not available remotely.</source>
       <translation>远程服务器：首词元时间、词元/秒以及输入/输出词元数取自其数据流和用量统计。远程模式下无法获得 GEMM/注意力耗时拆分和推测解码统计。</translation>
@@ -335,6 +365,11 @@
     </message>
     <message>
       <location filename="../../app/settings.py" />
+      <source>Thinking budget (reasoning tokens, 0 = no limit)</source>
+      <translation>思考预算（推理 token 数，0 = 不限）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
       <source>Image max pixels (0 = model default; used when image tokens is 0)</source>
       <translation>图像最大像素（0 = 模型默认；图像令牌为 0 时使用）</translation>
     </message>
@@ -367,6 +402,16 @@
       <location filename="../../app/settings.py" />
       <source>this machine's default ({n})</source>
       <translation>本机默认（{n}）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>no limit</source>
+      <translation>不限</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>For thinking models: after this many reasoning tokens Merlin closes the thinking block and the model answers.</source>
+      <translation>用于思考模型：推理达到这么多 token 后，Merlin 结束思考块，模型开始回答。</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
@@ -1141,6 +1186,16 @@ Merlin 在这台电脑上回答。</translation>
       <translation>预设名称</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/reasoning_block.py" />
+      <source>Hide the reasoning</source>
+      <translation>隐藏推理过程</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/reasoning_block.py" />
+      <source>Show the reasoning</source>
+      <translation>显示推理过程</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/remote_dialog.py" />
       <source>OpenAI-compatible server</source>
       <translation>OpenAI 兼容服务器</translation>
@@ -1249,6 +1304,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/startup_problems.py" />
       <source>A new chat history was started. The old file was kept unchanged as {name}.</source>
       <translation>已开始新的对话记录。旧文件原样保留为 {name}。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/thinking_switch.py" />
+      <source>Thinking</source>
+      <translation>思考</translation>
     </message>
     <message>
       <location filename="../../app/widgets/version_switch.py" />

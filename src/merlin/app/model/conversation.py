@@ -45,6 +45,7 @@ from merlin.app.model.jobs import GenerationJob, LoadRequest, ModelInfo, Session
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.prompting import Turn
 from merlin.app.model.store import AT_END, MessageRow, Store, StoreError
+from merlin.app.model.thought import ThinkingProgress, Thought, thinking_mode
 from merlin.engine.errors import InputError
 from merlin.engine.generate import Finished, PrefillDone, Tokens
 from merlin.engine.prompt import check_user_text
@@ -82,6 +83,9 @@ class Answer:
     trim_notice: str = ""  # the engine's own words for a ContextTrimmed (not shown twice)
     drafted: list[tuple[int, int]] = field(default_factory=list)  # text spans of verify steps
     # that accepted speculative drafts (tinted in the chat when the answer ends)
+    thought: Thought = field(default_factory=Thought)  # a thinking model's reasoning
+    shown_thought: ThinkingProgress = field(default_factory=ThinkingProgress)
+    committed_reasoning: int = 0  # characters of the reasoning committed
 
 
 def answer_stats(done: Finished | None, a: Answer, stats: PerfStats, reason: str) -> dict:
@@ -98,9 +102,18 @@ def answer_stats(done: Finished | None, a: Answer, stats: PerfStats, reason: str
         "notices": list(a.notices) or None,
         "drafted": [list(span) for span in a.drafted] or None,
         # the ids the text was generated as: the next prompts use them (engine.prompt)
-        "token_ids": list(done.token_ids) if done is not None and done.token_ids else None,
+        "token_ids": _answer_ids(done),
+        "thinking_s": round(a.thought.seconds(), 1) if a.thought.active else None,
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _answer_ids(done: Finished | None) -> list[int] | None:
+    """The ids of the answer text (a thinking answer's own, without its reasoning)."""
+    if done is None:
+        return None
+    ids = done.answer_ids if done.reasoning is not None else done.token_ids
+    return list(ids) if ids else None
 
 
 class ConversationModel(Branching):
@@ -136,6 +149,9 @@ class ConversationModel(Branching):
         self.images_stored: Callable[[list, list], None] = lambda attachments, paths: None
         self.stopped: Callable[[], None] = _nothing
         self.confirm: Callable[[str, str], bool] = lambda title, text: True
+        # the thinking switch of the chat shown ("on", "off", None: the template's default)
+        self.thinking_switch: str | None = None
+        self.thinking_changed: Callable[[str | None], None] = _nothing
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -234,6 +250,8 @@ class ConversationModel(Branching):
             self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])
             if self.current_id is None:
                 self.current_id = self.store.create_conversation(title(text, bool(refs), tr))
+                if self.thinking_switch is not None:  # switched before the chat existed
+                    self.store.set_thinking(self.current_id, self.thinking_switch)
                 self.settings.last_conversation = self.current_id
                 self.conversations_changed()
             state = "done" if self.ready else "queued"
@@ -290,6 +308,7 @@ class ConversationModel(Branching):
             self.settings.generation_options(),
             conversation_id=cid,
         )
+        job.options.thinking = thinking_mode(self.model, self.thinking_switch)
         try:
             mid = self.store.add_message(cid, "assistant", "", (), "streaming", rows[-1].id)
         except (sqlite3.Error, StoreError) as e:
@@ -313,6 +332,7 @@ class ConversationModel(Branching):
         if a is None or a.job.job_id != job_id:
             return
         if isinstance(event, Tokens):
+            a.thought.add(event.reasoning, event.text, event.reasoning_ids)
             if event.text:
                 start = len(a.text)
                 a.text += event.text
@@ -355,17 +375,21 @@ class ConversationModel(Branching):
         a = self.answer
         if a is None:
             return
+        if a.thought.active and a.widget is not None and a.shown_thought.changed(a.thought):
+            a.widget.set_reasoning(a.thought.text, a.thought.seconds(), a.thought.streaming)
         if a.dirty and a.widget is not None:
             a.widget.stream(a.text)
             a.dirty = False
-        if a.text != a.committed_text and time.monotonic() - a.committed_at >= COMMIT_S:
+        changed = a.text != a.committed_text or len(a.thought.text) != a.committed_reasoning
+        if changed and time.monotonic() - a.committed_at >= COMMIT_S:
             self._commit(a)
 
     def _commit(self, a: Answer, state: str | None = None, stats: dict | None = None) -> None:
         tr = self.tr
         try:
-            self.store.update_message(a.message_id, a.text, state, stats)
-            a.committed_text = a.text
+            reasoning = a.thought.text if a.thought.active else None
+            self.store.update_message(a.message_id, a.text, state, stats, reasoning)
+            a.committed_text, a.committed_reasoning = a.text, len(a.thought.text)
         except (sqlite3.Error, StoreError) as e:
             self.notice("error", tr("The answer could not be saved: {why}").format(why=e))
         a.committed_at = time.monotonic()
@@ -375,12 +399,15 @@ class ConversationModel(Branching):
         if a is None:
             return
         state = STATE_OF_REASON.get(reason, "done")
+        a.thought.end()
         stats = answer_stats(done, a, self.stats, reason)
         if error:
             stats["error"] = error
         self._commit(a, state, stats)
         if a.widget is not None:
             a.widget.finish(a.text, state, stats, error)
+            if a.thought.active:
+                a.widget.set_reasoning(a.thought.text, a.thought.seconds(), False)
         self.answer = None
         self.stats.finished(reason, done.tokens_per_s if done is not None else None)
         self.composer.set_busy(False)
@@ -462,6 +489,8 @@ class ConversationModel(Branching):
                 self.editing_id = None
             self.current_id = conversation_id
             self.settings.last_conversation = conversation_id or 0
+            self.thinking_switch = self.store.thinking(conversation_id) if conversation_id else None
+            self.thinking_changed(self.thinking_switch)
             self.view.clear()
             if conversation_id is not None:
                 for r in self.store.messages(conversation_id):
@@ -491,6 +520,12 @@ class ConversationModel(Branching):
 
         self.when_idle(do)
 
+    def set_thinking(self, switch: str | None) -> None:
+        """The user's thinking switch for the chat shown (kept with it in the store)."""
+        self.thinking_switch = switch if switch in ("on", "off") else None
+        if self.current_id is not None:
+            self.store.set_thinking(self.current_id, self.thinking_switch)
+
     def _show_row(self, r: MessageRow):
         widget = self.view.add_message(
             r.id,
@@ -503,6 +538,8 @@ class ConversationModel(Branching):
             error=r.stats.get("error", "") if r.state == "error" else "",
         )
         self.show_versions(widget, r)
+        if r.reasoning is not None and widget is not None:  # a thinking model's answer
+            widget.set_reasoning(r.reasoning, float(r.stats.get("thinking_s") or 0), False)
         return widget
 
     def _update_actions(self) -> None:

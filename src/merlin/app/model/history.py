@@ -44,7 +44,8 @@ def prompt_turns(
                 dropped.append(ref.name or p.name)
         ids = r.stats.get("token_ids") if r.role == "assistant" else None
         ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
-        turns.append(Turn(r.role, r.text, paths, ids))
+        reasoning = getattr(r, "reasoning", None) if r.role == "assistant" else None
+        turns.append(Turn(r.role, r.text, paths, ids, reasoning))
     return turns, dropped
 
 

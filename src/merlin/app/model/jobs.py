@@ -40,6 +40,11 @@ class ModelInfo:
     weight_bytes_per_token: int
     load_s: float
     demo_model: bool = False  # the shipped demo model, trained on pictures of shapes
+    # engine.thinking.support of its chat template: a thinking block? can it be switched off?
+    thinking: bool = False
+    thinking_switchable: bool = False
+    thinking_always: bool = False  # the template opens the block (always thinks)
+    thinking_reason: str = ""  # why there is no thinking (engine's words, English)
 
 
 @dataclass

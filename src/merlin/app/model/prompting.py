@@ -25,6 +25,7 @@ class Turn:
     text: str
     images: list[str] = field(default_factory=list)  # image file paths, in order
     ids: list[int] | None = None  # an answer's token ids as generated (stored with its stats)
+    reasoning: str | None = None  # a thinking model's reasoning (the template keeps or drops it)
 
 
 @dataclass
@@ -38,13 +39,15 @@ class GenerationOptions:
     spec_k: int = 4
     max_pixels: int = 0  # 0: the checkpoint's preprocessor_config.json
     image_tokens: int = 0  # image-token budget; 0: the machine's default (engine/vision/budget)
+    thinking: str = "auto"  # the chat's switch: auto (the template's default) | on | off
+    thinking_budget: int = 0  # reasoning tokens before the engine closes the block; 0: no limit
 
 
 def session_messages(turns: list[Turn]) -> list[Message]:
     """The stored conversation as engine session messages (images as file paths; answers
     with the ids they were generated as, so a recompute equals the cached conversation)."""
     return [
-        Message(t.role, t.text, [], t.ids)
+        Message(t.role, t.text, [], t.ids, t.reasoning)
         if t.role == "assistant"
         else Message(t.role, t.text, list(t.images))
         for t in turns
@@ -73,4 +76,6 @@ def answer_options(model, options: GenerationOptions) -> AnswerOptions:
         max_new_tokens=max(1, int(options.max_new_tokens)),
         spec=options.spec_mode,
         spec_k=options.spec_k,
+        thinking=options.thinking,
+        thinking_budget=int(options.thinking_budget) or None,
     )

@@ -342,8 +342,11 @@ class RemoteBackend:
                     if obj.get("usage"):
                         state["usage"] = obj["usage"]
                     for choice in obj.get("choices") or []:
-                        delta = (choice.get("delta") or {}).get("content") or ""
-                        if delta:
+                        d = choice.get("delta") or {}
+                        delta = d.get("content") or ""
+                        thought = d.get("reasoning_content") or ""  # a thinking model's
+                        thought = thought if isinstance(thought, str) else ""
+                        if delta or thought:
                             now = time.perf_counter()
                             if state["first"] is None:
                                 state["first"] = now
@@ -351,7 +354,8 @@ class RemoteBackend:
                             state["last"] = now
                             state["chunks"] += 1
                             state["text"].append(delta)
-                            yield Tokens(delta, [-1], StepProfile(step=state["chunks"]))
+                            profile = StepProfile(step=state["chunks"])
+                            yield Tokens(delta, [-1], profile, thought, 1 if thought else 0)
                         if choice.get("finish_reason"):
                             reason = choice["finish_reason"]
             except (httpx.HTTPError, httpx.StreamError, OSError) as e:

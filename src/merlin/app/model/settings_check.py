@@ -22,6 +22,7 @@ BOUNDS = {
     "context_budget": (0, limits.MAX_CONTEXT_TOKENS),
     "threads": (0, limits.MAX_THREADS),
     "spec_k": (1, 8),
+    "thinking_budget": (0, limits.MAX_NEW_TOKENS),
     "image_max_pixels": (0, 16_777_216),
     "session_cap_mb": (0, 1 << 30),
     "last_conversation": (0, limits.MAX_ROW_ID),

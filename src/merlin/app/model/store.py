@@ -51,7 +51,7 @@ from merlin.app.model.store_errors import (
 )
 from merlin.app.model.store_sync import Syncer
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ CREATE INDEX IF NOT EXISTS message_images_by_sha ON message_images(sha256);
 """
 
 # version -> SQL that brings a database from version-1 to version
-_MIGRATIONS = {1: _SCHEMA_V1, 2: schema.BRANCHES_V2}
+_MIGRATIONS = {1: _SCHEMA_V1, 2: schema.BRANCHES_V2, 3: schema.THINKING_MIGRATION}
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ class MessageRow:
     parent_id: int | None = None  # None: a first message of its chat
     version: int = 1  # its place among its versions (siblings), 1-based
     versions: int = 1
+    reasoning: str | None = None  # a thinking model's reasoning (None: no thinking block)
 
 
 @dataclass
@@ -313,6 +314,20 @@ class Store:
 
     # ---- messages ------------------------------------------------------------------------
 
+    def thinking(self, conversation_id: int) -> str | None:
+        """The chat's thinking switch: "on", "off", or None (the template's default)."""
+        row = self._db.execute(
+            "SELECT thinking FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        return schema.thinking_switch(row[0]) if row else None
+
+    def set_thinking(self, conversation_id: int, switch: str | None) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE conversations SET thinking = ? WHERE id = ?",
+                (schema.thinking_switch(switch), conversation_id),
+            )
+
     def add_message(
         self,
         conversation_id: int,
@@ -321,6 +336,7 @@ class Store:
         images: Sequence[ImageRef] = (),
         state: str = "done",
         parent_id=AT_END,
+        reasoning: str | None = None,
     ) -> int:
         """Insert and commit one message (its images must be imported already), below
         parent_id (None: a first message; by default the last message shown). It becomes the
@@ -331,8 +347,8 @@ class Store:
                 parent_id = tree.last_of_path(db, conversation_id)
             cur = db.execute(
                 "INSERT INTO messages (conversation_id, role, text, state, created, updated, "
-                "parent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, text, state, now, now, parent_id),
+                "parent_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, text, state, now, now, parent_id, reasoning),
             )
             mid = int(cur.lastrowid)
             tree.show_newest(db, conversation_id, parent_id)
@@ -380,8 +396,12 @@ class Store:
         text: str | None = None,
         state: str | None = None,
         stats: dict | None = None,
+        reasoning: str | None = None,
     ) -> None:
         sets, args = ["updated = ?"], [time.time()]
+        if reasoning is not None:
+            sets.append("reasoning = ?")
+            args.append(reasoning)
         if text is not None:
             sets.append("text = ?")
             args.append(text)
@@ -438,7 +458,7 @@ class Store:
             return []
         path = {step.id: step for step in tree.selected_path(self._db, conversation_id)}
         rows = self._db.execute(
-            "SELECT id, conversation_id, role, text, state, stats FROM messages "
+            "SELECT id, conversation_id, role, text, state, stats, reasoning FROM messages "
             "WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         ).fetchall()
@@ -452,7 +472,7 @@ class Store:
             if schema.image_ref_ok(sha, ext):  # never a path outside images/
                 images.setdefault(mid, []).append(ImageRef(sha, ext, str(name)))
         out = []
-        for mid, cid, role, text, state, stats in rows:
+        for mid, cid, role, text, state, stats, reasoning in rows:
             step = path.get(mid)
             if step is None:  # another version's branch
                 continue
@@ -473,6 +493,7 @@ class Store:
                         step.versions,
                     )  # fmt: skip
                 )
+                out[-1].reasoning = schema.optional_text(reasoning) if role == "assistant" else None
         return out
 
     # ---- images --------------------------------------------------------------------------

@@ -41,6 +41,7 @@ COLUMNS = {
         "title": "TEXT NOT NULL DEFAULT ''",
         "created": "REAL NOT NULL DEFAULT 0",
         "updated": "REAL NOT NULL DEFAULT 0",
+        "thinking": "TEXT",  # the chat's thinking switch (THINKING_MIGRATION)
     },
     "messages": {
         "id": None,
@@ -52,6 +53,7 @@ COLUMNS = {
         "created": "REAL NOT NULL DEFAULT 0",
         "updated": "REAL NOT NULL DEFAULT 0",
         "parent_id": "INTEGER REFERENCES messages(id) ON DELETE CASCADE",
+        "reasoning": "TEXT",  # a thinking model's reasoning (THINKING_MIGRATION)
     },
     "message_images": {
         "message_id": None,
@@ -81,6 +83,14 @@ UPDATE messages SET parent_id = (
     + CHOICES_TABLE
     + "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id, id);"
 )
+# Thinking models (schema 3): an answer's reasoning apart from its text (NULL: the answer
+# had no thinking block), and a chat's thinking switch (NULL: the template's default; "on",
+# "off"). Nullable columns, so every row an older Merlin wrote stays as it was.
+THINKING_MIGRATION = """
+ALTER TABLE messages ADD COLUMN reasoning TEXT;
+ALTER TABLE conversations ADD COLUMN thinking TEXT
+"""
+THINKING_SWITCHES = ("on", "off")
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 _SHA = re.compile(r"[0-9a-f]{64}")
 _EXT = re.compile(r"[a-z0-9]{1,8}")
@@ -173,6 +183,16 @@ def message_row(mid, cid, role, text, state, stats):
     if not isinstance(stats_d, dict):  # a list, a number...: the app reads it as a dict
         stats_d = {}
     return role, _text(text), state, stats_d
+
+
+def optional_text(value) -> str | None:
+    """A nullable text column (reasoning) read back: None stays None."""
+    return None if value is None else _text(value)
+
+
+def thinking_switch(value) -> str | None:
+    """A chat's stored thinking switch: "on", "off", or None (anything else)."""
+    return value if value in THINKING_SWITCHES else None
 
 
 def conversation_row(cid, title, updated, created=0.0):

@@ -31,6 +31,7 @@ from merlin.app.i18n import tr
 from merlin.app.widgets import theme
 from merlin.app.widgets.icons import icon
 from merlin.app.widgets.message_text import MessageText
+from merlin.app.widgets.reasoning_block import ReasoningBlock
 from merlin.app.widgets.version_switch import VersionSwitch
 
 MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
@@ -58,6 +59,7 @@ class MessageWidget(QFrame):
         self.stats: dict = {}
         self.error = ""
         self.image_paths: list[str] = []
+        self.reasoning: ReasoningBlock | None = None  # a thinking model's, above the answer
         self.setAttribute(Qt.WA_StyledBackground, False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
@@ -147,6 +149,15 @@ class MessageWidget(QFrame):
             self.body.render_plain(text)
         else:
             self.body.render_markdown(text, finished=True)
+
+    def set_reasoning(self, text: str, seconds: float, streaming: bool) -> None:
+        """A thinking model's reasoning, in a collapsed block above the answer (never part
+        of self.text, so Copy leaves it out)."""
+        if self.reasoning is None:
+            self.reasoning = ReasoningBlock(self)
+            layout = self.layout()
+            layout.insertWidget(layout.indexOf(self.body), self.reasoning)
+        self.reasoning.set_content(text, seconds, streaming)
 
     def stream(self, text: str) -> None:
         self.text = text

@@ -44,6 +44,7 @@ from merlin.app.widgets.icons import app_icon, icon
 from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
 from merlin.app.widgets.perf_panel import PerfPanel
 from merlin.app.widgets.serve_dialog import show_serving, toggle_serving
+from merlin.app.widgets.thinking_switch import ThinkingSwitch
 from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B, ModelInfo
 
 pyside_fixes.install()
@@ -157,6 +158,7 @@ class MainWindow(QMainWindow):
         )
         self.controller.ask = self.ask
         c = self.controller
+        self.thinking_switch.bind(c)
         c.sig_model_ready.connect(self.sig_model_ready)
         c.sig_model_changed.connect(self.on_model_changed)
         c.sig_load_progress.connect(self.on_load_progress)
@@ -217,7 +219,9 @@ class MainWindow(QMainWindow):
             "panel", lambda: self.set_panel_visible(not self.panel.isVisible())
         )
         self.panel_button.setCheckable(True)
+        self.thinking_switch = ThinkingSwitch()  # the chat's (thinking models)
         bar.addWidget(self.model_label, 1)
+        bar.addWidget(self.thinking_switch)
         bar.addWidget(self.model_button)
         bar.addWidget(self.settings_button)
         bar.addWidget(self.panel_button)

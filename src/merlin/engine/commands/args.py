@@ -131,7 +131,19 @@ def prompt(args, model):
             image = model.vision.prepare(path, max_px)
             budget.check_image_fits(image.n_tokens, context, pre, str(path))  # before encoding
             images.append(image)
-    return build_prompt(model.tokenizer, model.config, args.prompt, images, system=args.system)
+    kwargs = thinking_kwargs(args, model)
+    return build_prompt(
+        model.tokenizer, model.config, args.prompt, images, system=args.system,
+        template_kwargs=kwargs,
+    )  # fmt: skip
+
+
+def thinking_kwargs(args, model) -> dict:
+    """The chat template's variables for --thinking (InputError: `on` without support)."""
+    from .. import thinking
+
+    mode = getattr(args, "thinking", "auto")  # `logits` has no --thinking: the default
+    return thinking.template_kwargs(thinking.support(model.tokenizer), mode)
 
 
 def sampling(args, model):
@@ -163,7 +175,35 @@ def answer_options(args, model):
         ignore_eos=args.ignore_eos,
         spec=args.spec,
         spec_k=args.spec_k,
+        thinking=args.thinking,
+        thinking_budget=args.thinking_budget,
     )
+
+
+class ReasoningPrinter:
+    """Prints a thinking model's reasoning to stderr between `[thinking]` and `[/thinking]`
+    lines, the answer to `out` (so `> answer.txt` gets the answer alone)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def tokens(self, event, out) -> None:
+        if event.reasoning:
+            if not self.open:
+                sys.stderr.write("[thinking]\n")
+                self.open = True
+            sys.stderr.write(event.reasoning)
+            sys.stderr.flush()
+        if event.text:
+            self.end()
+            out.write(event.text)
+            out.flush()
+
+    def end(self) -> None:
+        if self.open:
+            sys.stderr.write("\n[/thinking]\n")
+            sys.stderr.flush()
+            self.open = False
 
 
 def format_profile(p) -> str:
@@ -202,6 +242,20 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
         help=f"speculative decoding: {'|'.join(SPEC_MODES)} (default: auto)",
     )
     p.add_argument("--spec-k", type=int, default=4, help=f"drafts per verify, 1..{MAX_K}")
+    p.add_argument(
+        "--thinking",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="a thinking model's <think> block: on, off, or auto (the template's default); "
+        "its reasoning goes to stderr (with --json: the events' 'reasoning')",
+    )
+    p.add_argument(
+        "--thinking-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after N reasoning tokens the engine closes the block and the model answers",
+    )
     p.add_argument(
         "--profile",
         action="store_true",

@@ -18,11 +18,13 @@ from pathlib import Path
 from ..errors import MerlinError
 from .args import (
     EXIT_USER_ERROR,
+    ReasoningPrinter,
     add_generation_args,
     add_model_args,
     answer_options,
     format_profile,
     load,
+    thinking_kwargs,
 )
 from .args import emit as _emit
 from .args import note as _note
@@ -57,6 +59,7 @@ def cmd_chat(args) -> int:
         check_target(Path(args.session).expanduser())
     model = load(args)
     options = answer_options(args, model)
+    thinking_kwargs(args, model)  # --thinking on without support: an error before any turn
     _, notice = SpecPolicy.or_off(args.spec, args.spec_k)
     if notice:
         _note(f"warning: {notice}")
@@ -130,6 +133,7 @@ def _stream(events, args, out) -> bool:
     from ..generate import Finished, Tokens, event_json
     from ..session import ContextTrimmed
 
+    shown = ReasoningPrinter()
     try:
         for event in events:
             if args.profile and isinstance(event, Tokens) and event.ids:
@@ -151,9 +155,9 @@ def _stream(events, args, out) -> bool:
                 obj = event_json(event)
                 _emit(out, obj)
             elif isinstance(event, Tokens):
-                out.write(event.text)
-                out.flush()
+                shown.tokens(event, out)
             elif isinstance(event, Finished):
+                shown.end()
                 out.write("\n")
                 out.flush()
                 e = event

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import MerlinError
 from ..speculative import SpecPolicy
 from .args import (
+    ReasoningPrinter,
     add_generation_args,
     add_image_args,
     add_model_args,
@@ -43,9 +44,10 @@ def cmd_generate(args) -> int:
     from ..generate import Finished, Tokens, event_json, generate
 
     model = load(args)
-    built = prompt(args, model)
     options = answer_options(args, model)
+    built = prompt(args, model)
     out = sys.stdout
+    shown = ReasoningPrinter()
     _, notice = SpecPolicy.or_off(args.spec, args.spec_k)
     if notice:
         note(f"warning: {notice}")
@@ -55,9 +57,9 @@ def cmd_generate(args) -> int:
         if args.json:
             emit(out, event_json(event))
         elif isinstance(event, Tokens):
-            out.write(event.text)
-            out.flush()
+            shown.tokens(event, out)
         elif isinstance(event, Finished):
+            shown.end()
             out.write("\n")
             vision = f"vision {event.vision_ms:.0f} ms, " if event.vision_ms else ""
             print(

@@ -18,6 +18,20 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_info)
 
 
+def _thinking_info(folder) -> dict:
+    """What the chat template says about a thinking block (engine.thinking.support)."""
+    from dataclasses import asdict
+
+    from ..errors import TokenizerError
+    from ..thinking import support
+    from ..tokenizer import Tokenizer
+
+    try:
+        return asdict(support(Tokenizer.from_folder(folder)))
+    except TokenizerError as e:
+        return {"supported": False, "switchable": False, "opens": False, "reason": str(e)}
+
+
 def cmd_info(args) -> int:
     from .. import memory
     from ..autoweights import kernel_info
@@ -69,6 +83,7 @@ def cmd_info(args) -> int:
         "cpus": _cpu_info(args),
         "kernels": kernels,
         "memory": _memory_info(folder),
+        "thinking": _thinking_info(folder),
     }
     if args.json:
         print(json.dumps(info))
@@ -91,6 +106,16 @@ def cmd_info(args) -> int:
             f"{moe['params_decoder_total']:,} decoder parameters per token"
         )
     print(f"stored as:    {', '.join(dtypes)}")
+    th = info["thinking"]
+    print(
+        "thinking:     "
+        + (
+            f"no ({th['reason']})"
+            if not th["supported"]
+            else "yes, "
+            + ("can be switched off" if th["switchable"] else "always (the prompt opens it)")
+        )
+    )
     print(f"cpu:          {info['cpus']['topology']}")
     print(f"threads:      {info['cpus']['placement']}")
     print(f"kernels:      {kernels['cpu_class_description']}")

@@ -186,6 +186,7 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
 
     async def _whole(job, item, cid, created_at):
         parts: list[str] = []
+        thought: list[str] = []
         try:
             while True:
                 kind, value = item
@@ -195,11 +196,13 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                     break
                 if isinstance(value, Tokens):
                     parts.append(value.text)
+                    thought.append(value.reasoning)
                 elif isinstance(value, Finished):
+                    reasoning = "".join(thought) if "reasoning" in value.totals else None
                     return JSONResponse(
                         R.completion(
                             cid, config.model_name, created_at, "".join(parts), value.reason,
-                            value.totals,
+                            value.totals, reasoning,
                         )
                     )  # fmt: skip
                 item = await job.next()
@@ -219,6 +222,9 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                     break
                 if kind == "end":
                     break
+                if isinstance(value, Tokens) and value.reasoning:  # thinking models
+                    delta = {"reasoning_content": value.reasoning}
+                    yield R.sse(R.chunk(cid, name, created_at, delta))
                 if isinstance(value, Tokens) and value.text:
                     yield R.sse(R.chunk(cid, name, created_at, {"content": value.text}))
                     if ttft is None:  # sent: the engine may compute on (engine.server.queue)

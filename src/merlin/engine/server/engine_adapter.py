@@ -144,6 +144,7 @@ class EngineAdapter:
                 m.role,
                 m.text,
                 [self._image(session, p, r, resolver) for p, r in zip(ps, m.images)],
+                reasoning=m.reasoning,
             )
             for m, ps in zip(req.messages, paths)
         ]
@@ -188,7 +189,8 @@ class EngineAdapter:
                     if text:
                         last = time.perf_counter()
                         first = first or last
-                        yield Tokens(text, ev.ids, ev.profile)
+                    if text or ev.reasoning:  # a thinking model's reasoning goes on apart
+                        yield Tokens(text, ev.ids, ev.profile, ev.reasoning, ev.reasoning_ids)
                 elif isinstance(ev, Finished):
                     tail = stops.flush()
                     if tail:

@@ -61,7 +61,12 @@ def merlin_stats(reason: str, totals: dict, ttft_ms: float | None = None) -> dic
     return out
 
 
-def completion(cid: str, model: str, created: int, text: str, reason: str, totals: dict) -> dict:
+def completion(
+    cid: str, model: str, created: int, text: str, reason: str, totals: dict, reasoning=None
+) -> dict:
+    message = {"role": "assistant", "content": text}
+    if reasoning is not None:  # a thinking model's (the field DeepSeek and vLLM use)
+        message["reasoning_content"] = reasoning
     return {
         "id": cid,
         "object": "chat.completion",
@@ -70,7 +75,7 @@ def completion(cid: str, model: str, created: int, text: str, reason: str, total
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "finish_reason": FINISH.get(reason, "stop"),
                 "logprobs": None,
             }

@@ -50,6 +50,7 @@ class ChatMessage:
     role: str  # "user" | "assistant"
     text: str
     images: list[ImageRef] = field(default_factory=list)
+    reasoning: str | None = None  # an assistant message's reasoning_content (thinking models)
 
 
 @dataclass
@@ -205,7 +206,13 @@ def parse_messages(raw, limits: Limits) -> tuple[str, list[ChatMessage]]:
                 f"the request has more than {limits.max_images} images; send fewer.",
                 f"messages[{i}].content",
             )
-        out.append(ChatMessage(role, text, images))
+        reasoning = m.get("reasoning_content")
+        if reasoning is not None and (role != "assistant" or not isinstance(reasoning, str)):
+            raise ApiError(
+                f"'messages[{i}].reasoning_content' must be a string, on an assistant message.",
+                f"messages[{i}].reasoning_content",
+            )
+        out.append(ChatMessage(role, text, images, reasoning))
     if not out or out[-1].role != "user":
         raise ApiError(
             "the last message must be a user message: the server answers it.", "messages"

@@ -57,20 +57,25 @@ class SessionImage:
 class Message:
     """One turn. images (user turns only): file paths, PIL images, PreparedImage or
     SessionImage; the session turns them into SessionImage. ids (assistant turns only): the
-    token ids the answer was generated as, when known (None: encode the text)."""
+    token ids the answer was generated as, when known (None: encode the text). reasoning
+    (assistant turns of a thinking model): the text of its `<think>` block, kept apart from
+    the answer (None: no block); like ids it is not part of key()."""
 
     role: str  # "user" | "assistant"
     text: str
     images: list = field(default_factory=list)
     ids: list[int] | None = None
+    reasoning: str | None = None
 
     @classmethod
     def user(cls, text: str, images: Iterable = ()) -> Message:
         return cls("user", text, list(images))
 
     @classmethod
-    def assistant(cls, text: str, ids: Sequence[int] | None = None) -> Message:
-        return cls("assistant", text, [], None if ids is None else [int(t) for t in ids])
+    def assistant(
+        cls, text: str, ids: Sequence[int] | None = None, reasoning: str | None = None
+    ) -> Message:
+        return cls("assistant", text, [], None if ids is None else [int(t) for t in ids], reasoning)
 
     def key(self) -> tuple:
         return (
@@ -87,6 +92,8 @@ class Message:
         }
         if self.ids is not None:
             d["ids"] = list(self.ids)
+        if self.reasoning is not None:
+            d["reasoning"] = self.reasoning
         return d
 
     @classmethod
@@ -99,7 +106,11 @@ class Message:
             if role != "assistant" or not all(isinstance(t, int) for t in ids):
                 raise ValueError("bad message ids")
             ids = list(ids)
-        return cls(role, text, [SessionImage.from_json(i) for i in d.get("images", [])], ids)
+        reasoning = d.get("reasoning")
+        if reasoning is not None and (role != "assistant" or not isinstance(reasoning, str)):
+            raise ValueError("bad message reasoning")
+        images = [SessionImage.from_json(i) for i in d.get("images", [])]
+        return cls(role, text, images, ids, reasoning)
 
 
 @dataclass
@@ -124,9 +135,15 @@ def common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
 
 def adopt_ids(known: Sequence[Message], messages: Sequence[Message]) -> list[Message]:
     """`messages` with each answer of their common prefix with `known` carrying the ids
-    `known` has for it (the app sends text only; the session remembers the ids)."""
+    `known` has for it (the app sends text only; the session remembers the ids), and its
+    reasoning when the message has none."""
     out = list(messages)
     for i in range(common_prefix(known, messages)):
-        if out[i].role == "assistant" and out[i].ids is None and known[i].ids is not None:
-            out[i] = Message(out[i].role, out[i].text, list(out[i].images), list(known[i].ids))
+        m, k = out[i], known[i]
+        if m.role != "assistant":
+            continue
+        ids = m.ids if m.ids is not None else k.ids
+        reasoning = m.reasoning if m.reasoning is not None else k.reasoning
+        if ids is not m.ids or reasoning is not m.reasoning:
+            out[i] = Message(m.role, m.text, list(m.images), ids and list(ids), reasoning)
     return out

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import arrayfile
+from .. import arrayfile, thinking
 from ..errors import InputError
 from ..generate import (
     AnswerOptions,
@@ -93,6 +93,7 @@ class Session:
         self._dropped: set[int] = set()
         self.images = ImageBank(model, self.settings.max_pixels, self.settings.image_tokens)
         self.vision_progress = None  # called (blocks done, depth) while an image is encoded
+        self._template_kwargs: dict = {}  # the last turn's thinking mode (engine.thinking)
         self._reset_cache()
 
     # ---- state ---------------------------------------------------------------------------------
@@ -191,7 +192,10 @@ class Session:
                 out.append(m)
                 continue
             if isinstance(m, dict):
-                m = Message(m.get("role"), m.get("text", ""), list(m.get("images", [])))
+                m = Message(
+                    m.get("role"), m.get("text", ""), list(m.get("images", [])),
+                    reasoning=m.get("reasoning"),
+                )  # fmt: skip
             if m.role not in ("user", "assistant"):
                 raise InputError(f"message {i}: role must be 'user' or 'assistant'.")
             if not isinstance(m.text, str):
@@ -204,7 +208,11 @@ class Session:
             ids = getattr(m, "ids", None)
             if ids is not None and (m.role != "assistant" or decode(ids) != text):
                 ids = None  # not the ids of this text (edited, or another tokenizer's)
-            out.append(Message(m.role, text, [self.image(im) for im in m.images], ids))
+            reasoning = getattr(m, "reasoning", None) if m.role == "assistant" else None
+            if reasoning is not None and not isinstance(reasoning, str):
+                raise InputError(f"message {i}: reasoning must be a string.")
+            images = [self.image(im) for im in m.images]
+            out.append(Message(m.role, text, images, ids, reasoning))
         return adopt_ids(self._messages, out)
 
     def _sync_budgets(self) -> None:
@@ -238,7 +246,10 @@ class Session:
     def _render(self, messages, dropped: set[int], generation_prompt: bool = True) -> Prompt:
         kept = [m for i, m in enumerate(messages) if i not in dropped]
         tok, cfg = self.model.tokenizer, self.model.config
-        return build_prompt(tok, cfg, kept, system=self.system, generation_prompt=generation_prompt)
+        return build_prompt(
+            tok, cfg, kept, system=self.system, generation_prompt=generation_prompt,
+            template_kwargs=self._template_kwargs,
+        )  # fmt: skip
 
     def _fit(self, messages, dropped: set[int], reserve: int, gen_prompt: bool = True):
         return fit_context(
@@ -369,6 +380,8 @@ class Session:
         if not msgs[-1].text.strip() and not msgs[-1].images:
             raise InputError("the message is empty; type a question first.")
         options = options.resolved(self.model)
+        sup = thinking.support(self.model.tokenizer)
+        self._template_kwargs = thinking.template_kwargs(sup, options.thinking)
         keep = common_prefix(self._messages, msgs)
         dropped = {i for i in self._dropped if i < keep}
         reserve = max(1, min(options.max_new_tokens, self.settings.answer_reserve))
@@ -382,6 +395,8 @@ class Session:
         emitted: list[int] = []
         finished = False
         inner = None
+        tok = self.model.tokenizer
+        turn = thinking.plan_turn(tok, p.ids, options.thinking, options.thinking_budget)
         try:
             if trimmed is not None:
                 yield trimmed
@@ -397,6 +412,7 @@ class Session:
                     max_context=self.budget, cancel=cancel, drafter=self.drafter,
                     small_rows=self.settings.small_prefill_rows,
                     max_chunk=self.settings.warm_chunk if cancel is not None else None,
+                    turn=turn,
                 )  # fmt: skip
             for event in inner:
                 if isinstance(event, PrefillDone):
@@ -409,7 +425,7 @@ class Session:
                     event.dropped_messages = sorted(self._dropped)
                     if trimmed is not None:
                         event.notices.append(trimmed.notice)
-                    self._finish(p, emitted, event.text)
+                    self._finish(p, emitted, turn)
                     finished = True
                 yield event
         except BaseException:
@@ -419,18 +435,19 @@ class Session:
                     self._commit(p, [])
                     self._messages, self._dropped = before
                 else:
-                    self._finish(p, emitted, self.model.tokenizer.decode(emitted))
+                    self._finish(p, emitted, turn)
             raise
         finally:
             if inner is not None:
                 inner.close()
         if not finished:  # the loop ended without Finished (should not happen)
-            self._finish(p, emitted, self.model.tokenizer.decode(emitted))
+            self._finish(p, emitted, turn)
 
-    def _finish(self, p: Prompt, emitted: list[int], text: str) -> None:
+    def _finish(self, p: Prompt, emitted: list[int], turn=None) -> None:
         self._commit(p, emitted)
-        ids = list(emitted) if emitted and self.model.tokenizer.decode(emitted) == text else None
-        self._messages = [*self._messages, Message("assistant", text, [], ids)]
+        # a thinking answer: the reasoning apart, the answer's own ids (engine.thinking)
+        reasoning, text, ids = thinking.answer_parts(self.model.tokenizer, turn, emitted)
+        self._messages = [*self._messages, Message("assistant", text, [], ids, reasoning)]
         self._prune_embeddings()
 
     def warm(self, cancel: threading.Event | None = None) -> dict:
