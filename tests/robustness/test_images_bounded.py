@@ -37,11 +37,14 @@ def test_decoded_size_refused_from_the_header(tmp_path):
         prepare_image(path, PreprocessConfig())
 
 
+# The child's own peak: VmHWM of its address space. Not ru_maxrss, which Linux carries over
+# exec from the process that spawned it (a large pytest parent read as the child's peak).
 CHILD = """
-import resource, sys
+import sys
 from merlin.engine.vision.preprocess import PreprocessConfig, prepare_image
 p = prepare_image(sys.argv[1], PreprocessConfig())
-print(p.grid_thw, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0]
+print(p.grid_thw, int(hwm.split()[1]) * 1024)
 """
 MAKE = """
 import sys, numpy as np

@@ -274,16 +274,23 @@ def _lut(cfg: PreprocessConfig) -> np.ndarray:
     return out
 
 
-def patchify(chw: np.ndarray, cfg: PreprocessConfig) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """[3, H, W] float32 -> ([gh*gw, 3*T*P*P] float32, (1, gh, gw)) in the reference order:
+def patchify(u8: np.ndarray, lut: np.ndarray, cfg: PreprocessConfig):
+    """[H, W, 3] uint8 -> ([gh*gw, 3*T*P*P] float32, (1, gh, gw)) in the reference order:
     merge blocks (bh, bw) row-major, inside a block (mh, mw), each patch flattened (C, T, y, x)
-    with the still frame repeated T times."""
-    c, height, width = chw.shape
+    with the still frame repeated T times. Each value is lut[channel, byte], looked up
+    straight into the patches (no float image in between: a 16-megapixel picture would hold
+    another 200 MB)."""
+    height, width, c = u8.shape
     p, m, t = cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size
     gh, gw = height // p, width // p
-    a = chw.reshape(c, gh // m, m, p, gw // m, m, p).transpose(1, 4, 2, 5, 0, 3, 6)
-    a = np.broadcast_to(a[:, :, :, :, :, None], (*a.shape[:5], t, p, p))
-    return np.ascontiguousarray(a).reshape(gh * gw, c * t * p * p), (1, gh, gw)
+    out = np.empty((gh * gw, c * t * p * p), np.float32)
+    dst = out.reshape(gh // m, gw // m, m, m, c, t, p, p)
+    src = u8.reshape(gh // m, m, p, gw // m, m, p, c).transpose(0, 3, 1, 4, 6, 2, 5)
+    for ch in range(c):
+        np.take(lut[ch], src[:, :, :, :, ch], out=dst[:, :, :, :, ch, 0], mode="clip")
+        for frame in range(1, t):
+            dst[:, :, :, :, ch, frame] = dst[:, :, :, :, ch, 0]
+    return out, (1, gh, gw)
 
 
 def prepare_pil(image: Image.Image, cfg: PreprocessConfig, source=None) -> PreparedImage:
@@ -317,11 +324,7 @@ def prepare_pil(image: Image.Image, cfg: PreprocessConfig, source=None) -> Prepa
     if (new_w, new_h) != (width, height):
         rgb = rgb.resize((new_w, new_h), resample=RESAMPLE)
     u8 = np.asarray(rgb, dtype=np.uint8)  # [H, W, 3]
-    lut = _lut(cfg)
-    chw = np.empty((3, new_h, new_w), np.float32)
-    for ch in range(3):
-        np.take(lut[ch], u8[:, :, ch], out=chw[ch])
-    pixels, grid = patchify(chw, cfg)
+    pixels, grid = patchify(u8, _lut(cfg), cfg)
     return PreparedImage(
         pixel_values=pixels,
         grid_thw=grid,
