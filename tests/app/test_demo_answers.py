@@ -15,12 +15,7 @@ SCENE = ds.Scene(
 )
 QUESTIONS = [
     pytest.param("en", "What colour is the circle?", "colour", "circle", id="en"),
-    # the shipped checkpoint is under-trained for Chinese (docs/demo-model.md); strict: the
-    # marker must go once a retrained model answers right
-    pytest.param(
-        "zh", "圆形是什么颜色的？", "colour", "circle", id="zh",
-        marks=pytest.mark.xfail(strict=True, reason="demo model under-trained for Chinese"),
-    ),
+    pytest.param("zh", "圆形是什么颜色的？", "colour", "circle", id="zh"),
 ]  # fmt: skip
 
 
