@@ -1,5 +1,5 @@
-"""How chats-schema1.sqlite3 and chats-schema2.sqlite3 were made: by the chat store of main at
-cc10572 (schema 1) and at d10f9cd (schema 2, branches), before thinking models, run as
+"""How chats-schema1.sqlite3 and chats-schema2.sqlite3 were made: by the chat store of a main
+checkout of that schema (the commits are in docs/thinking.md), run as
 `PYTHONPATH=<main>/src python make_old_db.py OUT_FOLDER`; the database is
 OUT_FOLDER/chats.sqlite3 (tests/app/test_thinking_app.py migrates copies)."""
 
