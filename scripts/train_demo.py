@@ -296,13 +296,46 @@ def write_config_457(folder: Path, config: dict) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def check(folder: Path, n: int, threads: int) -> dict:
-    """Greedy answers of transformers and Merlin on held-out scenes: equal, and how right."""
+def load_transformers(folder: Path, threads: int):
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
     torch.set_num_threads(threads)
-    hf = Qwen3VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    return Qwen3VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def transformers_answer(hf, enc: Encoder, image, question: str) -> str:
+    """transformers' greedy answer (f32) to `question` about the PIL `image`, as Merlin prompts."""
+    import torch
+
+    prepared = prepare_pil(image, enc.pre)
+    pixels, grid = prepared.pixel_values, prepared.grid_thw
+    prompt = enc.tok.encode_chat(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}],
+        add_generation_prompt=True,
+    )
+    at = prompt.index(enc.pad)
+    n_pad = grid[0] * grid[1] * grid[2] // 4
+    prompt = prompt[:at] + [enc.pad] * n_pad + prompt[at + 1 :]
+    stops = {enc.im_end, enc.tok.token_id("<|endoftext|>")}
+    t_ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = hf.generate(
+            input_ids=t_ids,
+            attention_mask=torch.ones_like(t_ids),
+            mm_token_type_ids=(t_ids == enc.pad).long(),
+            pixel_values=torch.from_numpy(pixels),
+            image_grid_thw=torch.tensor([grid]),
+            max_new_tokens=96,
+            do_sample=False,
+            eos_token_id=sorted(stops),
+        )
+    return enc.tok.decode([t for t in out[0, len(prompt) :].tolist() if t not in stops])
+
+
+def check(folder: Path, n: int, threads: int) -> dict:
+    """Greedy answers of transformers and Merlin on held-out scenes: equal, and how right."""
+    hf = load_transformers(folder, threads)
     enc = Encoder(folder)
 
     from merlin.engine.model import load_model
@@ -312,39 +345,11 @@ def check(folder: Path, n: int, threads: int) -> dict:
     merlin = load_model(folder, weights="f32", kv="f32")
     greedy = SamplingParams(temperature=0.0, top_k=0, top_p=1.0)
     same = right = total = 0
-    stops = {enc.im_end, enc.tok.token_id("<|endoftext|>")}
     for kind in ds.QUESTION_KINDS:
         for i in range(n):
             sc, q = ds.eval_case(kind, i)
             image = ds.draw(sc)
-            prepared = prepare_pil(image, enc.pre)
-            pixels, grid = prepared.pixel_values, prepared.grid_thw
-            prompt = enc.tok.encode_chat(
-                [
-                    {
-                        "role": "user",
-                        "content": [{"type": "image"}, {"type": "text", "text": q.text}],
-                    }
-                ],
-                add_generation_prompt=True,
-            )
-            at = prompt.index(enc.pad)
-            n_pad = grid[0] * grid[1] * grid[2] // 4
-            prompt = prompt[:at] + [enc.pad] * n_pad + prompt[at + 1 :]
-            t_ids = torch.tensor([prompt])
-            with torch.no_grad():
-                out = hf.generate(
-                    input_ids=t_ids,
-                    attention_mask=torch.ones_like(t_ids),
-                    mm_token_type_ids=(t_ids == enc.pad).long(),
-                    pixel_values=torch.from_numpy(pixels),
-                    image_grid_thw=torch.tensor([grid]),
-                    max_new_tokens=96,
-                    do_sample=False,
-                    eos_token_id=sorted(stops),
-                )
-            new = [t for t in out[0, len(prompt) :].tolist() if t not in stops]
-            hf_text = enc.tok.decode(new)
+            hf_text = transformers_answer(hf, enc, image, q.text)
             session = Session(merlin)
             events = session.respond(
                 [Message.user(q.text, [image])], sampling=greedy, max_new_tokens=96, spec="off"
@@ -358,6 +363,18 @@ def check(folder: Path, n: int, threads: int) -> dict:
             if m_text != hf_text:
                 print(f"  differ [{kind}] {q.text!r}: transformers {hf_text!r} merlin {m_text!r}")
     return {"cases": total, "merlin_equals_transformers": same, "merlin_exact": right}
+
+
+def record_self_test(folder: Path, threads: int) -> dict:
+    """Write the folder's self-test reference: transformers' answer on the showcase picture."""
+    hf = load_transformers(folder, threads)
+    question = dm.SELF_TEST_QUESTION
+    answer = transformers_answer(hf, Encoder(folder), ds.draw(ds.SHOWCASE), question)
+    truth = ds.answer(ds.SHOWCASE, "colour", "en", "circle")
+    reference = {"question": question, "answer": answer, "truth": truth}
+    (folder / dm.SELF_TEST_FILE).write_text(json.dumps(reference, ensure_ascii=False) + "\n")
+    print(f"self-test reference: {answer!r} (the picture's truth: {truth!r})")
+    return reference
 
 
 def main(argv=None) -> int:
@@ -378,7 +395,16 @@ def main(argv=None) -> int:
     ap.add_argument("--build", type=Path, default=ROOT / "build" / "demo-model")
     ap.add_argument("--install", action="store_true", help="move the result into the package")
     ap.add_argument("--force", action="store_true", help="replace the shipped checkpoint")
+    ap.add_argument(
+        "--record-self-test",
+        type=Path,
+        metavar="FOLDER",
+        help="only write FOLDER's self-test reference (transformers' showcase answer)",
+    )
     args = ap.parse_args(argv)
+    if args.record_self_test:
+        record_self_test(args.record_self_test, args.threads)
+        return 0
 
     target = dm.shipped_dir()
     if args.install and (target / "model.safetensors").exists() and not args.force:
@@ -404,6 +430,7 @@ def main(argv=None) -> int:
         "checkpoint for real answers.\n"
     )
     verdict = check(folder, args.check, args.threads)
+    record_self_test(folder, args.threads)
     log = {
         "seed": args.seed,
         "init": str(args.init) if args.init else None,

@@ -50,8 +50,8 @@ def parse_args(argv):
     p.add_argument(
         "--self-test",
         action="store_true",
-        help="load the demo checkpoint, answer a question about an image, render the window "
-        "offscreen; exit 0 if all worked",
+        help="load the demo checkpoint (or --model), answer a question about an image, render "
+        "the window offscreen; exit 0 if all worked",
     )
     p.add_argument("--fullscreen", action="store_true", help="kiosk: fill the screen")
     p.add_argument(
@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_test:
         from merlin.app.modes.selftest import run as self_test
 
-        return self_test(weights=args.weights or "f32", kv=args.kv or "f32")
+        return self_test(
+            model=args.model or "demo", weights=args.weights or "f32", kv=args.kv or "f32"
+        )
     if args.demo_screenshot:
         from merlin.app.modes.screenshot import run
 

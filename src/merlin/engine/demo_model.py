@@ -72,6 +72,13 @@ PREPROCESSOR = {
 # evaluation then give the same one.
 GENERATION = {"do_sample": False, "repetition_penalty": 1.0}
 
+# `merlin --self-test` asks this about the showcase picture (demo_scenes.SHOWCASE) and compares
+# the answer with the one transformers gave on the same checkpoint when it was made, stored in
+# the folder: a wrong number anywhere in the engine changes the answer, however well or badly
+# the small model knows the picture.
+SELF_TEST_QUESTION = "What colour is the circle?"
+SELF_TEST_FILE = "self_test.json"
+
 
 def shipped_dir() -> Path:
     """Where the trained checkpoint ships inside the package."""
@@ -85,6 +92,20 @@ def is_demo_model(folder: Path | str) -> bool:
         return readme.read_text(encoding="utf-8").startswith(f"# {DEMO_MODEL_NAME}")
     except OSError:
         return False
+
+
+def self_test_reference(folder: Path | str) -> dict:
+    """The folder's self-test case: {"question", "answer" (transformers' greedy f32 answer on
+    the showcase picture), "truth" (the picture's right answer)}. A demo folder without the
+    file (one made before it existed) gets the truth as its expected answer."""
+    path = Path(folder) / SELF_TEST_FILE
+    truth = ds.answer(ds.SHOWCASE, "colour", "en", "circle")
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        return {"question": str(stored["question"]), "answer": str(stored["answer"]),
+                "truth": str(stored.get("truth", truth))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"question": SELF_TEST_QUESTION, "answer": truth, "truth": truth}
 
 
 def chat_template() -> str:

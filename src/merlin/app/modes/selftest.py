@@ -1,8 +1,9 @@
 """`merlin --self-test`: does this installation work? Loads the demo checkpoint, answers a
 question about an image, renders the window offscreen, and exits 0; on any failure it prints
 what failed and exits 1. On the built-in demo model (trained on pictures of shapes) the answer
-must also be right: the question is about a drawn scene, so wrong numbers anywhere in the
-engine (a kernel, RoPE, image placement) fail the test as a wrong colour.
+must also be the reference one: the question is about a drawn scene, and the checkpoint holds
+the answer transformers gave to it (engine.demo_model.self_test_reference), so wrong numbers
+anywhere in the engine (a kernel, RoPE, image placement) fail the test as a different answer.
 
 It runs the real app (window, worker thread, engine, kernels) offscreen in a temporary data
 folder, so it works without a screen (over ssh, in a bundle, under emulation) and never
@@ -18,11 +19,11 @@ import time
 from pathlib import Path
 
 QUESTION = "What is in this picture?"
-DEMO_QUESTION = "What colour is the circle?"  # on the built-in demo model (pictures of shapes)
 DEFAULT_TIMEOUT_S = 3600.0  # a cold compile under emulation is slow; a board takes a minute
 
 
 def run(
+    model: str = "demo",
     weights: str = "f32",
     kv: str = "f32",
     screenshot: str | None = None,
@@ -58,7 +59,7 @@ def run(
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Merlin")
     settings = AppSettings(language="en", max_new_tokens=12, panel_visible=True)
-    window = MainWindow(model_folder="demo", weights=weights, kv=kv, settings=settings)
+    window = MainWindow(model_folder=model, weights=weights, kv=kv, settings=settings)
     window.resize(1280, 720)
     window.show()
     clock = QElapsedTimer()
@@ -81,7 +82,7 @@ def run(
 
     c = window.controller
     try:
-        say(f"loading the demo checkpoint ({weights} weights, {kv} KV)")
+        say(f"loading {'the demo checkpoint' if model == 'demo' else model} ({weights} weights, {kv} KV)")
         if not wait(lambda: c.loading is None):
             return fail(f"the model did not load within {timeout_s:.0f} s")
         if c.model is None:
@@ -90,14 +91,14 @@ def run(
             return fail(f"the vision encoder is not usable: {c.model.vision_problem}")
         say(f"loaded in {c.model.load_s:.1f} s: {c.model.description}")
 
-        expected = None
+        expected = truth = None
         question = QUESTION
-        if c.model.demo_model:  # a trained model: a wrong number shows up as a wrong colour
-            from merlin.engine import demo_scenes
+        if c.model.demo_model:  # a trained model: a wrong number shows up as another answer
+            from merlin.engine import demo_model, demo_scenes
 
             image = demo_scenes.save_showcase(scratch / "shapes.png")
-            question = DEMO_QUESTION
-            expected = demo_scenes.answer(demo_scenes.SHOWCASE, "colour", "en", "circle")
+            case = demo_model.self_test_reference(c.model.folder)
+            question, expected, truth = case["question"], case["answer"], case["truth"]
         else:
             image = draw_demo_image(scratch / "lake.png")
         states: list[str] = []
@@ -123,13 +124,14 @@ def run(
         if expected is not None and answer.text.strip() != expected:
             return fail(
                 f"the demo model answered {answer.text.strip()!r} to {question!r}, not "
-                f"{expected!r}: the engine computes wrong numbers on this machine"
+                f"{expected!r} as transformers does on the same checkpoint: the engine "
+                "computes wrong numbers on this machine"
             )
         s = answer.stats
         say(
             f"answered: {s.get('tokens')} tokens, vision {s.get('vision_ms', 0):.0f} ms, "
             f"prefill {s.get('prefill_ms', 0):.0f} ms, {s.get('tokens_per_s', 0):.1f} tokens/s "
-            + (f"(right: {expected!r})" if expected else "(random weights: the text is random)")
+            + _verdict(expected, truth)
         )
 
         window.panel.refresh(force=True)
@@ -162,3 +164,11 @@ def _machine() -> str:
     except Exception as e:  # informational only
         placement = f"placement unknown ({e})"
     return f"{platform.machine()}, {placement}"
+
+
+def _verdict(expected: str | None, truth: str | None) -> str:
+    if expected is None:
+        return "(random weights: the text is random)"
+    if expected == truth:
+        return f"(the reference answer, and right: {expected!r})"
+    return f"(the reference answer {expected!r}; the small model is wrong here: {truth!r})"
