@@ -102,8 +102,11 @@ def self_test_reference(folder: Path | str) -> dict:
     truth = ds.answer(ds.SHOWCASE, "colour", "en", "circle")
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        return {"question": str(stored["question"]), "answer": str(stored["answer"]),
-                "truth": str(stored.get("truth", truth))}
+        return {
+            "question": str(stored["question"]),
+            "answer": str(stored["answer"]),
+            "truth": str(stored.get("truth", truth)),
+        }
     except (OSError, ValueError, KeyError, TypeError):
         return {"question": SELF_TEST_QUESTION, "answer": truth, "truth": truth}
 

@@ -82,7 +82,9 @@ def run(
 
     c = window.controller
     try:
-        say(f"loading {'the demo checkpoint' if model == 'demo' else model} ({weights} weights, {kv} KV)")
+        say(
+            f"loading {'the demo checkpoint' if model == 'demo' else model} ({weights} weights, {kv} KV)"
+        )
         if not wait(lambda: c.loading is None):
             return fail(f"the model did not load within {timeout_s:.0f} s")
         if c.model is None:

@@ -3,7 +3,13 @@
 1. llama.cpp from PyPI: llama-cpp-python built from source with CMAKE_ARGS=-DGGML_NATIVE=ON (for
    this CPU, as Merlin's kernels are) into a venv of its own under the user cache folder
    (<cache>/merlin/peer/venv, or MERLIN_PEER_DIR/venv), with `gguf`; built once (5-10 minutes
-   on 2 cores), reused after. Never a Merlin dependency: Merlin only runs that venv's python.
+   on 2 cores), reused after while the build arguments are the same (venv/merlin-cmake-args).
+   Never a Merlin dependency: Merlin only runs that venv's python. On CPUs with AMX the build
+   leaves llama.cpp's AMX backend out (-mno-amx-*): its repacked Q8_0 / Q4_0 weights crash in
+   the first llama_decode (segfault, 2026-12-02, llama-cpp-python 0.3.36 on a Sapphire Rapids
+   class KVM guest; llama.cpp issues #19184 and #20824 report the same), and without extra
+   buffer types at all llama.cpp would lose its AVX2/AVX-512 repacked Q4_0 kernels, which
+   would not be a fair comparison. The AVX-512 VNNI kernels stay.
 2. The checkpoint's text decoder written as GGUF (gguf_export.py, f16) and quantized by
    llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
 3. A correctness check first (when the checkpoint is the default 2B one, on the small demo
@@ -62,20 +68,49 @@ def _peer_version(python: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def cmake_args(cpu_flags: set[str] | None = None) -> str:
+    """llama.cpp's build arguments for this CPU (module docstring: why AMX is left out)."""
+    flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    args = "-DGGML_NATIVE=ON"
+    if flags & {"amx_tile", "amx_int8", "amx_bf16"}:
+        no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        args += f" -DCMAKE_C_FLAGS='{no_amx}' -DCMAKE_CXX_FLAGS='{no_amx}'"
+    return args
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
 def ensure_llama_cpp(progress=print) -> str:
-    """The peer venv, built if missing; returns llama-cpp-python's version."""
+    """The peer venv, built if missing or built with other arguments; returns
+    llama-cpp-python's version."""
     python = venv_python()
+    args = cmake_args()
+    stamp = peer_dir() / "venv" / "merlin-cmake-args"
     version = _peer_version(python)
-    if version:
+    if version and stamp.is_file() and stamp.read_text().strip() == args:
         return version
+    if version:
+        progress("peer: llama.cpp was built with other arguments; building it again")
+        import shutil
+
+        shutil.rmtree(peer_dir() / "venv")
     root = peer_dir()
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
     progress(
-        f"peer: building llama.cpp from PyPI (llama-cpp-python, -DGGML_NATIVE=ON) into "
+        f"peer: building llama.cpp from PyPI (llama-cpp-python, {args}) into "
         f"{root / 'venv'}; {BUILD_MINUTES}, once (log: {log})"
     )
-    env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON")
+    env = dict(os.environ, CMAKE_ARGS=args)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     with open(log, "w", encoding="utf-8") as f:
         steps = [
@@ -92,6 +127,7 @@ def ensure_llama_cpp(progress=print) -> str:
     version = _peer_version(python)
     if not version:
         raise SectionUnavailable(f"llama-cpp-python installed but does not import; see {log}")
+    stamp.write_text(args + "\n")
     return version
 
 

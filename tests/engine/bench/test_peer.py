@@ -1,0 +1,27 @@
+"""The llama.cpp side-by-side's build arguments: native, and without llama.cpp's AMX backend
+on CPUs that have AMX (its repacked Q8_0/Q4_0 weights crash there; engine/bench/peer.py)."""
+
+from __future__ import annotations
+
+import shlex
+
+from merlin.engine.bench import peer
+
+
+def test_native_build_without_amx_flags():
+    assert peer.cmake_args({"avx2", "fma", "avx512_vnni"}) == "-DGGML_NATIVE=ON"
+    assert peer.cmake_args(set()) == "-DGGML_NATIVE=ON"
+
+
+def test_amx_cpu_builds_without_the_amx_backend():
+    args = shlex.split(peer.cmake_args({"avx2", "avx512_vnni", "amx_tile", "amx_int8"}))
+    assert args[0] == "-DGGML_NATIVE=ON"
+    for lang in ("C", "CXX"):
+        (flags,) = [a.split("=", 1)[1] for a in args if a.startswith(f"-DCMAKE_{lang}_FLAGS=")]
+        assert set(flags.split()) == {"-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"}
+
+
+def test_cpu_flags_come_from_this_machine():
+    flags = peer._cpu_flags()
+    assert isinstance(flags, set)
+    assert peer.cmake_args() == peer.cmake_args(flags)
