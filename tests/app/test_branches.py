@@ -62,6 +62,43 @@ def test_regenerate_twice_switch_to_the_first_and_ask_on_reusing_the_prefix(qtbo
     assert w2.chat.messages()[1].versions.text == "1/3"
 
 
+def test_regenerating_an_earlier_answer_branches_there_and_keeps_the_later_turns(
+    qtbot, make_window
+):
+    w = make_window(**GREEDY)
+    for q in ("first question", "second question", "third question"):
+        send(qtbot, w, q)
+    old = [(r.id, r.role, r.text) for r in rows(w)]
+    shown = w.chat.messages()
+    assert [m.regenerate_button.isVisibleTo(w) for m in shown] == [False, True] * 3
+    qtbot.mouseClick(shown[1].regenerate_button, Qt.LeftButton)  # the first of three answers
+    assert w.controller.busy and len(w.chat.messages()) == 2
+    wait_idle(qtbot, w)
+    path = rows(w)
+    assert [r.id for r in path][:1] == [old[0][0]] and len(path) == 2
+    new = path[1]
+    assert new.role == "assistant" and new.state == "done" and new.id not in {o[0] for o in old}
+    assert w.store.versions(new.id) == [old[1][0], new.id]
+    assert [m.message_id for m in w.chat.messages()] == [r.id for r in path]
+    assert w.chat.messages()[-1].versions.text == "2/2"
+    # the session held all three turns: the first question's rows were reused
+    assert new.stats["reused_tokens"] > 0
+    assert new.stats["prompt_tokens"] < new.stats["reused_tokens"]
+    assert w.store.message_count(w.controller.current_id) == 7
+    # the tree is stored: a restarted window shows the new version, the old branch is a switch away
+    cid = w.controller.current_id
+    w.close()
+    w2 = make_window(saved=True)
+    assert w2.controller.current_id == cid
+    assert [m.message_id for m in w2.chat.messages()] == [r.id for r in path]
+    assert w2.chat.messages()[-1].versions.text == "2/2"
+    qtbot.mouseClick(w2.chat.messages()[-1].versions.prev_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: len(w2.chat.messages()) == 6, timeout=5000)
+    assert [(m.message_id, m.role, m.text) for m in w2.chat.messages()] == old
+    assert w2.chat.messages()[1].versions.text == "1/2"
+    assert [(r.id, r.role, r.text) for r in rows(w2)] == old
+
+
 def test_an_edit_keeps_the_old_tail_and_a_deleted_chat_takes_every_branch(qtbot, make_window):
     w = make_window()
     for q in ("first question", "second question", "third question"):

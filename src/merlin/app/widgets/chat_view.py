@@ -348,10 +348,10 @@ class ChatView(QScrollArea):
         return next((w for w in self._messages if w.message_id == message_id), None)
 
     def update_actions(self, busy: bool) -> None:
-        """Regenerate only on the last answer; nothing editable while an answer streams."""
-        last = self._messages[-1] if self._messages else None
+        """Regenerate on every answer (an earlier one branches there: model/branching.py);
+        nothing editable while an answer streams."""
         for w in self._messages:
-            w.set_can_regenerate(w is last and w.role == "assistant")
+            w.set_can_regenerate(w.role == "assistant")
             w.set_actions_enabled(not busy)
 
     def plain_text(self) -> str:
