@@ -38,6 +38,9 @@ class Branching:
         i = next((k for k, r in enumerate(rows) if r.id == message_id), -1)
         if i < 1 or rows[i].role != "assistant":
             return
+        if self.editing_id is not None and self.editing_id > message_id:  # below: it goes
+            self.composer.end_edit(restore_draft=True)  # (ids grow along a path)
+            self.editing_id = None
         self.view.remove_from(message_id)
         self._start_answer(after=rows[i - 1].id)
 
