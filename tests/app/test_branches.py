@@ -1,7 +1,7 @@
-"""Versions of messages in the real window, on the demo checkpoint: regenerate and edit keep
-the old version, "< 2/3 >" switches by mouse or keyboard, the engine session reuses the
-prefix the branches share, a switch while an answer streams stops it and keeps it, and a
-deleted chat takes every branch with it."""
+"""Versions of messages in the real window, on the demo checkpoint: regenerate (any answer) and
+edit keep the old version, "< 2/3 >" switches by mouse, Tab + Space or Alt+Left/Right, the
+engine session reuses the prefix the branches share, a switch while an answer streams stops it
+and keeps it, and a deleted chat takes every branch with it."""
 
 from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
@@ -20,6 +20,11 @@ def press(qtbot, button):
     assert button.focusPolicy() & Qt.TabFocus
     button.setFocus(Qt.TabFocusReason)
     qtbot.keyClick(button, Qt.Key_Space)
+
+
+def alt(qtbot, widget, key) -> None:
+    """Alt+Left / Alt+Right where the keyboard focus is (the window's version shortcuts)."""
+    qtbot.keyClick(widget, key, Qt.AltModifier)
 
 
 def test_regenerate_twice_switch_to_the_first_and_ask_on_reusing_the_prefix(qtbot, make_window):
@@ -60,6 +65,43 @@ def test_regenerate_twice_switch_to_the_first_and_ask_on_reusing_the_prefix(qtbo
     assert w2.controller.current_id == cid
     assert [m.message_id for m in w2.chat.messages()] == [r.id for r in path]
     assert w2.chat.messages()[1].versions.text == "1/3"
+
+
+def test_regenerating_an_earlier_answer_branches_there_and_keeps_the_later_turns(
+    qtbot, make_window
+):
+    w = make_window(**GREEDY)
+    for q in ("first question", "second question", "third question"):
+        send(qtbot, w, q)
+    old = [(r.id, r.role, r.text) for r in rows(w)]
+    shown = w.chat.messages()
+    assert [m.regenerate_button.isVisibleTo(w) for m in shown] == [False, True] * 3
+    qtbot.mouseClick(shown[1].regenerate_button, Qt.LeftButton)  # the first of three answers
+    assert w.controller.busy and len(w.chat.messages()) == 2
+    wait_idle(qtbot, w)
+    path = rows(w)
+    assert [r.id for r in path][:1] == [old[0][0]] and len(path) == 2
+    new = path[1]
+    assert new.role == "assistant" and new.state == "done" and new.id not in {o[0] for o in old}
+    assert w.store.versions(new.id) == [old[1][0], new.id]
+    assert [m.message_id for m in w.chat.messages()] == [r.id for r in path]
+    assert w.chat.messages()[-1].versions.text == "2/2"
+    # the session held all three turns: the first question's rows were reused
+    assert new.stats["reused_tokens"] > 0
+    assert new.stats["prompt_tokens"] < new.stats["reused_tokens"]
+    assert w.store.message_count(w.controller.current_id) == 7
+    # the tree is stored: a restarted window shows the new version, the old branch is a switch away
+    cid = w.controller.current_id
+    w.close()
+    w2 = make_window(saved=True)
+    assert w2.controller.current_id == cid
+    assert [m.message_id for m in w2.chat.messages()] == [r.id for r in path]
+    assert w2.chat.messages()[-1].versions.text == "2/2"
+    qtbot.mouseClick(w2.chat.messages()[-1].versions.prev_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: len(w2.chat.messages()) == 6, timeout=5000)
+    assert [(m.message_id, m.role, m.text) for m in w2.chat.messages()] == old
+    assert w2.chat.messages()[1].versions.text == "1/2"
+    assert [(r.id, r.role, r.text) for r in rows(w2)] == old
 
 
 def test_an_edit_keeps_the_old_tail_and_a_deleted_chat_takes_every_branch(qtbot, make_window):
@@ -109,6 +151,64 @@ def test_a_switch_while_an_answer_streams_stops_it_and_keeps_the_partial_answer(
     qtbot.mouseClick(w.chat.messages()[-1].versions.next_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: w.chat.messages()[-1].message_id == partial_id, timeout=5000)
     assert w.chat.messages()[-1].text == partial.text
+
+
+def test_alt_left_and_right_switch_the_focused_or_else_the_last_message_with_versions(
+    qtbot, make_window
+):
+    w = make_window()
+    assert ("Alt+Left", "Previous version of a message") in w.shortcut_rows()  # Help lists them
+    assert ("Alt+Right", "Next version of a message") in w.shortcut_rows()
+    send(qtbot, w, "first question")
+    qtbot.mouseClick(w.chat.messages()[1].regenerate_button, Qt.LeftButton)
+    wait_idle(qtbot, w)
+    send(qtbot, w, "second question")
+    qtbot.mouseClick(w.chat.messages()[3].regenerate_button, Qt.LeftButton)
+    wait_idle(qtbot, w)
+    path = [m.message_id for m in w.chat.messages()]
+    versions = lambda: [m.versions.text for m in w.chat.messages()]  # noqa: E731
+    assert versions() == ["", "2/2", "", "2/2"]
+    # typing in the composer: the last message with versions switches
+    edit = w.composer.edit
+    edit.setFocus()
+    qtbot.waitUntil(edit.hasFocus, timeout=5000)
+    alt(qtbot, edit, Qt.Key_Left)
+    qtbot.waitUntil(lambda: versions() == ["", "2/2", "", "1/2"], timeout=5000)
+    assert [m.message_id for m in w.chat.messages()][:3] == path[:3]
+    assert edit.toPlainText() == ""  # the composer took no key
+    alt(qtbot, edit, Qt.Key_Right)
+    qtbot.waitUntil(lambda: versions() == ["", "2/2", "", "2/2"], timeout=5000)
+    assert [m.message_id for m in w.chat.messages()] == path
+    alt(qtbot, edit, Qt.Key_Right)  # past the newest: nothing happens
+    assert [m.message_id for m in w.chat.messages()] == path
+    # the focus in a message (its text, clicked to select): that message switches
+    body = w.chat.messages()[1].body
+    body.setFocus()
+    qtbot.waitUntil(body.hasFocus, timeout=5000)
+    alt(qtbot, body, Qt.Key_Left)
+    qtbot.waitUntil(lambda: versions() == ["", "1/2"], timeout=5000)  # its branch: no later turns
+    assert w.store.versions(path[1])[1] == path[1]
+    assert [r.id for r in rows(w)] == [m.message_id for m in w.chat.messages()]
+
+
+def test_alt_left_while_an_answer_streams_stops_it_and_keeps_it(qtbot, make_window):
+    w = make_window(max_new_tokens=400)
+    send(qtbot, w, "Tell me about the shapes")
+    first = rows(w)[-1]
+    qtbot.mouseClick(w.chat.messages()[-1].regenerate_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: bool(w.controller.answer and w.controller.answer.text), timeout=60_000)
+    streaming_id = w.controller.answer.message_id
+    alt(qtbot, w.composer.edit, Qt.Key_Left)  # while it streams
+    wait_idle(qtbot, w)
+    qtbot.waitUntil(lambda: w.chat.messages()[-1].message_id == first.id, timeout=5000)
+    assert w.chat.messages()[-1].versions.text == "1/2"
+    assert w.chat.messages()[-1].text == first.text
+    alt(qtbot, w.composer.edit, Qt.Key_Right)  # the stopped answer, as far as it got
+    qtbot.waitUntil(lambda: w.chat.messages()[-1].message_id == streaming_id, timeout=5000)
+    partial = rows(w)[-1]
+    assert partial.id == streaming_id and partial.state == "stopped" and partial.text
+    assert w.chat.messages()[-1].text == partial.text
+    assert w.chat.messages()[-1].versions.text == "2/2"
 
 
 def test_the_switch_follows_a_language_change(qtbot, make_window):

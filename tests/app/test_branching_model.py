@@ -147,3 +147,21 @@ def test_a_switch_ends_an_edit_and_a_queued_question_gets_its_answer(world):  # 
     n_jobs = len(engine.jobs)
     m.switch_version(view.items[-1].id, +5)  # out of range: nothing
     assert [i.text for i in view.items] == ["q", "a"] and len(engine.jobs) == n_jobs
+
+
+def test_regenerating_an_earlier_answer_branches_there_and_ends_an_edit_below(world):  # noqa: F811
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    for q, a, ids in (("One?", "1", [21]), ("Two?", "2", [22]), ("Three?", "3", [23])):
+        m.send(q)
+        answer(m, engine, a, ids)
+    old = [(i.id, i.text) for i in view.items]
+    assert m.edit_target(old[4][0]) is not None  # editing "Three?" when the user regenerates
+    m.regenerate(old[1][0])  # the first of three answers
+    assert m.editing_id is None and composer.ended[-1] is True  # the draft comes back
+    assert [[t.text for t in j.turns] for j in engine.jobs][-1] == ["One?"]
+    answer(m, engine, "one", [31])
+    assert shown(view) == [("user", "One?", (1, 1)), ("assistant", "one", (2, 2))]
+    m.switch_version(view.items[-1].id, -1)
+    assert [(i.id, i.text) for i in view.items] == old  # the old branch, whole
+    assert view.items[1].versions == (1, 2)

@@ -1,12 +1,15 @@
 """Export, import and copy through the real window's Chat menu (offscreen, demo checkpoint),
-and the shortcut list in Help covering every action that has a shortcut."""
+a thinking answer's reasoning in them (never in the copied answer), and the shortcut list in
+Help covering every action that has a shortcut."""
 
 import json
 
 from gui_helpers import data_dir, make_window, send  # noqa: F401 (fixtures)
 from PySide6.QtWidgets import QApplication
+from test_thinking_app import _fake_engine, _feed, _tokens
 
 from merlin.app.widgets import chat_files
+from merlin.engine.generate import Finished
 
 
 def test_export_import_and_copy_a_chat(qtbot, make_window, tmp_path):
@@ -32,6 +35,40 @@ def test_export_import_and_copy_a_chat(qtbot, make_window, tmp_path):
 
     every = chat_files.export_all(w, str(tmp_path / "all.json"))
     assert len(json.loads(every.read_text(encoding="utf-8"))["conversations"]) == before + 1
+
+
+def test_reasoning_goes_with_the_chat_never_with_the_copied_answer(qtbot, make_window, tmp_path):
+    w = make_window()
+    jobs = _fake_engine(w)
+    send(qtbot, w, "Why is the sky blue?", wait=False)
+    qtbot.waitUntil(lambda: len(jobs) == 1)
+    reasoning = "Light <b>scatters</b>; </details> is text."
+    _feed(w, jobs[0], [_tokens(reasoning=reasoning, n_reasoning=9)])
+    _feed(w, jobs[0], [_tokens(text="Rayleigh scattering."), Finished("stop_token", reasoning="x")])
+    qtbot.waitUntil(lambda: not w.controller.busy)
+    answer = w.chat.messages()[-1]
+    answer.copy_button.click()  # Copy message: the answer alone
+    assert QApplication.clipboard().text() == "Rayleigh scattering."
+    copied = chat_files.copy_markdown(w)  # Copy chat as Markdown: the reasoning folded
+    assert QApplication.clipboard().text() == copied
+    block = "<details>\n<summary>Thinking</summary>\n\n> Light \\<b>scatters\\</b>; \\</details>"
+    assert block in copied
+    assert copied.index("</details>\n\nRayleigh scattering.") > copied.index(block)
+    md = chat_files.export_chat(w, str(tmp_path / "sky.md"))
+    assert md.read_text(encoding="utf-8") == copied
+    # JSON: out and back in, the imported chat shows the reasoning apart from its answer
+    out = chat_files.export_chat(w, str(tmp_path / "sky.json"))
+    assert json.loads(out.read_text("utf-8"))["conversations"][0]["messages"][1]["reasoning"] == (
+        reasoning
+    )
+    (new,) = chat_files.import_chats(w, str(out))
+    assert w.store.messages(new)[-1].reasoning == reasoning
+    w.controller.open_conversation(new)
+    qtbot.waitUntil(lambda: len(w.chat.messages()) == 2)
+    shown = w.chat.messages()[-1]
+    assert shown.text == "Rayleigh scattering." and shown.reasoning is not None
+    shown.reasoning.set_expanded(True)
+    assert shown.reasoning.body.toPlainText() == reasoning
 
 
 def test_a_bad_import_is_a_notice_and_changes_nothing(qtbot, make_window, tmp_path):

@@ -1,12 +1,15 @@
 """Chat export and import (Qt-free): JSON round trip with images, Markdown with images beside
 it, and every bad file refused with a message before anything is written (never a half
-import)."""
+import). A thinking model's reasoning goes with its answer: a folded block in Markdown, a field
+of its own in JSON (format version 2; version 1 files still import)."""
 
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
+import re
 import sqlite3
 
 import pytest
@@ -37,15 +40,28 @@ def fill(store: Store) -> list[int]:
     store.update_message(mid, stats={"tokens": 5, "tokens_per_s": 40.5})
     b = store.create_conversation("数学")
     store.add_message(b, "user", "1+1?")
-    store.add_message(b, "assistant", "2", state="stopped")
+    mid = store.add_message(b, "assistant", "", state="streaming", reasoning="")
+    store.update_message(mid, "2", "stopped", {"thinking_s": 12.3}, reasoning=REASONING)
     return [a, b]
+
+
+# what a thinking model may write before it answers: tags, an entity, escapes, code
+REASONING = (
+    "One plus one: the <b> tag and </details> are text here, AT&amp;T too.\n"
+    "\n"
+    "In LaTeX \\(1+1\\), in code `<i>` & \\<.\n"
+    "```\n"
+    "print(1 + 1)  # <no tag>\n"
+    "```\n"
+    "So: 2."
+)
 
 
 def snapshot(store: Store):
     out = []
     for c in sorted(store.conversations(), key=lambda c: c.id):
         msgs = [
-            (m.role, m.text, m.state, m.stats,
+            (m.role, m.text, m.state, m.stats, m.reasoning,
              [(r.name, r.ext, store.image_path(r).read_bytes()) for r in m.images])
             for m in store.messages(c.id)
         ]  # fmt: skip
@@ -57,7 +73,10 @@ def test_json_round_trip_keeps_everything(store, tmp_path):
     ids = fill(store)
     path = chat_export.write_json(store, ids, tmp_path / "chats.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
-    assert doc["format"] == "merlin-chats" and doc["version"] == 1
+    assert doc["format"] == "merlin-chats" and doc["version"] == 2
+    thinking = doc["conversations"][1]["messages"][1]
+    assert thinking["reasoning"] == REASONING and thinking["text"] == "2"
+    assert "reasoning" not in doc["conversations"][0]["messages"][1]  # no thinking block
     other = Store(tmp_path / "other")
     try:
         new_ids = chat_export.import_conversations(other, read_json(path))
@@ -81,6 +100,27 @@ def test_markdown_with_images_beside_it(store, tmp_path):
     assert f"](shapes_images/{images[0].name})" in text
     copied = chat_export.conversation_markdown(store, a)
     assert "[image: red_dot-" in copied and "What colour is the dot?" in copied
+    assert "<details>" not in text  # no reasoning, no block
+
+
+def test_markdown_folds_the_reasoning_and_shows_its_html_as_written(store, tmp_path):
+    _, b = fill(store)
+    text = chat_export.write_markdown(store, b, tmp_path / "sums.md").read_text("utf-8")
+    assert text == chat_export.conversation_markdown(store, b)  # copy as Markdown: the same
+    block, answer = text.split("## Merlin\n\n", 1)[1].split("</details>\n\n")
+    assert block.startswith("<details>\n<summary>Thinking (12 s)</summary>\n\n> One plus")
+    assert answer == "2\n"  # the answer after the block, without the reasoning
+    quoted = block.split("</summary>\n\n", 1)[1].rstrip("\n").splitlines()
+    assert all(line == ">" or line.startswith("> ") for line in quoted)  # plain text: a quote
+    # a CommonMark reader (GitHub's dialect) folds it; tags, entities and escapes show as
+    # written (Markdown in it renders as Markdown)
+    markdown_it = pytest.importorskip("markdown_it")
+    rendered = markdown_it.MarkdownIt("commonmark").render(text)
+    assert rendered.count("<details>") == rendered.count("</details>") == 1
+    assert "<b>" not in rendered and "<i>" not in rendered and "<no tag>" not in rendered
+    inside = rendered.split("</summary>", 1)[1].split("</details>", 1)[0]
+    shown = html.unescape(re.sub(r"<[^>]+>", "", inside))
+    assert " ".join(shown.split()) == " ".join(REASONING.replace("`", "").split())
 
 
 def _doc(store, ids):
@@ -119,7 +159,14 @@ def bad_documents(good: dict) -> dict:
         "title huge": edit(lambda d: d["conversations"][0].update(title="t" * 5000)),
         "second chat bad": edit(lambda d: d["conversations"][1]["messages"].append({"role": 1})),
         "created NaN": edit(lambda d: d["conversations"][0].update(created=float("nan"))),
+        "reasoning a number": edit(lambda d: reasoned(d).update(reasoning=3)),
+        "reasoning of a question": edit(lambda d: msg(d).update(reasoning="hm")),
+        "reasoning huge": edit(lambda d: reasoned(d).update(reasoning="r" * (9 << 20))),
     }
+
+
+def reasoned(doc: dict) -> dict:
+    return doc["conversations"][1]["messages"][1]
 
 
 def test_bad_files_are_refused_and_nothing_changes(store, tmp_path):
@@ -132,6 +179,20 @@ def test_bad_files_are_refused_and_nothing_changes(store, tmp_path):
             chat_export.import_conversations(store, read_json(path))
         assert str(e.value), name
         assert snapshot(store) == before, name
+
+
+def test_a_version_1_file_without_reasoning_still_imports(store, tmp_path):
+    ids = fill(store)
+    doc = _doc(store, ids)
+    doc["version"] = 1
+    for c in doc["conversations"]:
+        for m in c["messages"]:
+            m.pop("reasoning", None)
+    convs = read_json(_write(tmp_path, doc, "v1.json"))
+    new = chat_export.import_conversations(store, convs)
+    rows = store.messages(new[1])
+    assert [r.text for r in rows] == ["1+1?", "2"] and rows[1].reasoning is None
+    assert rows[1].stats == {"thinking_s": 12.3}
 
 
 def test_truncated_files_are_refused(store, tmp_path):

@@ -1492,6 +1492,16 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
+      <source>Previous version of a message</source>
+      <translation>消息的上一个版本</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Next version of a message</source>
+      <translation>消息的下一个版本</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
       <source>Serve to other apps (OpenAI API)…</source>
       <translation>提供给其他应用（OpenAI API）…</translation>
     </message>

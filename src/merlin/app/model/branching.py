@@ -5,8 +5,9 @@ A mixin of ConversationModel (conversation.py), which owns the state it reads: t
 keeps the tree (store_tree.py); this part decides what a user action adds or selects and
 redraws the messages below the fork that changed:
 
-- regenerate(answer): a new answer below the same question, shown; the old one stays as a
-  version ("< 1/2 >").
+- regenerate(answer), the last answer or an earlier one: a new answer below the same
+  question, shown; the old one stays as a version ("< 1/2 >") with the turns that followed
+  it in its branch. The engine session keeps the KV rows of the prefix up to the question.
 - an edit of a question (send() while editing_id is set): the new text becomes a sibling of
   the edited question and gets its answer; the old question and everything below it stay.
 - switch_version(message, step): shows the previous/next version of a message and, below it,
@@ -37,6 +38,9 @@ class Branching:
         i = next((k for k, r in enumerate(rows) if r.id == message_id), -1)
         if i < 1 or rows[i].role != "assistant":
             return
+        if self.editing_id is not None and self.editing_id > message_id:  # below: it goes
+            self.composer.end_edit(restore_draft=True)  # (ids grow along a path)
+            self.editing_id = None
         self.view.remove_from(message_id)
         self._start_answer(after=rows[i - 1].id)
 

@@ -1,15 +1,21 @@
 """Chats to files and back: JSON (versioned, images embedded) and Markdown (images beside it).
 
-Qt-free. The JSON format, "merlin-chats" version 1 (docs/chat-format.md describes it):
+Qt-free. The JSON format, "merlin-chats" version 2 (docs/chat-format.md describes it; version 1
+files, without reasoning, still import):
 
-    {"format": "merlin-chats", "version": 1, "exported": "<ISO 8601 time, UTC>",
+    {"format": "merlin-chats", "version": 2, "exported": "<ISO 8601 time, UTC>",
      "app": "Merlin 0.1.0",
      "conversations": [
         {"title": "...", "created": 1764669600.0, "updated": 1764669700.0,
          "messages": [
             {"role": "user" | "assistant", "text": "...", "state": "done", "stats": {},
+             "reasoning": "...",  # a thinking model's answer only; absent otherwise
              "images": [{"name": "cat.jpg", "ext": "jpg", "sha256": "<hex>",
                          "data": "<base64>"}]}]}]}
+
+In Markdown a thinking model's reasoning is a collapsed `<details>` block above its answer,
+quoted line by line, with raw HTML made literal (markdown.literal_html): GitHub shows it
+folded and as written, a plain-text reader sees a quote. The answer text never holds it.
 
 A chat with versions (edited questions, regenerated answers: store_tree.py) is exported as the
 path it shows, the version selected at each fork, like the window shows it; the other versions
@@ -37,10 +43,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from merlin.app.model.markdown import literal_html
 from merlin.app.model.store import MESSAGE_STATES, ImageRef, Store
 
 FORMAT = "merlin-chats"
-VERSION = 1
+VERSION = 2  # 2: a thinking answer's "reasoning"; 1 files still import
 MAX_FILE_BYTES = 1 << 30  # an export of many chats with pictures stays well under this
 MAX_CONVERSATIONS = 100_000
 MAX_MESSAGES = 100_000  # per conversation
@@ -69,6 +76,7 @@ class ImportedMessage:
     state: str = "done"
     stats: dict = field(default_factory=dict)
     images: list[ImportedImage] = field(default_factory=list)
+    reasoning: str | None = None  # a thinking model's (assistant messages only)
 
 
 @dataclass
@@ -105,15 +113,16 @@ def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
                         "data": base64.b64encode(data).decode("ascii") if data else None,
                     }
                 )
-            messages.append(
-                {
-                    "role": m.role,
-                    "text": m.text,
-                    "state": m.state,
-                    "stats": m.stats,
-                    "images": images,
-                }
-            )
+            message = {
+                "role": m.role,
+                "text": m.text,
+                "state": m.state,
+                "stats": m.stats,
+                "images": images,
+            }
+            if m.reasoning is not None:
+                message["reasoning"] = m.reasoning
+            messages.append(message)
         convs.append(
             {
                 "title": row.title,
@@ -145,8 +154,20 @@ def conversation_markdown(store: Store, conversation_id: int, image_folder: str 
             out.append(f"![{name}]({image_folder}/{name})" if image_folder else f"[image: {name}]")
         if m.images:
             out.append("")
+        if m.reasoning:
+            out += reasoning_markdown(m.reasoning, m.stats.get("thinking_s"))
         out += [m.text.rstrip(), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def reasoning_markdown(reasoning: str, seconds=None) -> list[str]:
+    """A thinking model's reasoning as Markdown lines: a collapsed <details> block holding it
+    quoted, HTML-looking text made literal (it cannot close the block or hide what follows)."""
+    label = "Thinking"
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 1:
+        label += f" ({int(seconds)} s)"
+    quoted = [f"> {line}" if line.strip() else ">" for line in literal_html(reasoning).splitlines()]
+    return ["<details>", f"<summary>{label}</summary>", "", *quoted, "", "</details>", ""]
 
 
 def write_markdown(store: Store, conversation_id: int, path: Path | str) -> Path:
@@ -245,7 +266,7 @@ def parse_document(doc, where: str = "the file") -> list[ImportedConversation]:
             f"{where} was written by a newer Merlin (format version {version}; this one reads "
             f"up to {VERSION}). Update Merlin to import it."
         )
-    if version < 1:
+    if version < 1:  # 1 and 2 read the same; 1 never has "reasoning"
         raise ChatFileError(f"{where}: unknown format version {version}.")
     convs = doc.get("conversations")
     if not isinstance(convs, list):
@@ -294,12 +315,18 @@ def _message(m, where: str) -> ImportedMessage:
     images = m.get("images", [])
     if not isinstance(images, list) or len(images) > MAX_IMAGES:
         raise ChatFileError(f'{where}: "images" must be a list of at most {MAX_IMAGES}.')
+    reasoning = m.get("reasoning")
+    if reasoning is not None:
+        reasoning = _text(reasoning, f"{where}: reasoning", MAX_TEXT_CHARS)
+        if role != "assistant":
+            raise ChatFileError(f"{where}: only an answer can have reasoning.")
     return ImportedMessage(
         role,
         text,
         state,
         stats,
         [_image(im, f"{where}, image {k + 1}") for k, im in enumerate(images)],
+        reasoning,
     )
 
 
@@ -344,6 +371,6 @@ def import_conversations(store: Store, convs: Sequence[ImportedConversation]) ->
         messages = []
         for m in conv.messages:
             refs = [store.import_image_bytes(im.data, im.ext, im.name) for im in m.images]
-            messages.append((m.role, m.text, m.state, m.stats, refs))
+            messages.append((m.role, m.text, m.state, m.stats, refs, m.reasoning))
         prepared.append((conv.title, conv.created, messages))
     return store.add_conversations(prepared)

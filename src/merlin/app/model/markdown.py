@@ -3,6 +3,8 @@
 - `prepare(src)`: math (`$...$`, `\\(...\\)`, `$$...$$`, `\\[...\\]`) becomes Unicode text
   (app.mathtext), inline math italic, display math in a paragraph of its own; code spans and
   fenced code blocks are left exactly as written.
+- `literal_html(src)`: raw HTML, entities and backslash escapes made literal outside code, for
+  Markdown readers that would interpret them (GitHub): an export shows what the model wrote.
 - `stable_length(src)`: how much of a streaming answer is made of finished blocks (up to the
   last blank line outside an open code fence or display formula). Finished blocks are rendered
   once; only the tail after them is rendered again while tokens arrive.
@@ -16,6 +18,8 @@ from merlin.app.model.mathtext import latex_to_unicode
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
+# a tag's "<", an entity's "&", a backslash that escapes punctuation: each gets a backslash
+_HTML_LIKE = re.compile(r"<|&(?=#?\w+;)|\\(?=[!-/:-@\[-`{-~])")
 _INLINE_DOLLAR = re.compile(r"(?<![\\$])\$(?!\s)([^$\n]+?)(?<![\s\\])\$(?!\d)")
 _INLINE_PAREN = re.compile(r"\\\((.+?)\\\)")
 _DISPLAY = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]", re.S)
@@ -106,6 +110,20 @@ def prepare(src: str) -> str:
             continue
         pieces = _split_code_spans(text)
         parts.append("".join(p if code else _prose(p) for p, code in pieces))
+    return "".join(parts)
+
+
+def literal_html(src: str) -> str:
+    """src with `<`, entity `&` and escaping backslashes backslash-escaped outside code spans
+    and fenced code blocks (code is literal already), so a CommonMark/GitHub reader shows tags,
+    entities and escapes as written and the text cannot close an HTML block around it."""
+    parts = []
+    for text, is_code in _segments(src):
+        if is_code:
+            parts.append(text)
+            continue
+        pieces = _split_code_spans(text)
+        parts.append("".join(p if code else _HTML_LIKE.sub(r"\\\g<0>", p) for p, code in pieces))
     return "".join(parts)
 
 

@@ -362,8 +362,9 @@ class Store:
 
     def add_conversations(self, conversations: Sequence[tuple]) -> list[int]:
         """Add whole conversations in ONE transaction (an import: all or nothing). Each is
-        (title, created or None, [(role, text, state, stats, [ImageRef, ...]), ...]); the
-        images must be imported already; the messages follow each other (one branch).
+        (title, created or None, [(role, text, state, stats, [ImageRef, ...], reasoning or
+        None), ...]); the images must be imported already; the messages follow each other
+        (one branch).
         Returns the new conversation ids in order."""
         now = time.time()
         ids = []
@@ -376,11 +377,12 @@ class Store:
                 cid = int(cur.lastrowid)
                 ids.append(cid)
                 parent = None
-                for role, text, state, stats, images in messages:
+                for role, text, state, stats, images, reasoning in messages:
                     cur = db.execute(
                         "INSERT INTO messages (conversation_id, role, text, state, stats, "
-                        "created, updated, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (cid, role, text, state, json.dumps(stats), now, now, parent),
+                        "created, updated, parent_id, reasoning) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cid, role, text, state, json.dumps(stats), now, now, parent, reasoning),
                     )
                     mid = parent = int(cur.lastrowid)
                     db.executemany(

@@ -18,6 +18,7 @@ from PySide6.QtGui import (
     QPixmap,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -347,11 +348,28 @@ class ChatView(QScrollArea):
     def message(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self._messages if w.message_id == message_id), None)
 
+    def version_target(self) -> MessageWidget | None:
+        """The message a version shortcut (Alt+Left/Right) switches: the one holding the
+        keyboard focus when it has versions, else the last message shown that has versions."""
+        focus = QApplication.focusWidget()
+        with_versions = [w for w in self._messages if w.versions.count > 1]
+        held = [w for w in with_versions if focus is not None and w.isAncestorOf(focus)]
+        return (held or with_versions or [None])[-1]
+
+    def step_version(self, step: int) -> bool:
+        """Ask for the previous (-1) or next (+1) version of version_target(), as its
+        switch's buttons do (an answer that streams is stopped first: model/branching.py)."""
+        w = self.version_target()
+        if w is None:
+            return False
+        self.sig_version_requested.emit(w.message_id, step)
+        return True
+
     def update_actions(self, busy: bool) -> None:
-        """Regenerate only on the last answer; nothing editable while an answer streams."""
-        last = self._messages[-1] if self._messages else None
+        """Regenerate on every answer (an earlier one branches there: model/branching.py);
+        nothing editable while an answer streams."""
         for w in self._messages:
-            w.set_can_regenerate(w is last and w.role == "assistant")
+            w.set_can_regenerate(w.role == "assistant")
             w.set_actions_enabled(not busy)
 
     def plain_text(self) -> str:

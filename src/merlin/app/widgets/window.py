@@ -258,6 +258,9 @@ class MainWindow(QMainWindow):
         self.act_export_all = action("Ctrl+Shift+E", lambda: chat_files.export_all(self))
         self.act_import = action("Ctrl+I", lambda: chat_files.import_chats(self))
         self.act_copy_md = action("Ctrl+Shift+C", lambda: chat_files.copy_markdown(self))
+        # the "< 2/3 >" switch of the focused message, else of the last one with versions
+        self.act_prev_version = action("Alt+Left", lambda: self.chat.step_version(-1))
+        self.act_next_version = action("Alt+Right", lambda: self.chat.step_version(+1))
         self.act_serve = action("Ctrl+Shift+S", lambda on: toggle_serving(self, on), True)
         mb = self.menuBar()
         self.menu_chat = mb.addMenu("")
@@ -266,6 +269,8 @@ class MainWindow(QMainWindow):
         self.menu_chat.addActions(
             [self.act_export, self.act_export_all, self.act_import, self.act_copy_md]
         )
+        self.menu_chat.addSeparator()
+        self.menu_chat.addActions([self.act_prev_version, self.act_next_version])
         self.menu_chat.addSeparator()
         self.menu_chat.addAction(self.act_quit)
         self.menu_model = mb.addMenu("")
@@ -302,6 +307,8 @@ class MainWindow(QMainWindow):
         self.act_export_all.setText(tr("Export all chats…"))
         self.act_import.setText(tr("Import chats…"))
         self.act_copy_md.setText(tr("Copy chat as Markdown"))
+        self.act_prev_version.setText(tr("Previous version of a message"))
+        self.act_next_version.setText(tr("Next version of a message"))
         self.act_serve.setText(tr("Serve to other apps (OpenAI API)…"))
         self.model_button.setToolTip(tr("Load a model (Ctrl+L)"))
         self.settings_button.setToolTip(tr("Settings (Ctrl+,)"))
