@@ -82,9 +82,8 @@ def run(
 
     c = window.controller
     try:
-        say(
-            f"loading {'the demo checkpoint' if model == 'demo' else model} ({weights} weights, {kv} KV)"
-        )
+        name = "the demo checkpoint" if model == "demo" else model
+        say(f"loading {name} ({weights} weights, {kv} KV)")
         if not wait(lambda: c.loading is None):
             return fail(f"the model did not load within {timeout_s:.0f} s")
         if c.model is None:
