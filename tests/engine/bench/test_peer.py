@@ -25,3 +25,14 @@ def test_cpu_flags_come_from_this_machine():
     flags = peer._cpu_flags()
     assert isinstance(flags, set)
     assert peer.cmake_args() == peer.cmake_args(flags)
+
+
+def test_llama_cpp_runs_without_the_environment_merlin_set(monkeypatch):
+    from merlin.engine import kernels
+
+    monkeypatch.setattr(kernels, "SET_ENVIRONMENT", {"GOMP_SPINCOUNT"})
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    monkeypatch.setenv("MERLIN_TEST_USER_VARIABLE", "kept")
+    env = peer.peer_environment()
+    assert "GOMP_SPINCOUNT" not in env
+    assert env["MERLIN_TEST_USER_VARIABLE"] == "kept"

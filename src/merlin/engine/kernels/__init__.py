@@ -22,6 +22,9 @@ import os
 # How long libgomp's worker threads spin after a parallel kernel before they sleep: long enough
 # to cover the gaps between one decode step's ~140 kernels, short enough not to hold the cores
 # BLAS and the next kernel need (libgomp's default held them; figures in docs/kernels.md).
+# SET_ENVIRONMENT names what Merlin put into the environment itself, so that a benchmark can start
+# another engine (llama.cpp, bench/peer.py) with the environment the user has, not Merlin's.
+SET_ENVIRONMENT = {k for k in ("GOMP_SPINCOUNT",) if k not in os.environ}
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 if "NUMBA_CACHE_DIR" not in os.environ:
@@ -30,6 +33,7 @@ if "NUMBA_CACHE_DIR" not in os.environ:
     from ..version import __version__
     from .target import TARGET
 
+    SET_ENVIRONMENT.add("NUMBA_CACHE_DIR")
     os.environ["NUMBA_CACHE_DIR"] = os.path.join(
         user_cache_dir("merlin"), "numba", __version__, TARGET.name
     )
