@@ -99,32 +99,30 @@ def _segments(src: str) -> list[tuple[str, bool]]:
     return [(text, code) for text, code in out if text]
 
 
-def prepare(src: str) -> str:
-    """Markdown with math turned into readable Unicode, code untouched."""
-    if "$" not in src and "\\(" not in src and "\\[" not in src:
-        return src
+def _outside_code(src: str, change) -> str:
+    """src with change(text) applied to every piece outside fenced code and code spans."""
     parts = []
     for text, is_code in _segments(src):
         if is_code:
             parts.append(text)
             continue
         pieces = _split_code_spans(text)
-        parts.append("".join(p if code else _prose(p) for p, code in pieces))
+        parts.append("".join(p if code else change(p) for p, code in pieces))
     return "".join(parts)
+
+
+def prepare(src: str) -> str:
+    """Markdown with math turned into readable Unicode, code untouched."""
+    if "$" not in src and "\\(" not in src and "\\[" not in src:
+        return src
+    return _outside_code(src, _prose)
 
 
 def literal_html(src: str) -> str:
     """src with `<`, entity `&` and escaping backslashes backslash-escaped outside code spans
     and fenced code blocks (code is literal already), so a CommonMark/GitHub reader shows tags,
     entities and escapes as written and the text cannot close an HTML block around it."""
-    parts = []
-    for text, is_code in _segments(src):
-        if is_code:
-            parts.append(text)
-            continue
-        pieces = _split_code_spans(text)
-        parts.append("".join(p if code else _HTML_LIKE.sub(r"\\\g<0>", p) for p, code in pieces))
-    return "".join(parts)
+    return _outside_code(src, lambda p: _HTML_LIKE.sub(r"\\\g<0>", p))
 
 
 def stable_length(src: str) -> int:
