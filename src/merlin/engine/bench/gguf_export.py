@@ -37,10 +37,11 @@ norm_topk_prob false on a qwen3_moe config (qwen3moe always renormalises the top
 the published 30B-A3B models set it true, and Qwen3-VL-MoE's router always renormalises).
 
 Streaming: every tensor's name, shape and type go into the header first (from the
-safetensors headers alone); then the tensors are converted and written one at a time, so the
-peak is the largest single output tensor (one stacked expert matrix of a layer: 400 MB at
-Qwen3-30B-A3B's widths in f16), not the model. Fused Qwen3-VL-MoE experts are read one expert
-at a time.
+safetensors headers alone); then the tensors are converted and written one at a time, in
+blocks of rows (fused Qwen3-VL-MoE experts one expert at a time), and the checkpoint's mapped
+pages are dropped after each. The peak is the largest single output tensor plus 64 MB (at
+Qwen3-30B-A3B's widths in f16: the embedding or the head, 620 MB, or one stacked expert
+matrix of a layer, 400 MB), not the model.
 
 Text positions only: Qwen3-VL's interleaved M-RoPE with equal (t, h, w) positions is the
 standard rotary embedding with the same frequencies, which is what llama.cpp's qwen3 and
@@ -50,6 +51,7 @@ qwen3moe apply.
 from __future__ import annotations
 
 import json
+import mmap
 import struct
 import sys
 from pathlib import Path
@@ -91,7 +93,14 @@ class SafeTensors:
             (n,) = struct.unpack("<Q", f.read(8))
             self.header = json.loads(f.read(n))
         self.header.pop("__metadata__", None)
-        self.data = np.memmap(path, np.uint8, "r", offset=8 + n)
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.data = np.frombuffer(self._map, np.uint8, offset=8 + n)
+
+    def release(self) -> None:
+        """Drop the pages read so far from this process (they stay in the page cache)."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
 
     def __contains__(self, name: str) -> bool:
         return name in self.header
@@ -101,12 +110,18 @@ class SafeTensors:
 
     def f32(self, name: str, index: int | None = None) -> np.ndarray:
         """The tensor in f32; with `index`, only its slice [index] along the first axis."""
+        if index is None:
+            return self.f32_rows(name, 0, self.header[name]["shape"][0])
+        return self.f32_rows(name, index, index + 1)[0]
+
+    def f32_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Slices [start:stop] along the first axis, in f32."""
         meta = self.header[name]
         a, b = meta["data_offsets"]
         shape = list(meta["shape"])
-        if index is not None:
-            step = (b - a) // shape[0]
-            a, b, shape = a + index * step, a + (index + 1) * step, shape[1:]
+        if shape:
+            step = (b - a) // max(shape[0], 1)
+            a, b, shape = a + start * step, a + stop * step, [stop - start, *shape[1:]]
         raw = self.data[a:b]
         if meta["dtype"] == "BF16":
             out = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
@@ -128,9 +143,11 @@ class Tensors:
             weight_map = json.loads(index.read_text())["weight_map"]
             files = {f: SafeTensors(folder / f) for f in sorted(set(weight_map.values()))}
             self.where = {n: files[f] for n, f in weight_map.items()}
+            self.files = list(files.values())
         else:
             st = SafeTensors(folder / "model.safetensors")
             self.where = {n: st for n in st.header}
+            self.files = [st]
 
     def __contains__(self, name: str) -> bool:
         return name in self.where and name in self.where[name]
@@ -140,6 +157,20 @@ class Tensors:
 
     def f32(self, name: str, index: int | None = None) -> np.ndarray:
         return self.where[name].f32(name, index)
+
+    def read(self, name: str, dtype) -> np.ndarray:
+        """The tensor in `dtype`, converted in blocks of rows (the f16 embedding of a 150k
+        vocabulary without its 1.2 GB f32 copy)."""
+        shape = self.shape(name)
+        out = np.empty(shape, dtype)
+        step = max(1, (1 << 24) // max(1, int(np.prod(shape[1:]))))  # 64 MB of f32
+        for a in range(0, shape[0], step):
+            out[a : a + step] = self.where[name].f32_rows(name, a, min(a + step, shape[0]))
+        return out
+
+    def release(self) -> None:
+        for st in self.files:
+            st.release()
 
 
 def gguf_tensor_names(n_layers: int, tied: bool, prefix: str = PREFIX) -> dict[str, str]:
@@ -216,7 +247,7 @@ def _expert_reader(st: Tensors, p: str, moe: dict, what: str, dims: tuple[int, i
 
 
 def tensor_plan(folder: Path, st: Tensors) -> list[tuple[str, tuple[int, ...], object]]:
-    """(GGUF name, shape, read() -> f32 array) of every tensor, in file order."""
+    """(GGUF name, shape, read(dtype) -> array) of every tensor, in file order."""
     config = json.loads((folder / "config.json").read_text())
     text, prefix = text_config(config)
     tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
@@ -227,7 +258,7 @@ def tensor_plan(folder: Path, st: Tensors) -> list[tuple[str, tuple[int, ...], o
     def direct(ours: str, theirs: str):
         if ours not in st:
             raise ValueError(f"the checkpoint lacks the text tensor {ours}")
-        plan.append((theirs, st.shape(ours), lambda: st.f32(ours)))
+        plan.append((theirs, st.shape(ours), lambda dtype: st.read(ours, dtype)))
 
     if moe is None:
         for ours, theirs in gguf_tensor_names(n_layers, tied, prefix).items():
@@ -253,8 +284,8 @@ def tensor_plan(folder: Path, st: Tensors) -> list[tuple[str, tuple[int, ...], o
                     raise ValueError(f"the checkpoint lacks the expert tensor {name}")
             read = _expert_reader(st, f"{p}mlp.", moe, what, dims)
 
-            def stacked(read=read, dims=dims):
-                out = np.empty((e_count, *dims), np.float32)
+            def stacked(dtype, read=read, dims=dims):  # one expert in f32 at a time
+                out = np.empty((e_count, *dims), dtype)
                 for e in range(e_count):
                     out[e] = read(e)
                 return out
@@ -359,12 +390,13 @@ def export(folder: Path, out: Path, dtype: str = "f16") -> dict:
     w.write_ti_data_to_file()
     nbytes = 0
     for (name, shape, read), np_dtype in zip(plan, out_dtypes):
-        a = np.ascontiguousarray(read(), dtype=np_dtype)
+        a = np.ascontiguousarray(read(np_dtype))
         if a.shape != tuple(shape):
             raise ValueError(f"{name}: read {a.shape}, the header says {tuple(shape)}")
         w.write_tensor_data(a)
         nbytes += a.nbytes
         del a
+        st.release()
     w.close()
     return {"arch": arch, "tensors": len(plan), "bytes": nbytes, "path": str(out)}
 
