@@ -187,7 +187,12 @@ def main(argv=None) -> int:
     p.add_argument(
         "--no-compile", action="store_true", help="skip the cold-compile and first-load runs"
     )
-    p.add_argument("--repeats", type=int, default=None, help="kernels (7), vision (3), peer (5)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="kernels (7), vision (3), peer and moe's llama.cpp rounds (3)",
+    )
     p.add_argument("--moe-layers", type=int, default=4, help="layers of the moe checkpoint")
     p.add_argument("--no-peer", action="store_true", help="moe: without llama.cpp side by side")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

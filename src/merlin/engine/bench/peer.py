@@ -12,11 +12,11 @@
    would not be a fair comparison. The AVX-512 VNNI kernels stay.
 2. The checkpoint's text decoder written as GGUF (gguf_export.py, f16) and quantized by
    llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
-3. A correctness check first (when the checkpoint is the default 2B one, on the small demo
-   checkpoint, whose f32 GGUF is a few MB): the greedy continuation of a short prompt by
+3. A correctness check first (check_greedy, on the small demo checkpoint, whose f32 GGUF is
+   a few MB and written afresh each time): the greedy continuation of a short prompt by
    llama.cpp (f32 GGUF) and by Merlin (f32 weights, f32 KV) must be the same tokens, which it
    is only if the conversion (tensor names, RoPE base, norm epsilon, q/k norms, tied
-   embeddings) is right.
+   embeddings) is right. `bench moe` runs the same check on a tiny MoE checkpoint.
 4. Timing, `repeats` rounds alternating the two engines, each run in its own process with the
    same thread count: per format (Merlin q8 / llama.cpp Q8_0, Merlin q4 / Q4_0) decode ms/token
    at each context (Merlin's KV cache in q8, filled with random rows; llama.cpp's f16, filled
@@ -326,9 +326,9 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--flash-attn",
         default="on",
-        help="peer: llama.cpp's flash attention: on, off or on,off (both timed)",
+        help="peer, moe: llama.cpp's flash attention: on, off or on,off (both timed)",
     )
-    p.add_argument("--no-check", action="store_true", help="peer: skip the greedy-token check")
+    p.add_argument("--no-check", action="store_true", help="peer, moe: skip the greedy-token check")
 
 
 def section(args) -> dict:
