@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The tests against llama.cpp's own OpenAI-compatible server (pytest marker `peer`): builds
+# The tests against llama.cpp (pytest marker `peer`: its OpenAI-compatible server, the qwen3moe
+# conversion check and side by side of bench moe): builds
 # llama.cpp from PyPI into its own venv under the user cache (once, 5-10 minutes on 2 cores;
 # engine/bench/peer.py) if it is missing, then runs them offscreen.
 set -euo pipefail

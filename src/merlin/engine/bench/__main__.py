@@ -12,7 +12,8 @@ Sections (default: decode prefill):
                    Cortex-A76 / A55, the Cortex-A72; checked against this host (board.py)
   peer             llama.cpp side by side on the same checkpoint (peer.py)
   serve            the OpenAI-compatible server against the same request in-process (serve.py)
-  moe              a mixture-of-experts checkpoint with the real widths (moe.py)
+  moe              a mixture-of-experts checkpoint with the real widths, then llama.cpp on
+                   the same checkpoint (moe.py; --no-peer: Merlin alone)
   demo-quality     the shipped demo model's answers, per weights format (demo_quality.py;
                    its own options: python -m merlin.engine.bench demo-quality --help)
 
@@ -186,8 +187,14 @@ def main(argv=None) -> int:
     p.add_argument(
         "--no-compile", action="store_true", help="skip the cold-compile and first-load runs"
     )
-    p.add_argument("--repeats", type=int, default=None, help="kernels (7), vision (3), peer (5)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="kernels (7), vision (3), peer and moe's llama.cpp rounds (3)",
+    )
     p.add_argument("--moe-layers", type=int, default=4, help="layers of the moe checkpoint")
+    p.add_argument("--no-peer", action="store_true", help="moe: without llama.cpp side by side")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     kernels_section.add_arguments(p)
     vision_section.add_arguments(p)

@@ -11,21 +11,33 @@ Per weights format, in one process after the machine's read bandwidth is measure
   routed layers, one row); experts read per decode token; the projection to 48 layers
   (the lm_head timed alone; the rest is L equal layers) and to a board of a given read
   bandwidth at the fraction of bandwidth reached here.
-No llama.cpp side-by-side here: see the report (docs/moe.md).
+
+Then llama.cpp side by side on the same checkpoint (peer.py's machinery; --no-peer skips it):
+its build (the peer venv), a conversion check on a tiny random MoE checkpoint (greedy tokens
+of llama.cpp on its f32 qwen3moe GGUF against Merlin f32/f32, peer.check_greedy), the
+checkpoint written as a qwen3moe GGUF (gguf_export.py, f16) and quantized by llama.cpp to
+Q8_0 / Q4_0 for the formats asked (q8, q4), then alternating rounds per format, each engine in
+its own process with the same threads: decode ms/token at the same contexts and a 512-token
+prefill, printed as llama.cpp's time over Merlin's. When llama.cpp cannot be built or its
+side fails, Merlin's figures stand and the report says why the comparison is missing.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from ..kernels.experts import _plan
 from ..model import load_model
 from ..moe.random import REAL_LAYERS, ensure_random_moe_checkpoint
+from . import peer
 from .decode import PREFILL_TOKENS, decode_at, fill_cache, peak_rss_bytes, verify_cost
 from .machine import median_time, read_bandwidth
+from .sections import SectionUnavailable
 
 BOARD_GBS = 10.0  # assumed RK3588 read bandwidth from the A76 cores (LPDDR4x); --board-gbs
 
@@ -159,7 +171,6 @@ def run(
         "bandwidth_before_gbs": before["best_gbs"],
         "bandwidth_after_gbs": after["best_gbs"],
         "runs": runs,
-        "llama_cpp": "not run (see docs/moe.md)",
     }
 
 
@@ -198,7 +209,72 @@ def report(r: dict) -> str:
             f"{b['read_gbs']:.0f} GB/s: bound {b['bound_tokens_per_s']:.1f} tok/s, "
             f"{b['at_this_fraction_tokens_per_s']:.1f} tok/s at this run's fraction"
         )
-    lines.append(f"  llama.cpp: {r['llama_cpp']}")
+    if "llama_cpp" in r:
+        lines.append(peer_report(r["llama_cpp"]))
+    return "\n".join(lines)
+
+
+PEER_CHECK_LAYERS = 2  # of the tiny checkpoint (engine.moe.random.TINY) the check runs on
+
+
+def check_conversion(progress=print, root=None) -> dict:
+    """Greedy tokens of the tiny random MoE checkpoint: llama.cpp's qwen3moe (f32 GGUF)
+    against Merlin f32/f32; equal only if the router, the stacked experts' order and layout
+    and the MoE keys are written right."""
+    folder = ensure_random_moe_checkpoint(PEER_CHECK_LAYERS, root, shape="tiny")
+    return peer.check_greedy(folder, progress, n=16)
+
+
+def run_peer(
+    folder,
+    formats,
+    contexts,
+    repeats: int = 3,
+    threads: int = 2,
+    flash_attn=(True,),
+    check: bool = True,
+    progress=print,
+    gguf_dir=None,
+    check_root=None,
+) -> dict:
+    """llama.cpp against Merlin on `folder` for the formats with a llama.cpp twin (q8: Q8_0,
+    q4: Q4_0). Raises SectionUnavailable when llama.cpp cannot be built."""
+    pairs = [(ours, theirs) for ours, theirs in peer.PAIRS if ours in formats]
+    version = peer.ensure_llama_cpp(progress)
+    result = {
+        "llama_cpp_python": version,
+        "checkpoint": str(folder),
+        "threads": threads,
+        "contexts": list(contexts),
+        "repeats": repeats,
+    }
+    if check:
+        result["check"] = check_conversion(progress, check_root)
+    if not pairs:
+        result["rounds"], result["summary"] = [], []
+        return result
+    paths = peer.ensure_ggufs(Path(folder), progress, [t for _, t in pairs], gguf_dir)
+    result["rounds"] = peer.time_rounds(
+        folder, paths, pairs, contexts, repeats, threads, flash_attn, progress
+    )
+    result["summary"] = peer.summarize(result)
+    return result
+
+
+def peer_report(p) -> str:
+    if isinstance(p, str):
+        return f"  llama.cpp: {p}"
+    head = (
+        f"  llama.cpp (llama-cpp-python {p['llama_cpp_python']}, GGML_NATIVE) vs Merlin on the "
+        f"same checkpoint, {p['threads']} threads, medians of {p['repeats']} alternating rounds"
+    )
+    lines = [head]
+    if p.get("check"):
+        lines.append("  " + peer.check_line(p["check"]))
+    if p["summary"]:
+        lines += ["  " + line for line in peer.table(p["summary"])]
+    else:
+        lines.append("  no format with a llama.cpp twin asked (q8: Q8_0, q4: Q4_0)")
     return "\n".join(lines)
 
 
@@ -206,13 +282,35 @@ def main_section(args) -> dict:
     """The `moe` section of engine.bench.__main__."""
     formats = [w for w in args.weights.split(",") if w != "f32"] or ["q4"]
     kv = args.kv if "," not in args.kv else "q8"
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     result = run(
         args.model,
         formats=formats,
         kv=kv,
         contexts=tuple(args.contexts),
         layers=getattr(args, "moe_layers", 4),
-        progress=lambda m: print(m, file=sys.stderr),
+        progress=say,
     )
-    print(report(result))
+    if args.no_peer:
+        result["llama_cpp"] = "not run (--no-peer)"
+    print(report(result), flush=True)  # Merlin's figures first: the comparison takes a while
+    if args.no_peer:
+        return result
+    fa = tuple({"on": True, "off": False}[v] for v in args.flash_attn.split(","))
+    try:
+        result["llama_cpp"] = run_peer(
+            result["model"],
+            formats,
+            tuple(args.contexts),
+            args.repeats if args.repeats is not None else 3,
+            args.threads or 2,
+            fa,
+            not args.no_check,
+            progress=say,
+        )
+    except SectionUnavailable as e:
+        result["llama_cpp"] = f"no comparison: llama.cpp is not available ({e})"
+    except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
+        result["llama_cpp"] = f"no comparison: llama.cpp's side failed ({e})"
+    print(peer_report(result["llama_cpp"]))
     return result

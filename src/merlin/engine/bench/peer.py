@@ -12,11 +12,11 @@
    would not be a fair comparison. The AVX-512 VNNI kernels stay.
 2. The checkpoint's text decoder written as GGUF (gguf_export.py, f16) and quantized by
    llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
-3. A correctness check first (when the checkpoint is the default 2B one, on the small demo
-   checkpoint, whose f32 GGUF is a few MB): the greedy continuation of a short prompt by
+3. A correctness check first (check_greedy, on the small demo checkpoint, whose f32 GGUF is
+   a few MB and written afresh each time): the greedy continuation of a short prompt by
    llama.cpp (f32 GGUF) and by Merlin (f32 weights, f32 KV) must be the same tokens, which it
    is only if the conversion (tensor names, RoPE base, norm epsilon, q/k norms, tied
-   embeddings) is right.
+   embeddings) is right. `bench moe` runs the same check on a tiny MoE checkpoint.
 4. Timing, `repeats` rounds alternating the two engines, each run in its own process with the
    same thread count: per format (Merlin q8 / llama.cpp Q8_0, Merlin q4 / Q4_0) decode ms/token
    at each context (Merlin's KV cache in q8, filled with random rows; llama.cpp's f16, filled
@@ -154,9 +154,10 @@ def _run_peer(*args, timeout=7200) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def ensure_ggufs(folder: Path, progress=print, kinds=("q8_0", "q4_0")) -> dict[str, Path]:
-    """{"f16": path, "q8_0": path, "q4_0": path} of the checkpoint's text decoder, cached."""
-    out_dir = peer_dir() / "gguf"
+def ensure_ggufs(folder: Path, progress=print, kinds=("q8_0", "q4_0"), out_dir=None):
+    """{"f16": path, "q8_0": path, "q4_0": path} of the checkpoint's text decoder, cached in
+    out_dir (default <peer dir>/gguf) by the folder's name."""
+    out_dir = Path(out_dir) if out_dir else peer_dir() / "gguf"
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"f16": out_dir / f"{folder.name}-f16.gguf"}
     if not paths["f16"].exists():
@@ -190,22 +191,27 @@ def merlin_greedy(folder: Path, ids: list[int], n: int) -> list[int]:
     return out
 
 
+def check_greedy(folder: Path, progress=print, n: int = CHECK_TOKENS) -> dict:
+    """Greedy tokens of a small checkpoint (a few MB): llama.cpp on its f32 GGUF, written
+    afresh into a temporary folder, against Merlin f32 weights / f32 KV."""
+    import tempfile
+
+    folder = Path(folder)
+    progress(f"peer: greedy tokens of {folder.name}, llama.cpp f32 vs Merlin f32 ...")
+    with tempfile.TemporaryDirectory(prefix="merlin-peer-check-") as tmp:
+        path = Path(tmp) / f"{folder.name}-f32.gguf"
+        _run_peer(HERE / "gguf_export.py", folder, path, "f32")
+        theirs = _run_peer(HERE / "llama_driver.py", "greedy", path, n, *CHECK_PROMPT)
+    ours = merlin_greedy(folder, CHECK_PROMPT, n)
+    return {"checkpoint": folder.name, "prompt": CHECK_PROMPT, "merlin": ours,
+            "llama_cpp": theirs["tokens"], "same": ours == theirs["tokens"]}  # fmt: skip
+
+
 def check_conversion(progress=print) -> dict:
-    """Greedy tokens of the demo checkpoint: llama.cpp (its f32 GGUF) against Merlin f32."""
+    """check_greedy on the demo checkpoint (the dense qwen3 conversion)."""
     from ..demo import ensure_demo_checkpoint
 
-    demo = ensure_demo_checkpoint()
-    path = peer_dir() / "gguf" / f"{demo.name}-f32.gguf"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        _run_peer(HERE / "gguf_export.py", demo, tmp, "f32")
-        os.replace(tmp, path)
-    progress("peer: greedy tokens of the demo checkpoint, llama.cpp f32 vs Merlin f32 ...")
-    theirs = _run_peer(HERE / "llama_driver.py", "greedy", path, CHECK_TOKENS, *CHECK_PROMPT)
-    ours = merlin_greedy(demo, CHECK_PROMPT, CHECK_TOKENS)
-    return {"prompt": CHECK_PROMPT, "merlin": ours, "llama_cpp": theirs["tokens"],
-            "same": ours == theirs["tokens"]}  # fmt: skip
+    return check_greedy(ensure_demo_checkpoint(), progress)
 
 
 def merlin_times(folder: Path, weights: str, contexts, threads: int) -> dict:
@@ -240,21 +246,28 @@ def run(folder: Path | None, contexts=(128, 2048), repeats: int = 3, threads: in
         "threads": threads,
         "contexts": list(contexts),
         "repeats": repeats,
-        "rounds": [],
     }
     if check:
         result["check"] = check_conversion(progress)
+    result["rounds"] = time_rounds(folder, paths, PAIRS, contexts, repeats, threads, flash_attn,
+                                   progress)  # fmt: skip
+    result["summary"] = summarize(result)
+    return result
+
+
+def time_rounds(folder, paths, pairs, contexts, repeats, threads, flash_attn, progress):
+    """`repeats` rounds, each timing per (Merlin format, llama.cpp GGUF kind) of `pairs`
+    Merlin then llama.cpp (once per flash-attention setting), each in its own process."""
+    rounds = []
     for r in range(repeats):
-        for ours, theirs in PAIRS:
+        for ours, theirs in pairs:
             progress(f"peer: round {r + 1}/{repeats}, Merlin {ours} ...")
             m = merlin_times(folder, ours, contexts, threads)
             for fa in flash_attn:
                 progress(f"peer: round {r + 1}/{repeats}, llama.cpp {theirs.upper()} fa={fa} ...")
                 ll = llama_times(paths[theirs], contexts, threads, fa)
-                result["rounds"].append({"weights": ours, "flash_attn": fa, "merlin": m,
-                                         "llama_cpp": ll})  # fmt: skip
-    result["summary"] = summarize(result)
-    return result
+                rounds.append({"weights": ours, "flash_attn": fa, "merlin": m, "llama_cpp": ll})
+    return rounds
 
 
 def summarize(result: dict) -> list[dict]:
@@ -293,16 +306,25 @@ def report(result: dict) -> str:
     ]
     c = result.get("check")
     if c:
-        verdict = "SAME" if c["same"] else "DIFFERENT"
-        lines.append(
-            f"conversion check (demo checkpoint, f32, greedy {len(c['merlin'])} tokens): "
-            f"{verdict} (Merlin {c['merlin']}, llama.cpp {c['llama_cpp']})"
-        )
-    lines.append(
+        lines.append(check_line(c))
+    return "\n".join(lines + table(result["summary"]))
+
+
+def check_line(c: dict) -> str:
+    verdict = "SAME" if c["same"] else "DIFFERENT"
+    return (
+        f"conversion check ({c.get('checkpoint', 'demo checkpoint')}, f32, greedy "
+        f"{len(c['merlin'])} tokens): {verdict} (Merlin {c['merlin']}, llama.cpp {c['llama_cpp']})"
+    )
+
+
+def table(summary: list[dict]) -> list[str]:
+    """The summary rows as lines: each engine's median ms and llama.cpp over Merlin."""
+    lines = [
         f"{'weights':<8}{'fa':<4}{'':<15}{'Merlin ms':>10}{'llama.cpp ms':>13}"
         f"{'llama/Merlin':>13}  range"
-    )
-    for r in result["summary"]:
+    ]
+    for r in summary:
         w = f"{r['weights']}/{r['weights'].upper()}_0"
         lines.append(
             f"{w:<8}{'on' if r['flash_attn'] else 'off':<4}{r['what']:<15}{r['merlin_ms']:>10.1f}"
@@ -310,16 +332,16 @@ def report(result: dict) -> str:
             f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}"
         )
     lines.append("ratio > 1: Merlin takes less time (decode: ms per token; prefill: the whole 512)")
-    return "\n".join(lines)
+    return lines
 
 
 def add_arguments(p) -> None:
     p.add_argument(
         "--flash-attn",
         default="on",
-        help="peer: llama.cpp's flash attention: on, off or on,off (both timed)",
+        help="peer, moe: llama.cpp's flash attention: on, off or on,off (both timed)",
     )
-    p.add_argument("--no-check", action="store_true", help="peer: skip the greedy-token check")
+    p.add_argument("--no-check", action="store_true", help="peer, moe: skip the greedy-token check")
 
 
 def section(args) -> dict:

@@ -51,11 +51,27 @@ QWEN3_30B_A3B = {
     "torch_dtype": "bfloat16",
 }
 REAL_LAYERS = 48
+# A few-MB checkpoint of the same architecture (every layer routed, norm_topk_prob true, as
+# llama.cpp's qwen3moe computes it): the llama.cpp conversion check of `bench moe` and tests.
+TINY = {
+    **QWEN3_30B_A3B,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 96,  # I, 2I != D: a square fused tensor has no layout to tell
+    "vocab_size": 2048,
+    "max_position_embeddings": 4096,
+}
+SHAPES = {"30b-a3b": QWEN3_30B_A3B, "tiny": TINY}
 
 
-def moe_config(layers: int, ids: dict[str, int]) -> dict:
+def moe_config(layers: int, ids: dict[str, int], base: dict = QWEN3_30B_A3B) -> dict:
     return {
-        **QWEN3_30B_A3B,
+        **base,
         "num_hidden_layers": layers,
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": ids["<|im_end|>"],
@@ -91,11 +107,11 @@ def tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _build(folder: Path, layers: int, seed: int) -> None:
+def _build(folder: Path, layers: int, seed: int, base: dict = QWEN3_30B_A3B) -> None:
     write_demo_tokenizer(folder)
     added = json.loads((folder / "tokenizer_config.json").read_text())["added_tokens_decoder"]
     ids = {t["content"]: int(i) for i, t in added.items()}
-    cfg = moe_config(layers, ids)
+    cfg = moe_config(layers, ids, base)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (folder / "generation_config.json").write_text(
         json.dumps({"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}) + "\n"
@@ -109,10 +125,15 @@ def _build(folder: Path, layers: int, seed: int) -> None:
     )
 
 
-def ensure_random_moe_checkpoint(layers: int = 4, root: Path | None = None, on_build=None):
-    """The checkpoint folder, built on first use (aside, then renamed into place)."""
+def ensure_random_moe_checkpoint(
+    layers: int = 4, root: Path | None = None, on_build=None, shape: str = "30b-a3b"
+):
+    """The checkpoint folder of SHAPES[shape], built on first use (aside, then renamed into
+    place)."""
+    base = SHAPES[shape]
     root = Path(root) if root else Path(user_cache_dir("merlin")) / "checkpoints"
-    folder = root / f"qwen3-30b-a3b-random-{layers}l-v{RECIPE_VERSION}"
+    name = "qwen3-30b-a3b-random" if shape == "30b-a3b" else f"qwen3-moe-{shape}-random"
+    folder = root / f"{name}-{layers}l-v{RECIPE_VERSION}"
     if (folder / "model.safetensors").is_file():
         return folder
     if on_build is not None:
@@ -120,7 +141,7 @@ def ensure_random_moe_checkpoint(layers: int = 4, root: Path | None = None, on_b
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
-        _build(tmp, layers, seed=30 + layers)
+        _build(tmp, layers, seed=30 + layers, base=base)
         os.rename(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
