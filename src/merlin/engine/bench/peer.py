@@ -133,8 +133,7 @@ def ensure_llama_cpp(progress=print) -> str:
 
 def peer_environment() -> dict[str, str]:
     """The environment llama.cpp runs in: the user's, without what Merlin set for its own
-    kernels (GOMP_SPINCOUNT=10000 makes llama.cpp's OpenMP decode about 2x slower here:
-    Q4_0 at context 128, 220 ms/token with it, 105-110 without; 2026-12-02)."""
+    kernels (GOMP_SPINCOUNT, NUMBA_CACHE_DIR), so that llama.cpp runs as its users run it."""
     from ..kernels import SET_ENVIRONMENT
 
     return {k: v for k, v in os.environ.items() if k not in SET_ENVIRONMENT}

@@ -73,7 +73,7 @@ def _side(tokens: int, factor: int) -> int:
 def _encode_figures(vision, image, repeats: int) -> dict:
     import numba
 
-    from ..vision.bench import sgemm_gflops
+    from .vision import sgemm_gflops
 
     enc = vision.encoder
     n = image.pixel_values.shape[0]
@@ -174,12 +174,14 @@ def _ttft(model, path: Path, tokens: int, repeats: int) -> dict:
     }
 
 
-def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print) -> dict:
+def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, folder=None) -> dict:
+    """The figures on `folder` (default: the 2B-shaped random checkpoint, built once)."""
     from ..demo import QWEN3VL_2B, ensure_random_checkpoint
     from ..model import load_model
-    from ..vision.bench import bench_image
+    from .vision import bench_image
 
-    folder = ensure_random_checkpoint(QWEN3VL_2B, on_build=lambda: progress("building 2B"))
+    if folder is None:
+        folder = ensure_random_checkpoint(QWEN3VL_2B, on_build=lambda: progress("building 2B"))
     model = load_model(folder, weights=weights, kv="q8", vision_weights="q8")
     vision = model.vision
     factor = vision.preprocess.factor
