@@ -8,7 +8,7 @@ from merlin.engine.bench import vision_ttft
 
 
 def test_vision_ttft_runs_and_reports(demo_dir):
-    r = vision_ttft.run(tokens=[16], repeats=1, folder=demo_dir, progress=lambda m: None)
+    r = vision_ttft.run(tokens=[64], repeats=1, folder=demo_dir, progress=lambda m: None)
     (row,) = r["budgets"]
     assert row["size"][0] == row["size"][1] > 0
     target = r["target"]
