@@ -76,6 +76,10 @@ def run_child(model: Path, weights: str, kv: str, what, contexts, env=None) -> d
         "--contexts",
         *map(str, contexts),
     ]
+    import numba
+
+    # the child runs with this process's thread count, set by --threads through set_threads
+    env = dict(os.environ if env is None else env, NUMBA_NUM_THREADS=str(numba.get_num_threads()))
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
@@ -206,8 +210,8 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown section {', '.join(unknown)}; choose from {' '.join(SECTIONS)}")
     args.what = what
-    if args.threads:
-        os.environ["NUMBA_NUM_THREADS"] = str(args.threads)
+    # NUMBA_NUM_THREADS is not set here: Numba is imported already, and a value changed after
+    # its threads start fails the next compile; set_threads sets the count, children inherit it
     if args.child:
         _one(args)
         return 0
