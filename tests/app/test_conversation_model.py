@@ -118,6 +118,7 @@ class Settings:
     spec_mode: str = "auto"
     spec_k: int = 4
     last_conversation: int = 0
+    map_experts: str = "auto"
 
     def generation_options(self):
         return GenerationOptions(system_prompt="Be brief.", max_new_tokens=8)
@@ -204,6 +205,15 @@ def test_a_message_waits_for_the_model_and_is_answered_when_it_loads(world):
     assert any(e[0] == "notice" and "when the model is ready" in e[2] for e in events)
     m.on_loaded(INFO)
     assert engine.jobs and store.messages(m.current_id)[0].state == "done"
+
+
+def test_the_load_request_carries_the_map_experts_setting(world):
+    m, store, engine, view, composer, events = world
+    for setting, wanted in (("always", True), ("never", False), ("auto", None), ("odd", None)):
+        m.settings.map_experts = setting  # read at each load, not when the model was made
+        m.load_model("/some/folder", "q4", "q8")
+        request = engine.loads[-1]
+        assert (request.weights, request.kv, request.map_experts) == ("q4", "q8", wanted)
 
 
 def test_stop_edit_regenerate_and_failures(world):

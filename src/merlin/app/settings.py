@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from merlin.app.model.jobs import MAP_EXPERTS
 from merlin.app.model.paths import data_dir, sessions_dir
 from merlin.app.model.perf_stats import format_bytes
 from merlin.app.model.prompting import SPEC_MODES, GenerationOptions
@@ -58,6 +59,7 @@ class AppSettings:
     remote_model: str = ""
     weights: str = DEFAULT_WEIGHTS
     kv: str = DEFAULT_KV
+    map_experts: str = "auto"  # MAP_EXPERTS: MoE experts memory-mapped (at the next load)
     recent_folders: str = ""  # newline-separated
     panel_visible: bool = True
     demo_mode: bool = False
@@ -128,6 +130,8 @@ def load_settings(qs: QSettings | None = None) -> AppSettings:
         s.weights = DEFAULT_WEIGHTS
     if s.kv not in KV_FORMATS:
         s.kv = DEFAULT_KV
+    if s.map_experts not in MAP_EXPERTS:
+        s.map_experts = "auto"
     if not valid_cpus(s.cpus):
         if s.cpus.strip():
             PROBLEMS.append(f"cpus in {source} is not a CPU list; 'big' is used instead.")
@@ -234,6 +238,13 @@ class SettingsDialog(QDialog):
         self.cpus.setCurrentText(settings.cpus)
         self.labels["cpus"] = QLabel()
         app_form.addRow(self.labels["cpus"], self.cpus)
+        self.map_experts = QComboBox()
+        for choice in MAP_EXPERTS:
+            self.map_experts.addItem(choice, choice)
+        self.map_experts.setCurrentIndex(max(0, self.map_experts.findData(settings.map_experts)))
+        self.labels["map_experts"] = QLabel()
+        self.labels["map_experts"].setWordWrap(True)  # a long label, also in Chinese
+        app_form.addRow(self.labels["map_experts"], self.map_experts)
         self.session_cap = _ispin(0, 1_048_576, settings.session_cap_mb, step=256)
         self.labels["session_cap"] = QLabel()
         app_form.addRow(self.labels["session_cap"], self.session_cap)
@@ -292,6 +303,7 @@ class SettingsDialog(QDialog):
         self.context.setValue(d.context_budget)
         self.threads.setValue(d.threads)
         self.cpus.setCurrentText(d.cpus)
+        self.map_experts.setCurrentIndex(self.map_experts.findData(d.map_experts))
         self.spec_mode.setCurrentIndex(SPEC_MODES.index(d.spec_mode))
         self.spec_k.setValue(d.spec_k)
         self.thinking_budget.setValue(d.thinking_budget)
@@ -319,6 +331,7 @@ class SettingsDialog(QDialog):
             image_tokens=self._image_tokens_value()[0],
             session_cap_mb=self.session_cap.value(),
             language=self.language.currentData(),
+            map_experts=self.map_experts.currentData(),
             cpus=self.cpus.currentText().strip()
             if valid_cpus(self.cpus.currentText())
             else self._base.cpus,
@@ -348,6 +361,10 @@ class SettingsDialog(QDialog):
             "language": tr("Language"),
             "cpus": tr("CPUs: big, all or a list like 0-3 (at the next start)"),
             "session_cap": tr("Disk for saved sessions (MB, 0 = do not save)"),
+            "map_experts": tr(
+                "Mixture-of-experts weights: keep the experts memory-mapped from the weight "
+                "cache (at the next model load)"
+            ),
         }
         for key, label in self.labels.items():
             label.setText(text[key])
@@ -367,6 +384,26 @@ class SettingsDialog(QDialog):
             )
         )
         self.language.setItemText(0, tr("System language"))
+        choices = {
+            "auto": tr("Auto (only when the model would not fit in memory)"),
+            "always": tr("Always"),
+            "never": tr("Never"),
+        }
+        for i, choice in enumerate(MAP_EXPERTS):
+            self.map_experts.setItemText(i, choices[choice])
+        self.map_experts.setToolTip(
+            tr(
+                "For mixture-of-experts models (such as Qwen3-30B-A3B) with q8 or q4 weights. "
+                "Memory-mapped experts stay in the converted weights on disk and are read as "
+                "tokens need them, so a model larger than the memory still runs, slower on a "
+                "slow disk.\n"
+                "Auto: mapped only when the model would not fit in the memory available "
+                "otherwise.\n"
+                "Always: mapped at every load; the least memory in use.\n"
+                "Never: always copied into memory; a model that does not fit is refused.\n"
+                "Applies at the next model load."
+            )
+        )
         for i, m in enumerate(SPEC_MODES):
             self.spec_mode.setItemText(i, {"off": tr("off"), "on": tr("on"), "auto": tr("auto")}[m])
 

@@ -151,6 +151,7 @@ class EngineWorker(QObject):
                 weights=request.weights,
                 kv=request.kv,
                 progress=lambda f, phase: progress(base + (0.9 - base) * f, phase),
+                map_experts=request.map_experts,
             )
             if request.warm_up:
                 self._warm_up(model, progress)
@@ -190,6 +191,9 @@ class EngineWorker(QObject):
                 max_context=model.max_context,
                 weight_bytes_per_token=model.bytes_per_token,
                 load_s=model.load_s,
+                mapped_expert_bytes=model.memory.mapped_experts
+                if model.experts_mapped and model.memory
+                else 0,
                 demo_model=_is_demo_model(model.folder),
                 **thinking_info(model.tokenizer),
             )

@@ -395,6 +395,11 @@
     </message>
     <message>
       <location filename="../../app/settings.py" />
+      <source>Mixture-of-experts weights: keep the experts memory-mapped from the weight cache (at the next model load)</source>
+      <translation>混合专家模型权重：专家保持从权重缓存内存映射（下次加载模型时生效）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
       <source>Use the model's recommended values</source>
       <translation>使用模型推荐的值</translation>
     </message>
@@ -417,6 +422,34 @@
       <location filename="../../app/settings.py" />
       <source>System language</source>
       <translation>系统语言</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>Auto (only when the model would not fit in memory)</source>
+      <translation>自动（仅当模型装不进内存时）</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>Always</source>
+      <translation>总是</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>Never</source>
+      <translation>从不</translation>
+    </message>
+    <message>
+      <location filename="../../app/settings.py" />
+      <source>For mixture-of-experts models (such as Qwen3-30B-A3B) with q8 or q4 weights. Memory-mapped experts stay in the converted weights on disk and are read as tokens need them, so a model larger than the memory still runs, slower on a slow disk.
+Auto: mapped only when the model would not fit in the memory available otherwise.
+Always: mapped at every load; the least memory in use.
+Never: always copied into memory; a model that does not fit is refused.
+Applies at the next model load.</source>
+      <translation>用于 q8 或 q4 权重的混合专家模型（如 Qwen3-30B-A3B）。内存映射的专家留在磁盘上转换后的权重中，词元需要时才读取，因此比内存更大的模型也能运行，磁盘慢时会更慢。
+自动：仅当模型不映射就装不进可用内存时才映射。
+总是：每次加载都映射；占用内存最少。
+从不：总是复制到内存中；装不下的模型会被拒绝。
+下次加载模型时生效。</translation>
     </message>
     <message>
       <location filename="../../app/settings.py" />
@@ -1582,6 +1615,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
+      <source>The experts are memory-mapped from the weight cache: the parts read from disk count in this figure, and the system can drop them again when memory is short.</source>
+      <translation>专家从权重缓存内存映射：从磁盘读入的部分计入此数值，内存紧张时系统可以再释放它们。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
       <source>weights</source>
       <translation>权重</translation>
     </message>
@@ -1589,6 +1627,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>per token</source>
       <translation>每词元</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>experts {size} memory-mapped from the weight cache</source>
+      <translation>专家 {size} 从权重缓存内存映射</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />

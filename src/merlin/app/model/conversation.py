@@ -20,7 +20,8 @@ Ports (duck-typed, so fakes are easy):
               set_notices, set_versions) or None, message(id), remove_from(id), clear(),
               scroll_to_bottom(), update_actions(busy=).
     composer: set_busy(bool), show_notice(text), end_edit(restore_draft=), clear().
-    settings: app settings (generation_options(), spec_mode, spec_k, last_conversation).
+    settings: app settings (generation_options(), spec_mode, spec_k, last_conversation,
+              map_experts).
 Callbacks (attributes, no-ops by default): model_ready(), model_changed(ModelInfo),
 load_progress(fraction, phase), load_failed(message), busy_changed(busy), answer_finished(state),
 conversations_changed(), notice(kind, text), session(report), confirm(title, text) -> bool.
@@ -41,7 +42,14 @@ from dataclasses import dataclass, field
 
 from merlin.app.model.branching import Branching
 from merlin.app.model.history import missing_images_notice, prompt_turns
-from merlin.app.model.jobs import GenerationJob, LoadRequest, ModelInfo, SessionJob, SessionReport
+from merlin.app.model.jobs import (
+    MAP_EXPERTS,
+    GenerationJob,
+    LoadRequest,
+    ModelInfo,
+    SessionJob,
+    SessionReport,
+)
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.prompting import Turn
 from merlin.app.model.store import AT_END, MessageRow, Store, StoreError
@@ -172,7 +180,8 @@ class ConversationModel(Branching):
             self.loading.cancel.set()
         if self.answer is not None:
             self.answer.job.cancel.set()  # the engine finishes the answer, then loads
-        self.loading = LoadRequest(source, weights, kv, remote=remote)
+        mapped = MAP_EXPERTS.get(self.settings.map_experts)  # read at each load
+        self.loading = LoadRequest(source, weights, kv, remote=remote, map_experts=mapped)
         self.load_progress(0.0, "waiting for the engine")
         self.engine.load(self.loading)
 

@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 
 from merlin.app.model.prompting import GenerationOptions, Turn
 
+# the "map_experts" setting -> engine.model.load_model(map_experts=...): a mixture-of-experts
+# model's experts stay memory-mapped from the weight cache always, never, or (auto) only when
+# the model would not fit in memory otherwise (docs/moe.md)
+MAP_EXPERTS = {"auto": None, "always": True, "never": False}
+
 
 @dataclass
 class LoadRequest:
@@ -21,6 +26,7 @@ class LoadRequest:
     warm_up: bool = True  # compile (or load cached) kernels now, not at the first question
     cancel: threading.Event = field(default_factory=threading.Event)
     remote: object | None = None  # model.remote.RemoteConfig: answer with that server instead
+    map_experts: bool | None = None  # MAP_EXPERTS' value of the setting (None: auto)
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class ModelInfo:
     max_context: int
     weight_bytes_per_token: int
     load_s: float
+    mapped_expert_bytes: int = 0  # experts left in the memory-mapped weight cache (0: none)
     demo_model: bool = False  # the shipped demo model, trained on pictures of shapes
     # engine.thinking.support of its chat template: a thinking block? can it be switched off?
     thinking: bool = False

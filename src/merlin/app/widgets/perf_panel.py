@@ -345,6 +345,10 @@ class PerfPanel(QFrame):
     def set_model(self, text: str) -> None:
         self.model_label.setText(text)
 
+    def set_memory_note(self, text: str) -> None:
+        """What the memory line's figure holds besides the usual (its tooltip; "": nothing)."""
+        self.values["memory"].setToolTip(text)
+
     # ---- language ------------------------------------------------------------------------
 
     def retranslate(self) -> None:

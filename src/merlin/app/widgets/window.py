@@ -419,15 +419,29 @@ class MainWindow(QMainWindow):
         self.model_label.setText(text)
         info = c.model
         # rebuilt on every language switch too (retranslate calls this)
+        mapped = info.mapped_expert_bytes if info is not None else 0
+        self.panel.set_memory_note(
+            tr(
+                "The experts are memory-mapped from the weight cache: the parts read from disk "
+                "count in this figure, and the system can drop them again when memory is short."
+            )
+            if mapped
+            else ""
+        )
         if info is None:
             self.panel.set_model("")
         elif info.source == REMOTE_SOURCE:
             self.panel.set_model(remote_panel_text(info.name, info.folder))
         else:
-            self.panel.set_model(
+            text = (
                 f"{model_name(info)}\n{tr('weights')} {info.weights} · KV {info.kv} · "
                 f"{format_bytes(info.weight_bytes_per_token)} {tr('per token')}"
             )
+            if mapped:  # the engine's figure (engine/memory.py)
+                text += "\n" + tr("experts {size} memory-mapped from the weight cache").format(
+                    size=format_bytes(mapped)
+                )
+            self.panel.set_model(text)
 
     # ---- conversations -------------------------------------------------------------------
 
