@@ -160,3 +160,19 @@ def test_conversation_list_new_rename_search_delete(qtbot, make_window):
     w.delete_conversation(boats)
     assert w.conversations.titles() == ["about cats"]
     assert w.controller.current_id is None
+
+
+def test_a_closed_window_ignores_a_language_switch(qtbot, make_window):
+    """Its store is closed; the application's language change still reaches it (it once
+    raised 'Cannot operate on a closed database' from the title update)."""
+    from merlin.app.i18n import shared_translations
+
+    w = make_window()
+    w.close()
+    translations = shared_translations()
+    try:
+        assert translations.switch("zh_CN")
+        qtbot.wait(50)
+    finally:
+        translations.switch("en")
+    assert w._closed

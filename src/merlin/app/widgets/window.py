@@ -105,6 +105,7 @@ class MainWindow(QMainWindow):
         translations: Translations | None = None,
     ):
         super().__init__()
+        self._closed = False  # closeEvent ran: the store is closed, nothing may read it
         self.settings = settings or load_settings()
         self.translations = translations or shared_translations()
         self._base_font = QFont(QApplication.font())
@@ -320,7 +321,8 @@ class MainWindow(QMainWindow):
             self._update_model_banner(self.controller.model)
 
     def changeEvent(self, event):  # noqa: N802
-        if event.type() == QEvent.LanguageChange:
+        # a closed window (its store closed) still gets the application's language changes
+        if event.type() == QEvent.LanguageChange and not self._closed:
             self.retranslate()
         super().changeEvent(event)
 
@@ -609,6 +611,7 @@ class MainWindow(QMainWindow):
         self.controller.shutdown()
         self.panel.timer.stop()
         self.store.close()
+        self._closed = True
         if self.settings.demo_mode:
             QApplication.setFont(self._base_font)
         super().closeEvent(event)
