@@ -241,13 +241,7 @@ def run_peer(
     q4: Q4_0). Raises SectionUnavailable when llama.cpp cannot be built."""
     pairs = [(ours, theirs) for ours, theirs in peer.PAIRS if ours in formats]
     version = peer.ensure_llama_cpp(progress)
-    result = {
-        "llama_cpp_python": version,
-        "checkpoint": str(folder),
-        "threads": threads,
-        "contexts": list(contexts),
-        "repeats": repeats,
-    }
+    result = peer.result_header(version, folder, threads, contexts, repeats)
     if check:
         result["check"] = check_conversion(progress, check_root)
     if not pairs:

@@ -6,10 +6,9 @@
    on 2 cores), reused after while the build arguments are the same (venv/merlin-cmake-args).
    Never a Merlin dependency: Merlin only runs that venv's python. On CPUs with AMX the build
    leaves llama.cpp's AMX backend out (-mno-amx-*): its repacked Q8_0 / Q4_0 weights crash in
-   the first llama_decode (segfault, 2026-12-02, llama-cpp-python 0.3.36 on a Sapphire Rapids
-   class KVM guest; llama.cpp issues #19184 and #20824 report the same), and without extra
-   buffer types at all llama.cpp would lose its AVX2/AVX-512 repacked Q4_0 kernels, which
-   would not be a fair comparison. The AVX-512 VNNI kernels stay.
+   the first llama_decode (docs/benchmarks.md, the `peer` section), and without extra buffer
+   types at all llama.cpp would lose its repacked Q4_0 kernels, which would not be a fair
+   comparison. The AVX-512 VNNI kernels stay.
 2. The checkpoint's text decoder written as GGUF (gguf_export.py, f16) and quantized by
    llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
 3. A correctness check first (check_greedy, on the small demo checkpoint, whose f32 GGUF is
@@ -232,6 +231,12 @@ def llama_times(path: Path, contexts, threads: int, flash_attn: bool) -> dict:
 PAIRS = (("q8", "q8_0"), ("q4", "q4_0"))
 
 
+def result_header(version: str, folder: Path, threads: int, contexts, repeats: int) -> dict:
+    """What a side-by-side result starts with (this section's and bench moe's)."""
+    return {"llama_cpp_python": version, "checkpoint": str(folder), "threads": threads,
+            "contexts": list(contexts), "repeats": repeats}  # fmt: skip
+
+
 def run(folder: Path | None, contexts=(128, 2048), repeats: int = 3, threads: int = 2,
         flash_attn=(True,), check: bool = True, progress=print) -> dict:  # fmt: skip
     from ..demo import QWEN3VL_2B, ensure_random_checkpoint
@@ -239,13 +244,7 @@ def run(folder: Path | None, contexts=(128, 2048), repeats: int = 3, threads: in
     version = ensure_llama_cpp(progress)
     folder = Path(folder) if folder else ensure_random_checkpoint(QWEN3VL_2B)
     paths = ensure_ggufs(folder, progress)
-    result = {
-        "llama_cpp_python": version,
-        "checkpoint": str(folder),
-        "threads": threads,
-        "contexts": list(contexts),
-        "repeats": repeats,
-    }
+    result = result_header(version, folder, threads, contexts, repeats)
     if check:
         result["check"] = check_conversion(progress)
     result["rounds"] = time_rounds(folder, paths, PAIRS, contexts, repeats, threads, flash_attn,
