@@ -1,6 +1,7 @@
 """Image decoding is an allow-list and bounded: EPS (Ghostscript) never runs, a header that
 promises more decoded memory than MAX_DECODE_BYTES is refused before decoding, and a large
-16-bit PNG is prepared with a peak well under 1 GB (measured in a child process)."""
+16-bit PNG is prepared with a peak well under 1 GB (measured in a child process), and the
+band-wise conversions that keep it there give exactly the whole-image results."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from merlin.engine.errors import InputError
-from merlin.engine.vision.preprocess import PreprocessConfig, prepare_image
+from merlin.engine.vision import image_file
+from merlin.engine.vision.preprocess import PIXEL_LIMIT, PreprocessConfig, prepare_image
 
 
 def test_eps_is_never_decoded(tmp_path, monkeypatch):
@@ -63,3 +67,82 @@ def test_large_16_bit_png_peak(tmp_path):
     assert out.returncode == 0, out.stderr
     peak = int(out.stdout.split()[-1])
     assert peak < 1 << 30, f"peak {peak / 1e9:.2f} GB"
+
+
+def _reference_to_l(a: np.ndarray, mode: str) -> np.ndarray:
+    """The whole-array conversion the band-wise one must reproduce."""
+    if mode == "F":
+        with np.errstate(invalid="ignore"):
+            top = 255.0 if np.nanmax(a, initial=0.0) > 1.0 else 1.0
+        a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=top, neginf=0.0)
+        return np.clip(np.rint(a * (255.0 / top)), 0, 255).astype(np.uint8)
+    if mode == "I" and a.min() >= 0 and a.max() <= 255:
+        return a.astype(np.uint8)
+    return ((np.clip(a.astype(np.int64), 0, 65535) * 255 + 32767) // 65535).astype(np.uint8)
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I", "I-small", "F", "F-small"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_high_depth_bands_equal_the_whole_image(monkeypatch, mode, k):
+    monkeypatch.setattr(image_file, "_BAND_PIXELS", 7 * 61)  # 7 rows a band (6 when k = 3)
+    rng = np.random.default_rng(0)
+    shape = (50, 61)
+    if mode == "I;16":
+        a = rng.integers(0, 65536, shape).astype("<u2")
+        im = Image.frombytes("I;16", shape[::-1], a.tobytes())
+    elif mode.startswith("I"):
+        a = rng.integers(-5 if mode == "I" else 0, 70000 if mode == "I" else 256, shape)
+        im = Image.fromarray(a.astype(np.int32), "I")
+    else:
+        a = rng.random(shape, dtype=np.float32) * (300 if mode == "F" else 1)
+        a[3, 4], a[40, 2], a[49, 60] = np.nan, np.inf, -np.inf
+        im = Image.fromarray(a, "F")
+    want = Image.fromarray(_reference_to_l(a, im.mode), "L").reduce(k)
+    got = image_file._high_depth_to_l(im, k)
+    assert got.mode == "L" and got.size == want.size
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_palette_bands_equal_the_whole_image(monkeypatch):
+    monkeypatch.setattr(image_file, "_BAND_PIXELS", 5 * 47)
+    rng = np.random.default_rng(1)
+    im = Image.fromarray(rng.integers(0, 16, (43, 47)).astype(np.uint8), "P")
+    im.putpalette(rng.integers(0, 256, 48).astype(np.uint8).tobytes())
+    im.info["transparency"] = 3
+    want = im.convert("RGBA").reduce(4)
+    got = image_file._in_bands(im, 4, "RGBA", lambda band: band.convert("RGBA"))
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize(
+    "size, target",
+    [
+        ((6000, 4000), 1 << 20),
+        ((9000, 9000), PIXEL_LIMIT),
+        ((12000, 10000), 802816),
+        ((5000, 5001), 1),
+    ],
+)
+def test_reduction_keeps_ordinary_photos_and_the_budget(size, target):
+    """Images up to REDUCE_ABOVE pixels keep the reference's exact resize; larger ones shrink
+    only while they still hold the pixel budget (the exact resize stays a downscale)."""
+    k = image_file._reduction(size, target)
+    pixels = size[0] * size[1]
+    if pixels <= image_file.REDUCE_ABOVE:
+        assert k == 1
+    else:
+        assert k >= 1 and (size[0] // k) * (size[1] // k) >= min(target, pixels) * 0.99
+        assert ((size[0] // (k + 1)) * (size[1] // (k + 1))) < target  # and no further
+
+
+def test_patchify_in_passes_equals_one_pass(monkeypatch):
+    from merlin.engine.vision import preprocess
+
+    rng = np.random.default_rng(2)
+    u8 = rng.integers(0, 256, (96, 128, 3)).astype(np.uint8)
+    cfg = PreprocessConfig()
+    lut = preprocess._lut(cfg)
+    whole, grid = preprocess.patchify(u8, lut, cfg)
+    monkeypatch.setattr(preprocess, "PATCHIFY_BYTES", 1)  # one merge-block row a pass
+    passes, grid2 = preprocess.patchify(u8, lut, cfg)
+    assert grid == grid2 and np.array_equal(whole, passes)

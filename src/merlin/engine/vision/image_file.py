@@ -29,8 +29,8 @@ PIXEL_LIMIT = 16_777_216
 # Ghostscript), PDF, or any plugin that starts a program or reads other files.
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 # Memory bounds of decoding: an image whose decoded pixels would take more than this is refused
-# from its header, before decoding; one with more pixels than REDUCE_ABOVE (and 4x the pixel
-# budget) is decoded at a lower resolution (JPEG: draft) or halved right after decoding.
+# from its header, before decoding; one with more pixels than REDUCE_ABOVE and than the pixel
+# budget is decoded at a lower resolution (JPEG: draft) or shrunk right after decoding.
 MAX_DECODE_BYTES = 512 << 20
 REDUCE_ABOVE = 24_000_000
 
@@ -63,12 +63,16 @@ def _check_decoded_size(im: Image.Image, name: str) -> None:
 
 
 def _reduction(size: tuple[int, int], target_pixels: int | None) -> int:
-    """The integer factor a very large image may be shrunk by before the exact resize, or 1."""
+    """The integer factor a very large image is shrunk by before the exact resize, or 1.
+
+    Only images above REDUCE_ABOVE pixels (far beyond a photo's, so ordinary images keep the
+    reference's exact resize), and only as far as the shrunk image still has at least the
+    pixel budget: the exact resize that follows is then still a downscale."""
     pixels = size[0] * size[1]
     target = max(int(target_pixels or PIXEL_LIMIT), 1)
-    if pixels <= max(REDUCE_ABOVE, 4 * target):
+    if pixels <= max(REDUCE_ABOVE, target):
         return 1
-    return max(1, int(math.sqrt(pixels / (4 * target))))
+    return max(1, math.isqrt(pixels // target))
 
 
 def _draft(im: Image.Image, target_pixels: int | None) -> None:
@@ -86,9 +90,9 @@ def _reduce_after_decode(im: Image.Image, target_pixels: int | None) -> Image.Im
     if k <= 1:
         return im
     if im.mode.startswith("I;16") or im.mode in ("I", "F"):
-        im = _high_depth_to_l(im)
-    elif im.mode in ("P", "PA", "1"):
-        im = im.convert("RGBA")
+        return _high_depth_to_l(im, k)
+    if im.mode in ("P", "PA", "1"):  # palette / bilevel: averaged as RGBA, a band at a time
+        return _in_bands(im, k, "RGBA", lambda band: band.convert("RGBA"))
     try:
         return im.reduce(k)
     except (ValueError, NotImplementedError):
@@ -204,31 +208,49 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
         ) from None
 
 
-_CHUNK = 1 << 20  # elements converted at a time (bounded temporaries for big images)
+_BAND_PIXELS = 1 << 20  # pixels converted at a time (bounded temporaries for big images)
 
 
-def _high_depth_to_l(image: Image.Image) -> Image.Image:
-    """16/32-bit grey (I;16*, I, F) -> 8-bit L, converted in row bands so that the
-    temporaries stay small next to the decoded image."""
-    a = np.asarray(image)
-    out = np.empty(a.shape, np.uint8)
-    rows = max(1, _CHUNK // max(1, a.shape[1] if a.ndim > 1 else 1))
-    if image.mode == "F":
+def _in_bands(image: Image.Image, k: int, mode: str, convert) -> Image.Image:
+    """convert(band) for row bands of about _BAND_PIXELS, box-reduced by k, pasted together.
+
+    Each band is cropped out of the image and has a multiple of k rows, so the bands'
+    reductions tile the whole image's exactly; nothing the size of the full-resolution image
+    is allocated besides the result."""
+    width, height = image.size
+    rows = max(k, _BAND_PIXELS // max(1, width) // k * k)
+    out = Image.new(mode, ((width + k - 1) // k, (height + k - 1) // k))
+    for y in range(0, height, rows):
+        band = convert(image.crop((0, y, width, min(height, y + rows))))
+        out.paste(band.reduce(k) if k > 1 else band, (0, y // k))
+    return out
+
+
+def _high_depth_to_l(image: Image.Image, reduce_by: int = 1) -> Image.Image:
+    """16/32-bit grey (I;16*, I, F) -> 8-bit L, box-reduced by `reduce_by` (Image.reduce),
+    a band at a time (np.asarray of the whole image would copy it)."""
+    if image.mode == "F":  # float grey: 0..1 (or 0..255 when any value is above 1)
+        top = 0.0
         with np.errstate(invalid="ignore"):
-            top = np.nanmax(a, initial=0.0)
+            for y in range(0, image.size[1], 1024):
+                band = np.asarray(image.crop((0, y, image.size[0], y + 1024)))
+                top = max(top, float(np.nanmax(band, initial=0.0)))
         top = 1.0 if not top > 1.0 else 255.0
-        for i in range(0, a.shape[0], rows):
-            band = np.nan_to_num(
-                a[i : i + rows].astype(np.float64), nan=0.0, posinf=top, neginf=0.0
-            ) * (255.0 / top)
-            out[i : i + rows] = np.clip(np.rint(band), 0, 255)
-        return Image.fromarray(out, "L")
-    eight_bit = image.mode == "I" and a.max(initial=0) <= 255 and a.min(initial=0) >= 0
-    for i in range(0, a.shape[0], rows):
-        band = a[i : i + rows].astype(np.int64)
-        if eight_bit:  # 8-bit data stored as I
-            out[i : i + rows] = band
-        else:
-            band = np.clip(band, 0, 65535)
-            out[i : i + rows] = (band * 255 + 32767) // 65535
-    return Image.fromarray(out, "L")
+
+        def to_8_bits(a):
+            a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=top, neginf=0.0)
+            return np.clip(np.rint(a * (255.0 / top)), 0, 255)
+
+    else:
+        low, high = image.getextrema()
+        eight_bit = image.mode == "I" and 0 <= low and high <= 255  # 8-bit data stored as I
+
+        def to_8_bits(a):
+            if eight_bit:
+                return a
+            return (np.clip(a.astype(np.int64), 0, 65535) * 255 + 32767) // 65535
+
+    def convert(band):
+        return Image.fromarray(to_8_bits(np.asarray(band)).astype(np.uint8), "L")
+
+    return _in_bands(image, max(1, reduce_by), "L", convert)

@@ -274,6 +274,9 @@ def _lut(cfg: PreprocessConfig) -> np.ndarray:
     return out
 
 
+PATCHIFY_BYTES = 4 << 20  # image bytes patchified a pass (bounds np.take's index copies)
+
+
 def patchify(u8: np.ndarray, lut: np.ndarray, cfg: PreprocessConfig):
     """[H, W, 3] uint8 -> ([gh*gw, 3*T*P*P] float32, (1, gh, gw)) in the reference order:
     merge blocks (bh, bw) row-major, inside a block (mh, mw), each patch flattened (C, T, y, x)
@@ -286,10 +289,13 @@ def patchify(u8: np.ndarray, lut: np.ndarray, cfg: PreprocessConfig):
     out = np.empty((gh * gw, c * t * p * p), np.float32)
     dst = out.reshape(gh // m, gw // m, m, m, c, t, p, p)
     src = u8.reshape(gh // m, m, p, gw // m, m, p, c).transpose(0, 3, 1, 4, 6, 2, 5)
-    for ch in range(c):
-        np.take(lut[ch], src[:, :, :, :, ch], out=dst[:, :, :, :, ch, 0], mode="clip")
-        for frame in range(1, t):
-            dst[:, :, :, :, ch, frame] = dst[:, :, :, :, ch, 0]
+    step = max(1, PATCHIFY_BYTES // max(1, u8.nbytes // max(1, gh // m)))  # block rows a pass
+    for r in range(0, gh // m, step):  # np.take makes int64 indices of its view: in passes
+        rows = slice(r, r + step)
+        for ch in range(c):
+            np.take(lut[ch], src[rows, :, :, :, ch], out=dst[rows, :, :, :, ch, 0], mode="clip")
+            for frame in range(1, t):
+                dst[rows, :, :, :, ch, frame] = dst[rows, :, :, :, ch, 0]
     return out, (1, gh, gw)
 
 
