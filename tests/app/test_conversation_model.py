@@ -119,6 +119,7 @@ class Settings:
     spec_k: int = 4
     last_conversation: int = 0
     map_experts: str = "auto"
+    context_budget: int = 8192
 
     def generation_options(self):
         return GenerationOptions(system_prompt="Be brief.", max_new_tokens=8)
@@ -214,6 +215,10 @@ def test_the_load_request_carries_the_map_experts_setting(world):
         m.load_model("/some/folder", "q4", "q8")
         request = engine.loads[-1]
         assert (request.weights, request.kv, request.map_experts) == ("q4", "q8", wanted)
+    for budget, wanted in ((2048, 2048), (32768, 32768), (0, None)):  # 0: the model's maximum
+        m.settings.context_budget = budget
+        m.load_model("/some/folder", "q4", "q8")
+        assert engine.loads[-1].context == wanted
 
 
 def test_stop_edit_regenerate_and_failures(world):

@@ -135,3 +135,29 @@ def test_the_panel_shows_mapped_experts(qtbot, make_window, moe_folder):
     assert w.controller.model.mapped_expert_bytes == 0
     assert "memory-mapped" not in w.panel.model_label.text()
     assert w.panel.values["memory"].toolTip() == ""
+
+
+def test_the_load_is_sized_for_the_apps_context_budget(qtbot, moe_folder, monkeypatch):
+    """The memory guard (and with it auto's mapping decision, engine/model.py) sizes the KV
+    cache for the context budget the load request carries, not the engine's default: with
+    memory for a 256-token context, that budget loads and the default's larger one is
+    refused."""
+    from merlin.app.worker import EngineWorker
+    from merlin.engine import memory
+    from merlin.engine.config import load_config
+
+    config = load_config(moe_folder)
+
+    def total(context):
+        return memory.estimate_for(config, moe_folder, "q4", "f32", context).total
+
+    assert total(256) < total(None)
+    monkeypatch.setenv(memory.ENV_AVAILABLE, str(total(256)))
+    worker = EngineWorker()
+    loaded, failed = [], []
+    worker.sig_loaded.connect(loaded.append)
+    worker.sig_load_failed.connect(failed.append)
+    worker.load(LoadRequest(str(moe_folder), "q4", "f32", warm_up=False, context=256))
+    assert loaded and not failed, failed
+    worker.load(LoadRequest(str(moe_folder), "q4", "f32", warm_up=False))
+    assert len(loaded) == 1 and "not enough memory" in failed[-1]

@@ -152,6 +152,7 @@ class EngineWorker(QObject):
                 kv=request.kv,
                 progress=lambda f, phase: progress(base + (0.9 - base) * f, phase),
                 map_experts=request.map_experts,
+                context=request.context,
             )
             if request.warm_up:
                 self._warm_up(model, progress)

@@ -181,7 +181,11 @@ class ConversationModel(Branching):
         if self.answer is not None:
             self.answer.job.cancel.set()  # the engine finishes the answer, then loads
         mapped = MAP_EXPERTS.get(self.settings.map_experts)  # read at each load
-        self.loading = LoadRequest(source, weights, kv, remote=remote, map_experts=mapped)
+        # 0 (the model's maximum): the load guard uses its default; the cache is checked when made
+        context = self.settings.context_budget or None
+        self.loading = LoadRequest(
+            source, weights, kv, remote=remote, map_experts=mapped, context=context
+        )
         self.load_progress(0.0, "waiting for the engine")
         self.engine.load(self.loading)
 

@@ -27,6 +27,9 @@ class LoadRequest:
     cancel: threading.Event = field(default_factory=threading.Event)
     remote: object | None = None  # model.remote.RemoteConfig: answer with that server instead
     map_experts: bool | None = None  # MAP_EXPERTS' value of the setting (None: auto)
+    # the context budget setting (tokens; None: the engine's default): what the memory guard
+    # and auto's mapping decision size the KV cache for
+    context: int | None = None
 
 
 @dataclass(frozen=True)
