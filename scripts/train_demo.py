@@ -345,7 +345,9 @@ def check(folder: Path, n: int, threads: int) -> dict:
     merlin = load_model(folder, weights="f32", kv="f32")
     greedy = SamplingParams(temperature=0.0, top_k=0, top_p=1.0)
     same = right = total = 0
+    per_kind = {}
     for kind in ds.QUESTION_KINDS:
+        per_kind[kind] = 0
         for i in range(n):
             sc, q = ds.eval_case(kind, i)
             image = ds.draw(sc)
@@ -359,10 +361,16 @@ def check(folder: Path, n: int, threads: int) -> dict:
             m_text = session.messages[-1].text
             same += hf_text == m_text
             right += m_text == q.answer
+            per_kind[kind] += m_text == q.answer
             total += 1
             if m_text != hf_text:
                 print(f"  differ [{kind}] {q.text!r}: transformers {hf_text!r} merlin {m_text!r}")
-    return {"cases": total, "merlin_equals_transformers": same, "merlin_exact": right}
+    return {
+        "cases": total,
+        "merlin_equals_transformers": same,
+        "merlin_exact": right,
+        "exact_per_kind": {k: f"{v}/{n}" for k, v in per_kind.items()},
+    }
 
 
 def record_self_test(folder: Path, threads: int) -> dict:
