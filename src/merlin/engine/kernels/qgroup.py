@@ -315,7 +315,11 @@ def _grouped(packed, gscales, xq, dx, corr, out):
             elif rest == 6:
                 _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
             elif rest == 5:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
+                if xq.itemsize == 2:  # q8: a 4-row tile, then 1 row from L1 (docs/kernels.md)
+                    _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
+                    _tile(packed, gscales, xq, dx, corr, g, n0 + 4, 1, out)
+                else:
+                    _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
             elif rest == 4:
                 _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
             elif rest == 3:
