@@ -298,7 +298,8 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _grouped(packed, gscales, xq, dx, corr, out):
     """All groups (parallel) against all activation rows, in register tiles of TILE_ROWS
-    rows, then the rest (each size a separate unrolled copy). Many rows (a prefill) go in
+    rows, then the rest (each size a separate unrolled copy; 5 rows of q8, bound by its int16
+    dots, as a 4-row and a 1-row tile: docs/kernels.md). Many rows (a prefill) go in
     passes of ROW_CHUNK, each over all the weights: a pass's activations stay in L2 while a
     group's weights, read from DRAM by its first tile, serve its other tiles from L1/L2."""
     n_rows = xq.shape[0]

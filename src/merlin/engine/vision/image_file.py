@@ -211,6 +211,11 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
 _BAND_PIXELS = 1 << 20  # pixels converted at a time (bounded temporaries for big images)
 
 
+def _band_rows(width: int, k: int = 1) -> int:
+    """Rows of a band: about _BAND_PIXELS pixels, a multiple of k."""
+    return max(k, _BAND_PIXELS // max(1, width) // k * k)
+
+
 def _in_bands(image: Image.Image, k: int, mode: str, convert) -> Image.Image:
     """convert(band) for row bands of about _BAND_PIXELS, box-reduced by k, pasted together.
 
@@ -218,7 +223,7 @@ def _in_bands(image: Image.Image, k: int, mode: str, convert) -> Image.Image:
     reductions tile the whole image's exactly; nothing the size of the full-resolution image
     is allocated besides the result."""
     width, height = image.size
-    rows = max(k, _BAND_PIXELS // max(1, width) // k * k)
+    rows = _band_rows(width, k)
     out = Image.new(mode, ((width + k - 1) // k, (height + k - 1) // k))
     for y in range(0, height, rows):
         band = convert(image.crop((0, y, width, min(height, y + rows))))
@@ -230,10 +235,12 @@ def _high_depth_to_l(image: Image.Image, reduce_by: int = 1) -> Image.Image:
     """16/32-bit grey (I;16*, I, F) -> 8-bit L, box-reduced by `reduce_by` (Image.reduce),
     a band at a time (np.asarray of the whole image would copy it)."""
     if image.mode == "F":  # float grey: 0..1 (or 0..255 when any value is above 1)
-        top = 0.0
+        top = 0.0  # not getextrema: a NaN as the first pixel makes both extremes NaN
+        width, height = image.size
+        rows = _band_rows(width)
         with np.errstate(invalid="ignore"):
-            for y in range(0, image.size[1], 1024):
-                band = np.asarray(image.crop((0, y, image.size[0], y + 1024)))
+            for y in range(0, height, rows):
+                band = np.asarray(image.crop((0, y, width, min(height, y + rows))))
                 top = max(top, float(np.nanmax(band, initial=0.0)))
         top = 1.0 if not top > 1.0 else 255.0
 

@@ -289,7 +289,7 @@ def patchify(u8: np.ndarray, lut: np.ndarray, cfg: PreprocessConfig):
     out = np.empty((gh * gw, c * t * p * p), np.float32)
     dst = out.reshape(gh // m, gw // m, m, m, c, t, p, p)
     src = u8.reshape(gh // m, m, p, gw // m, m, p, c).transpose(0, 3, 1, 4, 6, 2, 5)
-    step = max(1, PATCHIFY_BYTES // max(1, u8.nbytes // max(1, gh // m)))  # block rows a pass
+    step = max(1, PATCHIFY_BYTES // (m * p * width * c))  # merge-block rows a pass
     for r in range(0, gh // m, step):  # np.take makes int64 indices of its view: in passes
         rows = slice(r, r + step)
         for ch in range(c):
