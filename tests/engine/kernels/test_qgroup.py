@@ -178,3 +178,44 @@ def test_shapes_are_checked(packed):
     out = np.empty((1, o), np.float32)
     with pytest.raises(numba.TypingError):  # the kernel reads the scales as bf16 bits
         matmul(np.ones((1, k), np.float32), p, s.astype(np.float32), out)
+
+
+EXPERT_KERNELS = {"q4": qgroup.experts_q4g, "q8": qgroup.experts_q8g}
+
+
+@pytest.mark.parametrize("fmt", list(EXPERT_KERNELS))
+@pytest.mark.parametrize("rows", [[1], [3, 1, 9, 2], [0, 17, 1], [40, 1, 1, 6, 5]])
+def test_expert_products_are_each_experts_own_product(fmt, rows):
+    """experts_q4g / experts_q8g give, for each chosen expert, its rows' matmul_q4g /
+    matmul_q8g bit for bit, whatever the split of the tasks over threads (more threads than
+    tasks, one, an odd count) and however unevenly the rows fall on the experts."""
+    quant, pack, matmul = KERNELS[fmt][0], KERNELS[fmt][1], KERNELS[fmt][2]
+    n_experts, o, k = 6, 40, 96
+    packs = [pack(*(lambda q: (q.qs, q.scales))(quant(rng.standard_normal((o, k), np.float32))))
+             for _ in range(n_experts)]  # fmt: skip
+    packed = np.stack([p for p, _ in packs])
+    gscales = np.stack([s for _, s in packs])
+    chosen = np.array([e for e, r in zip([4, 0, 5, 2, 3], rows) if r], np.int64)
+    counts = [r for r in rows if r]
+    runs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    x = rng.standard_normal((int(runs[-1]), k)).astype(np.float32)
+    want = np.empty((x.shape[0], o), np.float32)
+    for j, e in enumerate(chosen):
+        matmul(x[runs[j] : runs[j + 1]].copy(), packed[e], gscales[e], want[runs[j] : runs[j + 1]])
+    for threads in (1, 2, 3, 64):
+        got = np.full_like(want, np.nan)
+        EXPERT_KERNELS[fmt](x, packed, gscales, chosen, runs, threads, got)
+        assert np.array_equal(got, want), threads
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_task_split_covers_every_task_once_in_balanced_runs(threads):
+    runs = np.array([0, 1, 41, 42, 50], np.int64)  # experts of 1, 40, 1 and 8 rows
+    n_groups = 12
+    bounds = qgroup._task_split(runs, n_groups, threads)
+    assert bounds[0] == 0 and bounds[-1] == 4 * n_groups
+    assert np.all(np.diff(bounds) >= 0)
+    cost = np.repeat(np.diff(runs) + qgroup._TASK_WEIGHT_ROWS, n_groups)
+    per_thread = [cost[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])]
+    # each run is within one task of an even share
+    assert max(per_thread) <= cost.sum() / threads + cost.max()

@@ -5,8 +5,8 @@ Layout: one layer's experts are stacked along a leading axis E, in the form the 
 take for one matrix (engine.linear), so expert e's matrix is the C-contiguous view [e]:
 
     f32   w        f32  [E, O, K]                 matmul_f32
-    q4    packed   u8   [E, O/G, K/32, 16 G]      qgroup.matmul_q4g   (gscales [E, O/G, K/32, G])
-    q8    packed   i8   [E, O/G, K/32, 32 G]      qgroup.matmul_q8g   (grouped q8, VNNI CPUs)
+    q4    packed   u8   [E, O/G, K/32, 16 G]      qgroup.experts_q4g  (gscales [E, O/G, K/32, G])
+    q8    packed   i8   [E, O/G, K/32, 32 G]      qgroup.experts_q8g  (grouped q8, VNNI CPUs)
     q8r   qs i8 [E, O, K], scales u16 [E, O, K/32]  qlinear.matmul_q8 (row-major q8 elsewhere)
 
 gate_up is [2I, D] per expert (gate rows then up rows), down [D, I].
@@ -25,42 +25,29 @@ does not depend on N or on which other rows chose the same expert (the matmul ke
 contract: a row of an M-row call equals a 1-row call), so row n of an N-row forward is bitwise
 equal to a 1-row forward of that row (tests/engine/test_moe.py).
 
-Why one compiled call per layer, parallel over the chosen experts: decode runs 2 k matrix
-products per layer (16 for k = 8, 768 over 48 layers). From Python each costs a dispatch and
-the gathers around it, and each product's own parallel region (over its rows) costs a
-thread wake-up per launch; one region over the experts (each product then runs on its
-thread, OpenMP's nested regions being inactive) costs one a layer, when there are at least
-as many chosen experts as threads.
-The matmul kernels are called through their public entry points (qgroup's matmul_q4g /
-matmul_q8g, linear's matmul_f32, qlinear's matmul_q8), so CPU-specific variants of them
+Why one compiled call per layer: decode runs 2 k matrix products per layer (16 for k = 8, 768
+over 48 layers). From Python each costs a dispatch and the gathers around it. The grouped q4
+and q8 forms go further: all chosen experts' gate_up products are one parallel region over
+(expert, group) tasks, and their down products another (qgroup.experts_q4g / experts_q8g),
+since one region a product costs a thread wake-up 16 times a layer on matrices of 0.9-1.8 MB.
+Measured on the 30B-A3B widths (docs/moe.md): a decode row's experts 2.2x faster than running
+the experts in parallel with each product on one thread (nested OpenMP regions
+oversubscribed the cores). The f32 and row-major q8 forms run the experts one after another,
+each product parallel over its rows.
+The matmul kernels are called through their public entry points (qgroup's experts_q4g /
+experts_q8g, linear's matmul_f32, qlinear's matmul_q8), so CPU-specific variants of them
 apply here unchanged.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .activation import silu_mul
 from .linear import matmul_f32
-from .qgroup import matmul_q4g, matmul_q8g
+from .qgroup import experts_q4g, experts_q8g
 from .qlinear import matmul_q8
-
-
-def _nested_parallelism() -> bool:
-    """Can a parallel region run inside another? OpenMP and TBB can (OpenMP runs the inner
-    one on the calling thread); Numba's fallback workqueue aborts the process instead, so
-    without either the experts run one after another, each product parallel over its rows."""
-    for layer in ("tbbpool", "omppool"):
-        try:
-            __import__(f"numba.np.ufunc.{layer}")
-            return True
-        except ImportError:
-            continue
-    return False
-
-
-EXPERTS_PARALLEL = _nested_parallelism()
 
 
 @njit(nogil=True, cache=True)
@@ -182,11 +169,61 @@ def _chosen(starts, used):
 # their arrays). Each returns (idx [N, k], weights [N, k], experts used) and writes the MLP
 # output to out [N, D]; inter is the experts' intermediate size, threads Numba's thread count
 # (an argument: numba.get_num_threads() inside would keep the function out of the disk
-# cache). Buffers are allocated per expert at their exact row count, so every kernel gets
-# C-contiguous arrays; each expert writes only its own (row, slot) outputs. With at least as
-# many chosen experts as threads the experts run in parallel (each product on its thread);
-# with fewer (decode with k = 8 on a 16-thread machine) one after another, each product
-# parallel over its rows, so no thread idles either way.
+# cache). Each expert writes only its own (row, slot) outputs.
+
+
+@njit(nogil=True, cache=True)
+def _gather_all(x, pairs):
+    """x's row of every (row, slot) pair, in pair order: [N k, D]."""
+    xs = np.empty((pairs.shape[0], x.shape[1]), np.float32)
+    _gather(x, pairs, 0, pairs.shape[0], xs)
+    return xs
+
+
+@njit(nogil=True, cache=True)
+def _runs(starts, chosen):
+    """The pair ranges of the chosen experts: run j is pairs[runs[j] : runs[j + 1]]."""
+    runs = np.empty(chosen.shape[0] + 1, np.int64)
+    for j in range(chosen.shape[0]):
+        runs[j] = starts[chosen[j]]
+    runs[chosen.shape[0]] = starts[starts.shape[0] - 1]
+    return runs
+
+
+@njit(nogil=True, cache=True)
+def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
+    idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
+    chosen = _chosen(starts, used)
+    runs = _runs(starts, chosen)
+    xs = _gather_all(x, pairs)
+    gu = np.empty((xs.shape[0], 2 * inter), np.float32)
+    experts_q4g(xs, gu_p, gu_s, chosen, runs, threads, gu)
+    act = np.empty((xs.shape[0], inter), np.float32)
+    silu_mul(gu, act)
+    y = np.empty((xs.shape[0], out.shape[1]), np.float32)
+    experts_q4g(act, dn_p, dn_s, chosen, runs, threads, y)
+    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
+    _scatter(y, pairs, 0, pairs.shape[0], ys)
+    combine(ys, weights, out)
+    return idx, weights, used
+
+
+@njit(nogil=True, cache=True)
+def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
+    idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
+    chosen = _chosen(starts, used)
+    runs = _runs(starts, chosen)
+    xs = _gather_all(x, pairs)
+    gu = np.empty((xs.shape[0], 2 * inter), np.float32)
+    experts_q8g(xs, gu_p, gu_s, chosen, runs, threads, gu)
+    act = np.empty((xs.shape[0], inter), np.float32)
+    silu_mul(gu, act)
+    y = np.empty((xs.shape[0], out.shape[1]), np.float32)
+    experts_q8g(act, dn_p, dn_s, chosen, runs, threads, y)
+    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
+    _scatter(y, pairs, 0, pairs.shape[0], ys)
+    combine(ys, weights, out)
+    return idx, weights, used
 
 
 @njit(nogil=True, cache=True)
@@ -205,85 +242,12 @@ def _expert_f32(x, pairs, starts, e, gw, dw, inter, ys):
     _scatter(y, pairs, p0, p1, ys)
 
 
-@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
+@njit(nogil=True, cache=True)
 def moe_f32(x, router, k, normalize, gu_w, dn_w, inter, threads, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
-    chosen = _chosen(starts, used)
-    if EXPERTS_PARALLEL and used >= threads:
-        for j in prange(used):
-            e = chosen[j]
-            _expert_f32(x, pairs, starts, e, gu_w, dn_w, inter, ys)
-    else:
-        for j in range(used):
-            e = chosen[j]
-            _expert_f32(x, pairs, starts, e, gu_w, dn_w, inter, ys)
-    combine(ys, weights, out)
-    return idx, weights, used
-
-
-@njit(nogil=True, cache=True)
-def _expert_q4g(x, pairs, starts, e, gp, gs, dp, ds, inter, ys):
-    p0, p1 = starts[e], starts[e + 1]
-    m = p1 - p0
-    d = x.shape[1]
-    xs = np.empty((m, d), np.float32)
-    gu = np.empty((m, 2 * inter), np.float32)
-    act = np.empty((m, inter), np.float32)
-    y = np.empty((m, ys.shape[2]), np.float32)
-    _gather(x, pairs, p0, p1, xs)
-    matmul_q4g(xs, gp[e], gs[e], gu)
-    silu_mul(gu, act)
-    matmul_q4g(act, dp[e], ds[e], y)
-    _scatter(y, pairs, p0, p1, ys)
-
-
-@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
-def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
-    idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
-    chosen = _chosen(starts, used)
-    if EXPERTS_PARALLEL and used >= threads:
-        for j in prange(used):
-            e = chosen[j]
-            _expert_q4g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
-    else:
-        for j in range(used):
-            e = chosen[j]
-            _expert_q4g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
-    combine(ys, weights, out)
-    return idx, weights, used
-
-
-@njit(nogil=True, cache=True)
-def _expert_q8g(x, pairs, starts, e, gp, gs, dp, ds, inter, ys):
-    p0, p1 = starts[e], starts[e + 1]
-    m = p1 - p0
-    d = x.shape[1]
-    xs = np.empty((m, d), np.float32)
-    gu = np.empty((m, 2 * inter), np.float32)
-    act = np.empty((m, inter), np.float32)
-    y = np.empty((m, ys.shape[2]), np.float32)
-    _gather(x, pairs, p0, p1, xs)
-    matmul_q8g(xs, gp[e], gs[e], gu)
-    silu_mul(gu, act)
-    matmul_q8g(act, dp[e], ds[e], y)
-    _scatter(y, pairs, p0, p1, ys)
-
-
-@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
-def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
-    idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
-    chosen = _chosen(starts, used)
-    if EXPERTS_PARALLEL and used >= threads:
-        for j in prange(used):
-            e = chosen[j]
-            _expert_q8g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
-    else:
-        for j in range(used):
-            e = chosen[j]
-            _expert_q8g(x, pairs, starts, e, gu_p, gu_s, dn_p, dn_s, inter, ys)
+    for e in _chosen(starts, used):
+        _expert_f32(x, pairs, starts, e, gu_w, dn_w, inter, ys)
     combine(ys, weights, out)
     return idx, weights, used
 
@@ -304,19 +268,12 @@ def _expert_q8r(x, pairs, starts, e, gp, gs, dp, ds, inter, ys):
     _scatter(y, pairs, p0, p1, ys)
 
 
-@njit(nogil=True, cache=True, parallel=EXPERTS_PARALLEL)
+@njit(nogil=True, cache=True)
 def moe_q8r(x, router, k, normalize, gu_q, gu_s, dn_q, dn_s, inter, threads, out):
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
-    chosen = _chosen(starts, used)
-    if EXPERTS_PARALLEL and used >= threads:
-        for j in prange(used):
-            e = chosen[j]
-            _expert_q8r(x, pairs, starts, e, gu_q, gu_s, dn_q, dn_s, inter, ys)
-    else:
-        for j in range(used):
-            e = chosen[j]
-            _expert_q8r(x, pairs, starts, e, gu_q, gu_s, dn_q, dn_s, inter, ys)
+    for e in _chosen(starts, used):
+        _expert_q8r(x, pairs, starts, e, gu_q, gu_s, dn_q, dn_s, inter, ys)
     combine(ys, weights, out)
     return idx, weights, used
 

@@ -296,39 +296,92 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out):
+    """Group g against activation rows r0..r1: register tiles of TILE_ROWS rows, then the
+    rest (each size a separate unrolled copy; 5 rows of q8, bound by its int16 dots, as a
+    4-row and a 1-row tile: docs/kernels.md)."""
+    n0 = r0
+    while n0 + TILE_ROWS <= r1:
+        _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
+        n0 += TILE_ROWS
+    rest = r1 - n0
+    if rest == 7:
+        _tile(packed, gscales, xq, dx, corr, g, n0, 7, out)
+    elif rest == 6:
+        _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
+    elif rest == 5:
+        if xq.itemsize == 2:  # q8: a 4-row tile, then 1 row from L1 (docs/kernels.md)
+            _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
+            _tile(packed, gscales, xq, dx, corr, g, n0 + 4, 1, out)
+        else:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
+    elif rest == 4:
+        _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
+    elif rest == 3:
+        _tile(packed, gscales, xq, dx, corr, g, n0, 3, out)
+    elif rest == 2:
+        _tile(packed, gscales, xq, dx, corr, g, n0, 2, out)
+    elif rest == 1:
+        _tile(packed, gscales, xq, dx, corr, g, n0, 1, out)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _grouped(packed, gscales, xq, dx, corr, out):
-    """All groups (parallel) against all activation rows, in register tiles of TILE_ROWS
-    rows, then the rest (each size a separate unrolled copy; 5 rows of q8, bound by its int16
-    dots, as a 4-row and a 1-row tile: docs/kernels.md). Many rows (a prefill) go in
+    """All groups (parallel) against all activation rows. Many rows (a prefill) go in
     passes of ROW_CHUNK, each over all the weights: a pass's activations stay in L2 while a
     group's weights, read from DRAM by its first tile, serve its other tiles from L1/L2."""
     n_rows = xq.shape[0]
     for r0 in range(0, n_rows, ROW_CHUNK):
         r1 = min(n_rows, r0 + ROW_CHUNK)
         for g in prange(packed.shape[0]):
-            n0 = r0
-            while n0 + TILE_ROWS <= r1:
-                _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
-                n0 += TILE_ROWS
-            rest = r1 - n0
-            if rest == 7:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 7, out)
-            elif rest == 6:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
-            elif rest == 5:
-                if xq.itemsize == 2:  # q8: a 4-row tile, then 1 row from L1 (docs/kernels.md)
-                    _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
-                    _tile(packed, gscales, xq, dx, corr, g, n0 + 4, 1, out)
-                else:
-                    _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
-            elif rest == 4:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
-            elif rest == 3:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 3, out)
-            elif rest == 2:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 2, out)
-            elif rest == 1:
-                _tile(packed, gscales, xq, dx, corr, g, n0, 1, out)
+            _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out)
+
+
+# The work of one (expert, group) task of _grouped_experts in activation rows: a group's
+# weights cost about one register tile's dots to read from memory.
+_TASK_WEIGHT_ROWS = TILE_ROWS
+
+
+@njit(nogil=True, cache=True)
+def _task_split(starts, n_groups, threads):
+    """Bounds [threads + 1] of contiguous runs of the (expert j, group g) tasks, t = j
+    n_groups + g, of about equal work (expert j's rows starts[j + 1] - starts[j] plus
+    _TASK_WEIGHT_ROWS, per group): experts of many rows and of one share the threads evenly."""
+    used = starts.shape[0] - 1
+    total = 0
+    for j in range(used):
+        total += (starts[j + 1] - starts[j] + _TASK_WEIGHT_ROWS) * n_groups
+    bounds = np.empty(threads + 1, np.int64)
+    bounds[0] = 0
+    th, done, t = 1, 0, 0
+    for j in range(used):
+        cost = starts[j + 1] - starts[j] + _TASK_WEIGHT_ROWS
+        for _ in range(n_groups):
+            done += cost
+            t += 1
+            while th < threads and done * threads >= total * th:
+                bounds[th] = t
+                th += 1
+    while th <= threads:
+        bounds[th] = t
+        th += 1
+    return bounds
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
+def _grouped_experts(packed, gscales, chosen, starts, xq, dx, corr, threads, out):
+    """For each j: rows starts[j]..starts[j + 1] of xq against expert chosen[j]'s matrix
+    (packed, gscales stacked on a leading expert axis), into the same rows of out. One
+    parallel region over all (expert, group) tasks (_task_split), instead of one region a
+    product: a decode step's 16 products a layer are each too small for a region of their
+    own (docs/moe.md). Each (row, output) is computed by _group_rows as in _grouped."""
+    n_groups = packed.shape[1]
+    bounds = _task_split(starts, n_groups, threads)
+    for th in prange(threads):
+        for t in range(bounds[th], bounds[th + 1]):
+            j, g = divmod(t, n_groups)
+            e = chosen[j]
+            _group_rows(packed[e], gscales[e], xq, dx, corr, g, starts[j], starts[j + 1], out)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -383,6 +436,35 @@ def matmul_q8a8g(x, packed, gscales, out):
     quantize_activations(x, xq, dx)
     _offset_sums(xq, Q8A8_BIAS, corr)
     _grouped(packed, gscales, xq, dx, corr, out)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def experts_q4g(x, packed, gscales, chosen, starts, threads, out):
+    """out[starts[j] : starts[j + 1]] = the same rows of x times expert chosen[j]'s grouped
+    q4 matrix, for every j: packed [E, O/G, K/32, 16 G], gscales [E, O/G, K/32, G] (one
+    layer's experts, engine/kernels/experts.py); x [P, K] f32, out [P, O] f32; threads: the
+    parallel region's runs (numba.get_num_threads()). Row n equals matmul_q4g on that row
+    alone, bit for bit."""
+    _check_shapes(x, packed[0], gscales[0], out, Q4_BLOCK_BYTES)
+    n_rows, k_dim = x.shape
+    xq = np.empty((n_rows, k_dim), np.int8)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
+    quantize_activations(x, xq, dx)
+    _offset_sums(xq, 8, corr)
+    _grouped_experts(packed, gscales, chosen, starts, xq, dx, corr, threads, out)
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def experts_q8g(x, packed, gscales, chosen, starts, threads, out):
+    """experts_q4g for grouped q8 matrices (int16 activations): row n equals matmul_q8g."""
+    _check_shapes(x, packed[0], gscales[0], out, Q8_BLOCK_BYTES)
+    n_rows, k_dim = x.shape
+    xq = np.empty((n_rows, k_dim), np.int16)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)  # unread by q8
+    quantize_activations(x, xq, dx)
+    _grouped_experts(packed, gscales, chosen, starts, xq, dx, corr, threads, out)
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
