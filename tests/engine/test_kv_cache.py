@@ -1,5 +1,7 @@
 """KV cache layout: keys in tiles of 64 written in any chunking, read back, saved and resized."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,21 @@ def test_saved_and_resized_caches_attend_the_same(fmt, tmp_path):
     for other in (loaded, grown, shrunk):
         assert other.length == n and np.array_equal(other.keys(), cache.keys())
         assert np.array_equal(attend(other), attend(cache))
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("fmt", ["q8", "f32"])
+def test_a_new_cache_is_resident_before_its_first_prefill(fmt):
+    """The pages of the whole budget are mapped when the cache is made, so the first
+    prompt's prefill does not pay for them (a new chat's time to first token)."""
+    before = _rss_bytes()
+    cache = KVCache(4, 8, 128, 8192, fmt)
+    grown = _rss_bytes() - before
+    assert grown >= 0.9 * cache.nbytes, (grown, cache.nbytes)
+    assert not cache.k.any() and not cache.v.any()
+    if fmt == "f32":
+        assert (cache.k_scale == 1).all() and (cache.v_scale == 1).all()

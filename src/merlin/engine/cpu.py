@@ -217,13 +217,20 @@ def _pin(cpus: tuple[int, ...]) -> None:
     os.sched_setaffinity(0, target)
 
 
-def _set_blas_threads(n: int) -> bool:
-    """Best effort: tell an OpenBLAS that NumPy loaded to use n threads (prefill GEMMs)."""
+_BLAS_SETTER = None  # the OpenBLAS set_num_threads found by _blas_setter, once found
+
+
+def _blas_setter():
+    """OpenBLAS's set_num_threads in a library NumPy loaded, or None. Found once: reading
+    /proc/self/maps took 1.5 ms a call, and the vision attention calls this twice a block."""
+    global _BLAS_SETTER
+    if _BLAS_SETTER is not None:
+        return _BLAS_SETTER
     try:
         with open("/proc/self/maps") as f:
             libs = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
     except OSError:
-        return False
+        return None
     for path in libs:
         try:
             lib = ctypes.CDLL(path)
@@ -237,9 +244,18 @@ def _set_blas_threads(n: int) -> bool:
         ):
             fn = getattr(lib, name, None)
             if fn is not None:
-                fn(ctypes.c_int(n))
-                return True
-    return False
+                _BLAS_SETTER = fn
+                return fn
+    return None
+
+
+def set_blas_threads(n: int) -> bool:
+    """Best effort: tell an OpenBLAS that NumPy loaded to use n threads (prefill GEMMs)."""
+    fn = _blas_setter()
+    if fn is None:
+        return False
+    fn(ctypes.c_int(n))
+    return True
 
 
 def apply(placement: Placement) -> Placement:
@@ -252,7 +268,7 @@ def apply(placement: Placement) -> Placement:
     from .threads import set_threads
 
     set_threads(placement.threads)
-    _set_blas_threads(min(placement.threads, len(placement.cpus)))
+    set_blas_threads(min(placement.threads, len(placement.cpus)))
     return placement
 
 

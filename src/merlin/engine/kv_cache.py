@@ -13,6 +13,12 @@ np.zeros; without huge pages the OS would map pages only as rows are written, bu
 for transparent huge pages on large arrays and the first token writes a row of every head, the
 heads 1 MB apart (Qwen3-VL-2B, q8, 8192 tokens), so in practice the budget is resident from the
 start (0.49 GB there): the context budget is the knob, and the memory guard counts it.
+So the arrays are made resident when they are made (one write a page), not by the first
+prompt's prefill: mapping 0.49 GB of fresh pages took 0.09-0.10 s, and 1.1-1.6 s the first time
+in a process on a KVM guest, inside the time to first token of a new chat's first question
+(docs/vision.md, "Time to first token"). A session makes its cache while the user types.
+Small pages instead (madvise NOHUGEPAGE, mapped as rows are written) made that first write
+0.03-0.2 s but attention over 4,096 keys 10-25% slower (TLB misses), so huge pages stay.
 save/load write the stored rows to a checked file (engine.arrayfile).
 """
 
@@ -31,6 +37,14 @@ from .kernels.kv_layout import (
     tile_keys_into,
     untile_keys,
 )
+
+PAGE_BYTES = 4096
+
+
+def _make_resident(a: np.ndarray) -> None:
+    """Write a zero into every page of a fresh np.zeros array (whose pages the OS maps only
+    when written): they are mapped now rather than at the first prefill."""
+    a.reshape(-1).view(np.uint8)[::PAGE_BYTES] = 0
 
 
 class KVCache:
@@ -56,6 +70,11 @@ class KVCache:
         scales = np.ones if self.fmt == "f32" else np.zeros  # f32: all ones; q8: set per row
         self.k_scale = scales(shape, np.float32)
         self.v_scale = scales(shape, np.float32)
+        made_by_zeros = [self.k, self.v] + (
+            [self.k_scale, self.v_scale] if scales is np.zeros else []
+        )
+        for a in made_by_zeros:  # (np.ones wrote its pages already)
+            _make_resident(a)
 
     def set_budget(self, max_tokens: int) -> None:
         """A new context budget (a changed setting): new arrays, the stored rows copied

@@ -446,6 +446,20 @@ def _softmax_row(sc, n_keys, k_scale, v_scale, scale):
         sc[t] = 0.0
 
 
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def exp_minus_row_max(scores):
+    """scores[r] = exp(scores[r] - max(scores[r])) for each row r of a 2-D f32 array, in
+    place: softmax's numerator in two passes over each row while it is in cache (the
+    bidirectional attention of engine/vision, whose denominators come from its value
+    product). The order of every row's operations depends only on its length."""
+    n = scores.shape[1]
+    for r in range(scores.shape[0]):
+        row = scores[r]
+        best = _vector_max(row, n)
+        for t in range(n):
+            row[t] = fast_exp(row[t] - best)
+
+
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, parallel=True)
 def attention(q, k_tiles, k_scale, v, v_scale, start, scale, out):
     """q: [N, NH, HD] f32; k_tiles: the keys in tiles of 64 (key_tile_shape), v: [NKV, cap,

@@ -1,10 +1,12 @@
 """The vision encoder's attention: bidirectional, inside each image, all heads, threaded by head.
 
 One task per (head, image span): q k^T in chunks of query rows sized to keep the scores in
-cache (ATTN_CHUNK_ELEMS floats a chunk), the row max, exp, then p [v, 1] whose last column is
-the softmax denominator, so the division runs on HD columns instead of S. The tasks run on a
+cache (ATTN_CHUNK_ELEMS floats a chunk), exp(s - row max) in one compiled pass per row
+(kernels.attention.exp_minus_row_max: a vectorised exp, two passes over a row instead of
+NumPy's three), then p [v, 1] whose last column is the softmax denominator, so the division
+runs on HD columns instead of S. The tasks run on a
 pool of `threads` Python threads with BLAS set to one thread meanwhile: every step of a head
-(both products and the NumPy softmax, which release the GIL) runs on one core, the heads side
+(both products and the exp kernel, which release the GIL) runs on one core, the heads side
 by side: a multi-threaded BLAS spends most of its time waiting on these small products
 (64-wide inner or outer size). Figures: docs/vision.md ("Attention threaded by head").
 
@@ -18,6 +20,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from ..kernels.attention import exp_minus_row_max
 
 ATTN_CHUNK_ELEMS = 1 << 20  # score rows per chunk ~ this / keys: 4 MB of scores per thread
 
@@ -43,7 +47,6 @@ def _head(q, k, v, h: int, s0: int, s1: int, scale, out) -> None:
     n = s1 - s0
     rows = int(min(n, max(16, ATTN_CHUNK_ELEMS // n)))
     buf = np.empty(rows * n, np.float32)
-    row_max = np.empty((rows, 1), np.float32)
     o_aug = np.empty((rows, hd + 1), np.float32)
     v_aug = np.ones((n, hd + 1), np.float32)
     v_aug[:, :hd] = v[h, s0:s1]
@@ -53,10 +56,7 @@ def _head(q, k, v, h: int, s0: int, s1: int, scale, out) -> None:
         r1 = min(n, r0 + rows)
         sc = buf[: (r1 - r0) * n].reshape(r1 - r0, n)
         np.matmul(q_h[r0:r1], k_t, out=sc)
-        mx = row_max[: r1 - r0]
-        np.max(sc, axis=1, keepdims=True, out=mx)
-        np.subtract(sc, mx, out=sc)
-        np.exp(sc, out=sc)
+        exp_minus_row_max(sc)
         o = o_aug[: r1 - r0]
         np.matmul(sc, v_aug, out=o)
         np.divide(o[:, :hd], o[:, hd:], out=out[s0 + r0 : s0 + r1, h * hd : (h + 1) * hd])
@@ -69,13 +69,13 @@ def attention(q, k, v, spans, scale, out, threads: int) -> None:
         for h, s0, s1 in tasks:
             _head(q, k, v, h, s0, s1, scale, out)
         return
-    from ..cpu import _set_blas_threads
+    from ..cpu import set_blas_threads
 
     pool = _pool(threads)
-    _set_blas_threads(1)
+    set_blas_threads(1)
     try:
         futures = [pool.submit(_head, q, k, v, h, s0, s1, scale, out) for h, s0, s1 in tasks]
         for f in futures:
             f.result()
     finally:
-        _set_blas_threads(threads)
+        set_blas_threads(threads)

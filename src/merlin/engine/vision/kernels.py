@@ -121,10 +121,12 @@ def split_heads_rope(qkv, b, cos, sin, q, k, v):
                 vo[i] = vx[i] + vb[i]
 
 
-@njit(nogil=True, cache=True, fastmath=FASTMATH)
+@njit(nogil=True, cache=True, fastmath=FASTMATH, error_model="numpy")
 def bias_gelu_tanh(x, b, pow2):
     """In place x = gelu_tanh(x + b) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))),
-    computed as z / (1 + exp(-2 sqrt(2/pi) (z + 0.044715 z^3))), the same function."""
+    computed as z / (1 + exp(-2 sqrt(2/pi) (z + 0.044715 z^3))), the same function.
+    error_model="numpy" as in kernels/activation.silu_mul: the default's zero-divisor check
+    kept the loop scalar (5.3 ns a value against 0.7, 784 x 4096 values); 1 + exp(..) > 0."""
     n_rows, dim = x.shape
     for r in range(n_rows):
         for d in range(dim):
