@@ -52,6 +52,12 @@ def test_attached_image_is_encoded_before_send_and_not_again(qtbot, make_window,
         assert chip.status.text().startswith(f"{est.tokens} tokens")
         qtbot.waitUntil(lambda: window.panel.values["vision"].text().endswith(" s"), timeout=10_000)
         assert calls == [1]
+        # and the rows of a turn starting with it are computed while the user types
+        worker = window.controller.worker
+        qtbot.waitUntil(
+            lambda: worker._session is not None and worker._session.cached_tokens > est.tokens,
+            timeout=30_000,
+        )
         send(qtbot, window, "What is in the picture?")
         wait_idle(qtbot, window)
         assert calls == [1]  # the answer found the embedding made on attach

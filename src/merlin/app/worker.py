@@ -249,6 +249,10 @@ class EngineWorker(QObject):
         """The session of conversation `key` with these settings: the one in memory, or a new
         one whose cache is restored from its saved file when that file fits this model."""
         s = self._session
+        # a new chat's first turn adopts the session its attached images started (key None,
+        # no messages: only rows computed ahead, encode_image)
+        if s is not None and self._session_key is None and not s.messages and len(turns) <= 1:
+            self._session_key = key
         if s is not None and s.model is self._model and self._session_key == key:
             s.set_system(options.system_prompt)
             s.settings.max_pixels = options.max_pixels or None
@@ -332,8 +336,10 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def encode_image(self, job: ImageJob) -> None:
-        """Prepare and encode an attached image into the model's embedding cache, so the
-        answer that sends it waits only for what is left (nothing, if this finished)."""
+        """Prepare and encode an attached image into the model's embedding cache, and in the
+        chat shown compute the rows of a turn that starts with it (Session.prefill_ahead),
+        so the answer that sends it waits only for what is left: its text, if this
+        finished."""
         from merlin.engine.vision import cost
         from merlin.engine.vision.budget import BudgetedImage
         from merlin.engine.vision.encoder import EncodeCancelled
@@ -345,7 +351,10 @@ class EngineWorker(QObject):
         if model is None or model.vision is None or not model.vision.available:
             return  # the answer says why, if the image is sent
         s = self._session
-        if s is None or s.model is not model:
+        if s is None and self._session_key is None:  # a new chat: its session starts here
+            s = Session(model, job.options.system_prompt, session_settings(job.options))
+            self._session = s
+        elif s is None or s.model is not model:
             s = Session(model, job.options.system_prompt, session_settings(job.options))
         if not self._engine_turn(job.cancel):
             self.sig_image.emit(ImageStatus(job.key, "cancelled"))
@@ -357,6 +366,8 @@ class EngineWorker(QObject):
             s.vision_progress = self._progress(job.key)
             try:
                 s.encode_image(im, job.cancel)
+                if s is self._session:  # the chat shown: its next turn's rows, while typing
+                    s.prefill_ahead([im], job.cancel)
             finally:
                 s.vision_progress = None
                 self.engine_lock.release()

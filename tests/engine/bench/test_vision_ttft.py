@@ -16,5 +16,9 @@ def test_vision_ttft_runs_and_reports(demo_dir):
     for figures in (row, target):
         assert figures["ttft_s"] > 0 and figures["ttft_cpu_s"] > 0
     assert "greedy" in target
+    # attached before the question: the image rows were computed while typing
+    assert target["ttft_after_attach_s"] > 0
+    assert target["after_attach_reused"] > target["tokens"]
+    assert target["after_attach_prefill_tokens"] < target["prompt_tokens"] - target["tokens"]
     text = vision_ttft.report(r)
     assert "448" in text and "board" in text.lower()

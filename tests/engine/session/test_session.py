@@ -247,6 +247,48 @@ def test_image_turns_encode_each_image_once_and_match_scratch(demo_model, exact,
     assert s.rope_delta == delta < 0
 
 
+def test_prefill_ahead_computes_the_image_rows_the_sent_turn_reuses(demo_model, exact, spy, images):
+    """An attached image's rows are computed while the user types (prefill_ahead); the turn
+    that sends it with its text reuses them, prefills only the text and gives the logits of
+    a conversation computed from nothing. In a later turn too, and with two images."""
+    s = Session(demo_model, system=SYSTEM)
+    conv = []
+    turns = [
+        ("What is in this picture?", [images["a"]]),
+        ("Compare these two.", [images["b"], images["a2"]]),
+    ]
+    for i, (q, ims) in enumerate(turns):
+        held = s.cached_tokens
+        ahead = s.prefill_ahead(ims)
+        assert not ahead["cancelled"] and ahead["reused"] == held
+        assert ahead["computed"] > sum(im.n_tokens for im in ims)
+        assert s.cached_tokens == held + ahead["computed"]
+        assert [m.role for m in s.messages] == ["user", "assistant"] * i  # nothing recorded
+        consistent(s)
+        spy.encodes = 0
+        events, logits = run_turn(spy, s.ask(q, ims, **GEN))
+        conv.append(("user", q, ims))
+        ref, n = scratch(spy, demo_model, SYSTEM, conv)
+        assert np.array_equal(logits, ref), f"turn {i}"
+        pre = first(events, PrefillDone)
+        assert pre.reused == held + ahead["computed"]  # every row computed ahead was kept
+        assert pre.n_tokens == n - pre.reused < 32  # the question's text and the turn's end
+        assert pre.vision_ms == 0.0 and spy.encodes == 0  # encoded ahead, not again
+        conv.append(("assistant", events[-1].text, [], events[-1].token_ids))
+        consistent(s)
+
+
+def test_prefill_ahead_stops_when_cancelled_and_leaves_a_usable_cache(demo_model, exact, images):
+    s = Session(demo_model)
+    cancel = threading.Event()
+    cancel.set()
+    ahead = s.prefill_ahead([images["a"]], cancel)
+    assert ahead["cancelled"] and s.cached_tokens == 0
+    consistent(s)
+    events = list(s.ask("What is in this picture?", [images["a"]], **GEN))
+    assert isinstance(events[-1], Finished)
+
+
 def test_regenerate_and_edits_match_scratch(demo_model, exact, spy, images):
     s = Session(demo_model, system=SYSTEM)
     conv = []

@@ -477,6 +477,49 @@ class Session:
             "cancelled": self.cache.length < len(p.ids),
         }
 
+    def prefill_ahead(self, images, cancel: threading.Event | None = None) -> dict:
+        """Compute, while the user types, the rows that the next user turn starting with
+        `images` shares with whatever text it will carry: the conversation as it stands, the
+        turn's opening and the images (encoded first when their embeddings are not cached),
+        up to the first row where two different texts render differently. The turn that
+        sends them then finds these rows as its reusable prefix and prefills only its text
+        (an image question's time to first token, docs/vision.md). Nothing is recorded in
+        the conversation. Returns {"reused", "computed", "ms", "vision_ms", "cancelled"}."""
+        t0 = time.perf_counter()
+        images = [self.image(im) for im in images]
+        msgs = self._messages
+        reserve = max(1, self.settings.answer_reserve)
+        drafts = [self._normalize([*msgs, Message("user", t, images)]) for t in ("a", "b")]
+        dropped, p, _ = self._fit(drafts[0], set(self._dropped), reserve, False)
+        other = self._render(drafts[1], dropped, generation_prompt=False)
+        n = 0
+        while n < min(len(p.ids), len(other.ids)) and p.ids[n] == other.ids[n]:
+            n += 1
+        for sp in p.spans:
+            if sp.start < n < sp.end:  # never part of an image
+                n = sp.start
+        spans = [sp for sp in p.spans if sp.end <= n]
+        head = Prompt(p.ids[:n], p.positions[:, :n], p.rope_delta,
+                      p.images[: len(spans)], spans)  # fmt: skip
+        self._sync_images(cancel)
+        try:
+            reuse, inputs = self._start(head, need_logits=False)  # encodes what is missing
+        finally:
+            self.images.cancel = None
+        try:
+            prefill(self.model, self.cache, head, reuse, images=inputs, logits=False,
+                    chunk=min(max(1, n - reuse), max(1, int(self.settings.warm_chunk))),
+                    cancel=cancel)  # fmt: skip
+        finally:
+            self._commit(head, [])
+        return {
+            "reused": reuse,
+            "computed": self.cache.length - reuse,
+            "ms": (time.perf_counter() - t0) * 1e3,
+            "vision_ms": inputs.vision_ms if inputs is not None else 0.0,
+            "cancelled": self.cache.length < n,
+        }
+
     # ---- saving and restoring ------------------------------------------------------------------
 
     def _rows(self) -> CachedRows:
