@@ -367,7 +367,7 @@ class EngineWorker(QObject):
             try:
                 s.encode_image(im, job.cancel)
                 if s is self._session:  # the chat shown: its next turn's rows, while typing
-                    s.prefill_ahead([im], job.cancel)
+                    self._prefill_ahead(s, im, job.cancel)
             finally:
                 s.vision_progress = None
                 self.engine_lock.release()
@@ -378,6 +378,17 @@ class EngineWorker(QObject):
         except Exception as e:  # an engine bug: say so on the image, keep the app alive
             traceback.print_exc()
             self.sig_image.emit(ImageStatus(job.key, "error", message=f"{type(e).__name__}: {e}"))
+
+    @staticmethod
+    def _prefill_ahead(s: Session, image, cancel) -> None:
+        """Session.prefill_ahead for an encoded image. Only time is at stake: a turn that
+        cannot be computed now says why when it is sent, not on the image."""
+        try:
+            s.prefill_ahead([image], cancel)
+        except MerlinError as e:
+            log.info("rows of the attached image not computed ahead: %s", e)
+        except Exception:
+            log.warning("rows of the attached image not computed ahead", exc_info=True)
 
     # ---- the context meter ----------------------------------------------------------------
 
