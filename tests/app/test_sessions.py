@@ -142,7 +142,8 @@ def test_an_image_is_encoded_once_also_after_a_restart(qtbot, make_window, tmp_p
     w1.composer.add_paths([str(draw_demo_image(tmp_path / "lake.png"))])
     send(qtbot, w1, "What is in the picture?")
     first = answers(w1)[-1].stats
-    assert first["vision_ms"] > 0  # encoded now
+    on_attach = any(st.state == "done" for st in w1.controller.images.last.values())
+    assert first["vision_ms"] > 0 or on_attach  # encoded now (for the answer or on attach)
     send(qtbot, w1, "And the sky?")
     follow = answers(w1)[-1].stats
     assert follow["vision_ms"] == 0 and follow["reused_tokens"] >= first["prompt_tokens"]
