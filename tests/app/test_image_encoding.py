@@ -142,3 +142,25 @@ def test_stop_during_the_answers_encode(qtbot, make_window, tmp_path):
     finally:
         vision.encode = encode
         window.controller.images.ready = True
+
+
+def test_two_attached_images_have_their_rows_computed_before_send(qtbot, make_window, tmp_path):
+    """Each attach computes the rows of a turn holding the images attached so far, so the
+    answer to a question about both prefills only its text."""
+    window = make_window()
+    seen = statuses(window)
+    window.composer.add_paths([photo(tmp_path / "a.png"), photo(tmp_path / "b.png", 200, 300)])
+    qtbot.waitUntil(lambda: sum(s.state == "done" for s in seen) == 2, timeout=60_000)
+    tokens = sum(s.tokens for s in seen if s.state == "estimate")
+    worker = window.controller.worker
+    qtbot.waitUntil(
+        lambda: worker._session is not None and worker._session.cached_tokens > tokens,
+        timeout=30_000,
+    )
+    held = worker._session.cached_tokens
+    send(qtbot, window, "Compare the two pictures.")
+    wait_idle(qtbot, window)
+    answer = window.store.messages(window.controller.current_id)[-1]
+    assert answer.state == "done"
+    assert answer.stats["reused_tokens"] == held  # every row computed on attach was kept
+    assert answer.stats["prompt_tokens"] < 32  # the question's text, not the pictures

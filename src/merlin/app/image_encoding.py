@@ -82,7 +82,10 @@ class ImageEncoding(QObject):
             return  # model_ready() starts it
         key = next(self._keys)
         tokens = self.composer.image_tokens(attachment)
-        job = ImageJob(key, attachment.path, tokens, self.options())
+        attached = self.composer.attachments()
+        ahead = attached[: next((i for i, a in enumerate(attached) if a is attachment), 0)]
+        before = tuple((a.path, self.composer.image_tokens(a)) for a in ahead)
+        job = ImageJob(key, attachment.path, tokens, self.options(), before=before)
         self._jobs[key] = (attachment, job)
         self.composer.set_image_status(attachment, tr("waiting to read…"))
         self.sig_job.emit(job)

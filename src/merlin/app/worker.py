@@ -367,7 +367,7 @@ class EngineWorker(QObject):
             try:
                 s.encode_image(im, job.cancel)
                 if s is self._session:  # the chat shown: its next turn's rows, while typing
-                    self._prefill_ahead(s, im, job.cancel)
+                    self._prefill_ahead(s, job, im)
             finally:
                 s.vision_progress = None
                 self.engine_lock.release()
@@ -380,11 +380,17 @@ class EngineWorker(QObject):
             self.sig_image.emit(ImageStatus(job.key, "error", message=f"{type(e).__name__}: {e}"))
 
     @staticmethod
-    def _prefill_ahead(s: Session, image, cancel) -> None:
-        """Session.prefill_ahead for an encoded image. Only time is at stake: a turn that
-        cannot be computed now says why when it is sent, not on the image."""
+    def _prefill_ahead(s: Session, job: ImageJob, image) -> None:
+        """Session.prefill_ahead for an encoded image, after the attachments ahead of it that
+        are encoded (one removed since is not). Only time is at stake: a turn that cannot be
+        computed now says why when it is sent, not on the image."""
+        from merlin.engine.vision.budget import BudgetedImage
+
         try:
-            s.prefill_ahead([image], cancel)
+            shared = s.model.vision.embeddings
+            earlier = [s.image(BudgetedImage(p, t)) for p, t in job.before]
+            earlier = [im for im in earlier if shared.get(im.hash) is not None]
+            s.prefill_ahead([*earlier, image], job.cancel)
         except MerlinError as e:
             log.info("rows of the attached image not computed ahead: %s", e)
         except Exception:

@@ -95,13 +95,16 @@ class SessionReport:
 class ImageJob:
     """Encode an attached image now, while the user types (app/image_encoding.py). key: the
     GUI's name for this attachment and budget; tokens: its image-token budget (None: the
-    settings'). Setting cancel stops the encode between encoder blocks."""
+    settings'); before: (path, tokens) of the attachments ahead of it in the composer, for
+    the rows computed ahead of the turn. Setting cancel stops the encode between encoder
+    blocks."""
 
     key: int
     path: str
     tokens: int | None
     options: GenerationOptions
     cancel: threading.Event = field(default_factory=threading.Event)
+    before: tuple[tuple[str, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
