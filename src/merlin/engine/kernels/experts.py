@@ -46,7 +46,7 @@ from numba import njit
 
 from .activation import silu_mul
 from .linear import matmul_f32
-from .qgroup import experts_q4g, experts_q8g
+from .qgroup import experts_grouped
 from .qlinear import matmul_q8
 
 
@@ -191,35 +191,18 @@ def _runs(starts, chosen):
 
 
 @njit(nogil=True, cache=True)
-def moe_q4g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
+def moe_grouped(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
+    """Grouped q4 or q8 experts (qgroup.experts_grouped picks the kernel by weight type)."""
     idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
     chosen = _chosen(starts, used)
     runs = _runs(starts, chosen)
     xs = _gather_all(x, pairs)
     gu = np.empty((xs.shape[0], 2 * inter), np.float32)
-    experts_q4g(xs, gu_p, gu_s, chosen, runs, threads, gu)
+    experts_grouped(xs, gu_p, gu_s, chosen, runs, threads, gu)
     act = np.empty((xs.shape[0], inter), np.float32)
     silu_mul(gu, act)
     y = np.empty((xs.shape[0], out.shape[1]), np.float32)
-    experts_q4g(act, dn_p, dn_s, chosen, runs, threads, y)
-    ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
-    _scatter(y, pairs, 0, pairs.shape[0], ys)
-    combine(ys, weights, out)
-    return idx, weights, used
-
-
-@njit(nogil=True, cache=True)
-def moe_q8g(x, router, k, normalize, gu_p, gu_s, dn_p, dn_s, inter, threads, out):
-    idx, weights, starts, pairs, used = _plan(x, router, k, normalize)
-    chosen = _chosen(starts, used)
-    runs = _runs(starts, chosen)
-    xs = _gather_all(x, pairs)
-    gu = np.empty((xs.shape[0], 2 * inter), np.float32)
-    experts_q8g(xs, gu_p, gu_s, chosen, runs, threads, gu)
-    act = np.empty((xs.shape[0], inter), np.float32)
-    silu_mul(gu, act)
-    y = np.empty((xs.shape[0], out.shape[1]), np.float32)
-    experts_q8g(act, dn_p, dn_s, chosen, runs, threads, y)
+    experts_grouped(act, dn_p, dn_s, chosen, runs, threads, y)
     ys = np.empty((x.shape[0], k, out.shape[1]), np.float32)
     _scatter(y, pairs, 0, pairs.shape[0], ys)
     combine(ys, weights, out)

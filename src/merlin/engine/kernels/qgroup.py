@@ -39,7 +39,7 @@ import numpy as np
 from llvmlite import ir
 from numba import carray, njit, prange
 from numba.core import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from . import dots
 from .actquant import quantize_activations
@@ -396,17 +396,37 @@ def _check_shapes(x, packed, gscales, out, block_bytes):
         raise ValueError("grouped matmul: out must be [N, O]")
 
 
-@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
-def matmul_q4g(x, packed, gscales, out):
-    """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q4 (pack_q4_groups), x quantized per
-    block to int8 here. x: [N, K] f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
-    _check_shapes(x, packed, gscales, out, Q4_BLOCK_BYTES)
+@njit(nogil=True, cache=True, inline="always")
+def _int8_activations(x, bias):
+    """x [N, K] quantized per block to int8 (q4, q8a8): (xq, dx, corr), corr taking out the
+    weights' stored +bias."""
     n_rows, k_dim = x.shape
     xq = np.empty((n_rows, k_dim), np.int8)
     dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
     corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
     quantize_activations(x, xq, dx)
-    _offset_sums(xq, 8, corr)
+    _offset_sums(xq, bias, corr)
+    return xq, dx, corr
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _int16_activations(x):
+    """x [N, K] quantized per block to int16 (q8): (xq, dx, corr), corr unread by q8 (no
+    zeroing per call)."""
+    n_rows, k_dim = x.shape
+    xq = np.empty((n_rows, k_dim), np.int16)
+    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
+    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
+    quantize_activations(x, xq, dx)
+    return xq, dx, corr
+
+
+@njit(nogil=True, cache=True, fastmath=QFASTMATH, parallel=True)
+def matmul_q4g(x, packed, gscales, out):
+    """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q4 (pack_q4_groups), x quantized per
+    block to int8 here. x: [N, K] f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
+    _check_shapes(x, packed, gscales, out, Q4_BLOCK_BYTES)
+    xq, dx, corr = _int8_activations(x, 8)
     _grouped(packed, gscales, xq, dx, corr, out)
 
 
@@ -415,11 +435,7 @@ def matmul_q8g(x, packed, gscales, out):
     """out[n, o] = sum_k x[n, k] * w[o, k], w in grouped q8 (pack_q8_groups), x quantized per
     block to int16 here. x: [N, K] f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
     _check_shapes(x, packed, gscales, out, Q8_BLOCK_BYTES)
-    n_rows, k_dim = x.shape
-    xq = np.empty((n_rows, k_dim), np.int16)
-    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)  # unread by q8 (no zeroing per call)
-    quantize_activations(x, xq, dx)
+    xq, dx, corr = _int16_activations(x)
     _grouped(packed, gscales, xq, dx, corr, out)
 
 
@@ -429,12 +445,7 @@ def matmul_q8a8g(x, packed, gscales, out):
     per block to int8 here (as for q4: half the dot instructions of q8's int16). x: [N, K]
     f32 C-contiguous; out: [N, O] f32, O <= GROUP x groups."""
     _check_shapes(x, packed, gscales, out, Q8_BLOCK_BYTES)
-    n_rows, k_dim = x.shape
-    xq = np.empty((n_rows, k_dim), np.int8)
-    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
-    quantize_activations(x, xq, dx)
-    _offset_sums(xq, Q8A8_BIAS, corr)
+    xq, dx, corr = _int8_activations(x, Q8A8_BIAS)
     _grouped(packed, gscales, xq, dx, corr, out)
 
 
@@ -446,12 +457,7 @@ def experts_q4g(x, packed, gscales, chosen, starts, threads, out):
     parallel region's runs (numba.get_num_threads()). Row n equals matmul_q4g on that row
     alone, bit for bit."""
     _check_shapes(x, packed[0], gscales[0], out, Q4_BLOCK_BYTES)
-    n_rows, k_dim = x.shape
-    xq = np.empty((n_rows, k_dim), np.int8)
-    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)
-    quantize_activations(x, xq, dx)
-    _offset_sums(xq, 8, corr)
+    xq, dx, corr = _int8_activations(x, 8)
     _grouped_experts(packed, gscales, chosen, starts, xq, dx, corr, threads, out)
 
 
@@ -459,11 +465,7 @@ def experts_q4g(x, packed, gscales, chosen, starts, threads, out):
 def experts_q8g(x, packed, gscales, chosen, starts, threads, out):
     """experts_q4g for grouped q8 matrices (int16 activations): row n equals matmul_q8g."""
     _check_shapes(x, packed[0], gscales[0], out, Q8_BLOCK_BYTES)
-    n_rows, k_dim = x.shape
-    xq = np.empty((n_rows, k_dim), np.int16)
-    dx = np.empty((n_rows, k_dim // BLOCK), np.float32)
-    corr = np.empty((n_rows, k_dim // BLOCK), np.int32)  # unread by q8
-    quantize_activations(x, xq, dx)
+    xq, dx, corr = _int16_activations(x)
     _grouped_experts(packed, gscales, chosen, starts, xq, dx, corr, threads, out)
 
 
@@ -570,3 +572,23 @@ def pack_q4_groups(qs: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.n
         high = weights[:, :, :, 16 + 4 * j : 16 + 4 * j + 4]
         packed[:, :, j] = low | (high << 4)
     return packed.reshape(groups, n_blocks, Q4_BLOCK_BYTES), _group_scales(scales, groups)
+
+
+def experts_grouped(x, packed, gscales, chosen, starts, threads, out):
+    """experts_q4g or experts_q8g, by the packed weights' type (uint8: q4, int8: q8), for
+    code compiled once for both (engine/kernels/experts.py)."""
+
+
+@overload(experts_grouped)
+def _experts_grouped_impl(x, packed, gscales, chosen, starts, threads, out):
+    if packed.dtype == types.uint8:
+
+        def q4(x, packed, gscales, chosen, starts, threads, out):
+            experts_q4g(x, packed, gscales, chosen, starts, threads, out)
+
+        return q4
+
+    def q8(x, packed, gscales, chosen, starts, threads, out):
+        experts_q8g(x, packed, gscales, chosen, starts, threads, out)
+
+    return q8

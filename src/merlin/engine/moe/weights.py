@@ -100,7 +100,7 @@ class ExpertBank:
         return (self.arrays["packed"], self.arrays["gscales"])
 
 
-_KERNELS = {"f32": kx.moe_f32, "q4": kx.moe_q4g, "q8": kx.moe_q8g, "q8r": kx.moe_q8r}
+_KERNELS = {"f32": kx.moe_f32, "q4": kx.moe_grouped, "q8": kx.moe_grouped, "q8r": kx.moe_q8r}
 
 
 @dataclass

@@ -450,6 +450,12 @@ class Session:
         self._messages = [*self._messages, Message("assistant", text, [], ids, reasoning)]
         self._prune_embeddings()
 
+    def _ahead_chunk(self, n_new: int) -> int:
+        """Rows per forward for work done while the user types (warm, prefill_ahead):
+        prefill_chunk's rule, at most settings.warm_chunk so that a cancel is seen."""
+        chunk = prefill_chunk(self.model, n_new, self.settings.small_prefill_rows)
+        return min(chunk, max(1, int(self.settings.warm_chunk)))
+
     def warm(self, cancel: threading.Event | None = None) -> dict:
         """Compute the cache for the conversation as it stands (e.g. a reopened chat without
         a usable saved session, while the user types), in chunks of settings.warm_chunk rows
@@ -462,11 +468,9 @@ class Session:
         dropped, p, _ = self._fit(msgs, set(self._dropped), reserve, gen_prompt)
         self._dropped = dropped
         reuse, inputs = self._start(p, need_logits=False)
-        chunk = prefill_chunk(self.model, len(p.ids) - reuse, self.settings.small_prefill_rows)
-        chunk = min(chunk, max(1, int(self.settings.warm_chunk)))
         try:
-            prefill(self.model, self.cache, p, reuse, images=inputs, logits=False, chunk=chunk,
-                    cancel=cancel)  # fmt: skip
+            prefill(self.model, self.cache, p, reuse, images=inputs, logits=False,
+                    chunk=self._ahead_chunk(len(p.ids) - reuse), cancel=cancel)  # fmt: skip
         finally:
             self._commit(p, [])
         return {
@@ -508,8 +512,7 @@ class Session:
             self.images.cancel = None
         try:
             prefill(self.model, self.cache, head, reuse, images=inputs, logits=False,
-                    chunk=min(max(1, n - reuse), max(1, int(self.settings.warm_chunk))),
-                    cancel=cancel)  # fmt: skip
+                    chunk=self._ahead_chunk(n - reuse), cancel=cancel)  # fmt: skip
         finally:
             self._commit(head, [])
         return {
