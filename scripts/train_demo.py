@@ -17,8 +17,11 @@ What it does, in order:
 2. a Qwen3VLForConditionalGeneration from that config.json, trained from scratch with AdamW
    on conversations drawn on the fly (`engine.demo_scenes`: a picture, then one to three
    questions and answers; a few text-only turns; some with a system prompt). The loss is on
-   the answer tokens and their <|im_end|>. Prompt ids are made exactly as Merlin makes them:
-   the chat template rendered by Merlin's tokenizer, image pads expanded to the grid;
+   the answer tokens and their <|im_end|>, plus (--aux-weight) a training-only probe that
+   reads each merged image token and predicts the kind, colour, place and size of the shape
+   under it (token_targets); the probe is not saved. Prompt ids are made exactly as Merlin
+   makes them: the chat template rendered by Merlin's tokenizer, image pads expanded to the
+   grid;
 3. bf16 safetensors via save_pretrained, config.json rewritten in the 4.57 spelling, a README
    and train_log.json (seed, recipe, loss curve, wall time);
 4. the check: transformers reloads the folder and Merlin loads it; on held-out scenes both
@@ -88,10 +91,14 @@ class Encoder:
         messages = [{"role": "system", "content": system}] if system else []
         pixels = grid = None
         n_pad = 0
+        aux = None
         if image_seed is not None:
-            prepared = prepare_pil(ds.draw(ds.scene(image_seed)), self.pre)
+            sc = ds.scene(image_seed)
+            image, label_map = ds.draw(sc, labels=True)
+            prepared = prepare_pil(image, self.pre)
             pixels, grid = prepared.pixel_values, prepared.grid_thw
             n_pad = grid[0] * grid[1] * grid[2] // 4
+            aux = token_targets(sc, label_map, grid)
         ids: list[int] = []
         labels: list[int] = []
         for t, turn in enumerate(turns):
@@ -116,7 +123,53 @@ class Encoder:
             at = ids.index(self.pad)
             ids = ids[:at] + [self.pad] * n_pad + ids[at + 1 :]
             labels = labels[:at] + [-100] * n_pad + labels[at + 1 :]
-        return ids, labels, pixels, grid
+        return ids, labels, pixels, grid, aux
+
+
+# The auxiliary target (training only, never shipped): a linear probe on each merged image
+# token (the vision merger's output, what the decoder reads) predicts what the token shows:
+# the kind, colour, place and size of the shape that covers it, or background (class 0).
+# The answer loss alone rewards reading a shape's kind and place only through a few answer
+# tokens a picture; the probe gives every token of every picture a label, so the tower learns
+# to put kind, colour and (absolute, from its position embedding) place into each token.
+AUX_CLASSES = (len(ds.KINDS) + 1, len(ds.COLOURS) + 1, len(ds.POSITIONS) + 1, len(ds.SIZES) + 1)
+_COLOUR_NAMES = sorted(ds.COLOURS)
+
+
+def token_targets(sc, label_map, grid, cover: float = 0.15):
+    """[tokens, 4] int64 classes (kind, colour, position, size; 0 = background) of the merged
+    tokens in the processor's order (rows of 2x2 patch windows, raster order). A token is a
+    shape's when the shape covers >= `cover` of it, or it holds the most of a shape that
+    covers no token that much (a small shape across four tokens still gets one)."""
+    import numpy as np
+    from PIL import Image
+
+    _, gh, gw = (int(v) for v in grid)
+    side = 2 * ds_patch()  # a merged token's side in resized pixels
+    h, w = gh * ds_patch(), gw * ds_patch()
+    m = np.asarray(Image.fromarray(label_map).resize((w, h), Image.NEAREST))
+    n = len(sc.shapes)
+    blocks = m.reshape(gh // 2, side, gw // 2, side).transpose(0, 2, 1, 3).reshape(-1, side * side)
+    counts = np.stack([(blocks == i + 1).sum(1) for i in range(n)], 1) / (side * side)  # [T, n]
+    owner = np.zeros(len(blocks), np.int64)  # 0: background, else shape index + 1
+    best = counts.argmax(1)
+    owner[counts.max(1) >= cover] = best[counts.max(1) >= cover] + 1
+    for i in range(n):
+        if not (owner == i + 1).any() and counts[:, i].max() > 0:
+            owner[counts[:, i].argmax()] = i + 1
+    table = np.zeros((n + 1, 4), np.int64)
+    for i, shape in enumerate(sc.shapes):
+        table[i + 1] = (
+            ds.KINDS.index(shape.kind) + 1,
+            _COLOUR_NAMES.index(shape.colour) + 1,
+            ds.POSITIONS.index(shape.position) + 1,
+            ds.SIZES.index(shape.size) + 1,
+        )
+    return table[owner]
+
+
+def ds_patch() -> int:
+    return int(dm.PREPROCESSOR["patch_size"])
 
 
 def batch_tensors(samples, pad_id, pad_token):
@@ -126,7 +179,7 @@ def batch_tensors(samples, pad_id, pad_token):
     ids = torch.full((len(samples), n), pad_id, dtype=torch.long)
     labels = torch.full((len(samples), n), -100, dtype=torch.long)
     mask = torch.zeros((len(samples), n), dtype=torch.long)
-    for i, (a, b, _, _) in enumerate(samples):
+    for i, (a, b, _, _, _) in enumerate(samples):
         ids[i, : len(a)] = torch.tensor(a)
         labels[i, : len(b)] = torch.tensor(b)
         mask[i, : len(a)] = 1
@@ -136,7 +189,8 @@ def batch_tensors(samples, pad_id, pad_token):
     if pix:
         kw["pixel_values"] = torch.cat(pix)
         kw["image_grid_thw"] = torch.tensor([s[3] for s in samples if s[3] is not None])
-    return kw
+    aux = [torch.from_numpy(s[4]) for s in samples if s[4] is not None]
+    return kw, (torch.cat(aux) if aux else None)
 
 
 def train(args, folder: Path) -> dict:
@@ -187,8 +241,15 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     enc = Encoder(folder)
     pad_id = enc.tok.token_id("<|endoftext|>")
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    # the auxiliary probe (token_targets): one linear head per target on the merger's output,
+    # trained with the model and dropped at the end (the shipped folder is the plain model)
+    torch.manual_seed(args.seed + 1)
+    probe = torch.nn.Linear(config.vision_config.out_hidden_size, sum(AUX_CLASSES))
+    merged = []
+    model.model.visual.merger.register_forward_hook(lambda mod, inp, out: merged.append(out))
+    trained = [*model.parameters(), *probe.parameters()]
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2] + [probe.weight]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + [probe.bias]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr,
@@ -215,7 +276,7 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
     per_rank = args.batch // world
     curve = []
     running = None
-    params = [p for p in model.parameters()]
+    params = trained
     for step in range(args.steps):
         done = progress(step)
         if dist is not None:  # every rank follows rank 0's clock
@@ -232,17 +293,29 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
             image_seed, turns = make_conversation(rng, index)
             system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
             samples.append(enc.encode(image_seed, turns, system))
-        kw = batch_tensors(samples, pad_id, enc.pad)
+        kw, aux = batch_tensors(samples, pad_id, enc.pad)
         lr = lr_at(step, done)
         for g in opt.param_groups:
             g["lr"] = lr
+        merged.clear()
         loss = model(**kw).loss
+        aux_value = 0.0
+        if aux is not None and args.aux_weight > 0:
+            tokens = torch.cat(merged)  # normalised: the probe's loss starts near log(classes)
+            tokens = torch.nn.functional.layer_norm(tokens, tokens.shape[-1:])
+            logits = probe(tokens).split(AUX_CLASSES, dim=-1)
+            aux_loss = sum(
+                torch.nn.functional.cross_entropy(lg, aux[:, j]) for j, lg in enumerate(logits)
+            ) / len(AUX_CLASSES)
+            aux_value = float(aux_loss.detach())
+            loss = loss + args.aux_weight * aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        value = float(loss.detach())
-        if dist is not None:  # average gradients (one flat buffer) and the logged loss
+        value = float(loss.detach()) - args.aux_weight * aux_value  # the answer tokens' loss
+        if dist is not None:  # average gradients (one flat buffer) and the logged losses
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([value])])
+            logged = torch.tensor([value, aux_value])
+            flat = torch.cat([g.reshape(-1) for g in grads] + [logged])
             dist.all_reduce(flat)
             flat /= world
             offset = 0
@@ -250,8 +323,8 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
                 n = g.numel()
                 p.grad = flat[offset : offset + n].view_as(p).clone()
                 offset += n
-            value = float(flat[-1])
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            value, aux_value = float(flat[-2]), float(flat[-1])
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         running = value if running is None else 0.95 * running + 0.05 * value
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
@@ -261,12 +334,13 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
                     "step": step,
                     "loss": round(value, 4),
                     "smoothed": round(running, 4),
+                    "aux": round(aux_value, 4),
                     "lr": round(lr, 6),
                     "seconds": round(elapsed, 1),
                 }
             )
             print(
-                f"step {step:5d}  loss {value:.4f}  smoothed {running:.4f}  "
+                f"step {step:5d}  loss {value:.4f}  smoothed {running:.4f}  aux {aux_value:.3f}  "
                 f"lr {lr:.2e}  {elapsed:7.1f}s",
                 flush=True,
             )
@@ -392,6 +466,12 @@ def main(argv=None) -> int:
         "--minutes", type=float, default=0, help="time budget: the schedule ends by then"
     )
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument(
+        "--aux-weight",
+        type=float,
+        default=1.0,
+        help="weight of the per-image-token probe loss (token_targets); 0 turns it off",
+    )
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=20260)

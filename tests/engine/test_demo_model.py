@@ -93,6 +93,61 @@ def test_drawn_colours_are_where_the_scene_says():
         assert np.abs(pixel - want).max() < 60, (shape, pixel)
 
 
+def test_label_map_marks_each_shape_where_it_was_drawn():
+    """draw(labels=True): the same picture, and a map whose region i + 1 holds shape i's
+    colour (the training's per-token target reads it; a map off by one shape or one place
+    would teach the wrong facts)."""
+    for seed in range(40):
+        sc = ds.scene(seed)
+        image, labels = ds.draw(sc, labels=True)
+        assert np.array_equal(np.asarray(image), np.asarray(ds.draw(sc)))
+        assert labels.shape == (image.height, image.width) and labels.dtype == np.uint8
+        pixels = np.asarray(image).astype(int)
+        for i, shape in enumerate(sc.shapes):
+            region = labels == i + 1
+            assert region.sum() > 50, (seed, shape)
+            median = np.median(pixels[region], axis=0)
+            assert np.abs(median - ds.COLOURS[shape.colour]).max() < 40, (seed, shape, median)
+        assert labels.max() <= len(sc.shapes)
+
+
+def test_training_token_targets_follow_the_processors_token_order():
+    """scripts/train_demo.py's per-token targets: every shape owns a token, and each token a
+    shape owns is one the shape covers in the processor's token order (rows 4k..4k+3 of
+    pixel_values for merged token k): a picture white only where shape i is, through the same
+    preprocessing, is bright exactly in the tokens shape i owns."""
+    import importlib.util
+    from pathlib import Path
+
+    from PIL import Image
+
+    from merlin.engine.vision.preprocess import parse_preprocess_config, prepare_pil
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "train_demo.py"
+    spec = importlib.util.spec_from_file_location("train_demo", script)
+    train_demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_demo)  # imports no torch until training starts
+    pre = parse_preprocess_config(train_demo.dm.PREPROCESSOR, None)
+    colours = sorted(ds.COLOURS)
+    for seed in range(30):
+        sc = ds.scene(seed)
+        _, labels = ds.draw(sc, labels=True)
+        for i, shape in enumerate(sc.shapes):
+            white = np.where(labels == i + 1, 255, 0).astype(np.uint8)
+            only = Image.fromarray(white).convert("RGB")
+            prepared = prepare_pil(only, pre)
+            targets = train_demo.token_targets(sc, labels, prepared.grid_thw)
+            assert targets.shape == (len(prepared.pixel_values) // 4, 4)
+            cover = prepared.pixel_values.reshape(len(targets), -1).mean(1) * 0.5 + 0.5
+            owned = targets[:, 1] == colours.index(shape.colour) + 1
+            assert owned.any(), (seed, shape)
+            assert (targets[owned, 0] == ds.KINDS.index(shape.kind) + 1).all()
+            assert (targets[owned, 2] == ds.POSITIONS.index(shape.position) + 1).all()
+            assert (targets[owned, 3] == ds.SIZES.index(shape.size) + 1).all()
+            assert cover[owned].min() > 0.05, (seed, shape, cover[owned])
+            assert cover[~owned].max() < 0.5, (seed, shape)  # a token mostly this shape's is its
+
+
 def test_eval_cases_are_held_out_and_askable():
     for kind in ds.QUESTION_KINDS:
         for i in range(20):

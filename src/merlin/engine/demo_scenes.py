@@ -174,8 +174,11 @@ def _background(rng: random.Random, width: int, height: int) -> np.ndarray:
     return a * (1 - t) + b * t
 
 
-def draw(sc: Scene, width: int | None = None, height: int | None = None) -> Image.Image:
-    """The scene as an RGB Pillow image (size, background, jitter, noise, JPEG all seeded)."""
+def draw(sc: Scene, width: int | None = None, height: int | None = None, labels: bool = False):
+    """The scene as an RGB Pillow image (size, background, jitter, noise, JPEG all seeded).
+    labels=True: (image, label map), the map an [H, W] uint8 array holding i + 1 where
+    sc.shapes[i] was drawn and 0 for the background (the demo model's training uses it for
+    an auxiliary per-token target; the image is the same either way)."""
     rng = random.Random(sc.seed * 7919 + 17)
     if width is None or height is None:
         base = rng.randint(160, 320)
@@ -184,17 +187,23 @@ def draw(sc: Scene, width: int | None = None, height: int | None = None) -> Imag
     bg = _background(rng, width, height)
     canvas = Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8), "RGB")
     pen = ImageDraw.Draw(canvas)
+    mask = Image.new("L", (width, height), 0)
+    mask_pen = ImageDraw.Draw(mask)
     side = min(width, height)
-    for s in sc.shapes:
+    for i, s in enumerate(sc.shapes):
         fx, fy = _CENTRES[s.position]
         cx = (fx + rng.uniform(-0.02, 0.02)) * width
         cy = (fy + rng.uniform(-0.02, 0.02)) * height
         r = rng.uniform(*_RADIUS[s.size]) * side
         colour = tuple(int(np.clip(v + rng.uniform(-18, 18), 0, 255)) for v in COLOURS[s.colour])
         if s.kind == "circle":
-            pen.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour)
+            box = [cx - r, cy - r, cx + r, cy + r]
+            pen.ellipse(box, fill=colour)
+            mask_pen.ellipse(box, fill=i + 1)
         else:
-            pen.polygon(_polygon(s.kind, cx, cy, r, rng.uniform(-0.15, 0.15)), fill=colour)
+            outline = _polygon(s.kind, cx, cy, r, rng.uniform(-0.15, 0.15))
+            pen.polygon(outline, fill=colour)
+            mask_pen.polygon(outline, fill=i + 1)
     pixels = np.asarray(canvas, np.float32)
     noise = rng.choice([0.0, 3.0, 6.0, 10.0])
     if noise:
@@ -204,7 +213,7 @@ def draw(sc: Scene, width: int | None = None, height: int | None = None) -> Imag
         buffer = io.BytesIO()
         image.save(buffer, "JPEG", quality=rng.randint(30, 90))
         image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
-    return image
+    return (image, np.asarray(mask, np.uint8)) if labels else image
 
 
 # ---- questions and answers -------------------------------------------------------------------
