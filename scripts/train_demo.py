@@ -17,11 +17,11 @@ What it does, in order:
 2. a Qwen3VLForConditionalGeneration from that config.json, trained from scratch with AdamW
    on conversations drawn on the fly (`engine.demo_scenes`: a picture, then one to three
    questions and answers; a few text-only turns; some with a system prompt). The loss is on
-   the answer tokens and their <|im_end|>, plus (--aux-weight) a training-only probe that
-   reads each merged image token and predicts the kind, colour, place and size of the shape
-   under it (token_targets); the probe is not saved. Prompt ids are made exactly as Merlin
-   makes them: the chat template rendered by Merlin's tokenizer, image pads expanded to the
-   grid;
+   the answer tokens and their <|im_end|>, plus (--aux-weight, off by default) a
+   training-only probe that reads each merged image token and predicts the kind, colour,
+   place and size of the shape under it (token_targets); the probe is not saved. Prompt ids
+   are made exactly as Merlin makes them: the chat template rendered by Merlin's tokenizer,
+   image pads expanded to the grid;
 3. bf16 safetensors via save_pretrained, config.json rewritten in the 4.57 spelling, a README
    and train_log.json (seed, recipe, loss curve, wall time);
 4. the check: transformers reloads the folder and Merlin loads it; on held-out scenes both
@@ -134,6 +134,7 @@ class Encoder:
 # to put kind, colour and (absolute, from its position embedding) place into each token.
 AUX_CLASSES = (len(ds.KINDS) + 1, len(ds.COLOURS) + 1, len(ds.POSITIONS) + 1, len(ds.SIZES) + 1)
 _COLOUR_NAMES = sorted(ds.COLOURS)
+PATCH, MERGE = int(dm.PREPROCESSOR["patch_size"]), int(dm.PREPROCESSOR["merge_size"])
 
 
 def token_targets(sc, label_map, grid, cover: float = 0.15):
@@ -145,15 +146,15 @@ def token_targets(sc, label_map, grid, cover: float = 0.15):
     from PIL import Image
 
     _, gh, gw = (int(v) for v in grid)
-    side = 2 * ds_patch()  # a merged token's side in resized pixels
-    h, w = gh * ds_patch(), gw * ds_patch()
-    m = np.asarray(Image.fromarray(label_map).resize((w, h), Image.NEAREST))
+    side = MERGE * PATCH  # a merged token's side in resized pixels
+    m = np.asarray(Image.fromarray(label_map).resize((gw * PATCH, gh * PATCH), Image.NEAREST))
     n = len(sc.shapes)
-    blocks = m.reshape(gh // 2, side, gw // 2, side).transpose(0, 2, 1, 3).reshape(-1, side * side)
+    rows, cols = gh // MERGE, gw // MERGE
+    blocks = m.reshape(rows, side, cols, side).transpose(0, 2, 1, 3).reshape(-1, side * side)
     counts = np.stack([(blocks == i + 1).sum(1) for i in range(n)], 1) / (side * side)  # [T, n]
+    covered = counts.max(1) >= cover
     owner = np.zeros(len(blocks), np.int64)  # 0: background, else shape index + 1
-    best = counts.argmax(1)
-    owner[counts.max(1) >= cover] = best[counts.max(1) >= cover] + 1
+    owner[covered] = counts.argmax(1)[covered] + 1
     for i in range(n):
         if not (owner == i + 1).any() and counts[:, i].max() > 0:
             owner[counts[:, i].argmax()] = i + 1
@@ -166,10 +167,6 @@ def token_targets(sc, label_map, grid, cover: float = 0.15):
             ds.SIZES.index(shape.size) + 1,
         )
     return table[owner]
-
-
-def ds_patch() -> int:
-    return int(dm.PREPROCESSOR["patch_size"])
 
 
 def batch_tensors(samples, pad_id, pad_token):
@@ -243,13 +240,15 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
     pad_id = enc.tok.token_id("<|endoftext|>")
     # the auxiliary probe (token_targets): one linear head per target on the merger's output,
     # trained with the model and dropped at the end (the shipped folder is the plain model)
-    torch.manual_seed(args.seed + 1)
-    probe = torch.nn.Linear(config.vision_config.out_hidden_size, sum(AUX_CLASSES))
-    merged = []
-    model.model.visual.merger.register_forward_hook(lambda mod, inp, out: merged.append(out))
-    trained = [*model.parameters(), *probe.parameters()]
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2] + [probe.weight]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + [probe.bias]
+    probe, merged = None, []
+    if args.aux_weight > 0:
+        torch.manual_seed(args.seed + 1)
+        probe = torch.nn.Linear(config.vision_config.out_hidden_size, sum(AUX_CLASSES))
+        model.model.visual.merger.register_forward_hook(lambda mod, inp, out: merged.append(out))
+    extra = [probe.weight, probe.bias] if probe is not None else []
+    trained = [*model.parameters(), *extra]
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2] + extra[:1]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + extra[1:]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr,
@@ -298,9 +297,9 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
         for g in opt.param_groups:
             g["lr"] = lr
         merged.clear()
-        loss = model(**kw).loss
-        aux_value = 0.0
-        if aux is not None and args.aux_weight > 0:
+        answer_loss = model(**kw).loss
+        loss, aux_value = answer_loss, 0.0
+        if probe is not None and aux is not None:
             tokens = torch.cat(merged)  # normalised: the probe's loss starts near log(classes)
             tokens = torch.nn.functional.layer_norm(tokens, tokens.shape[-1:])
             logits = probe(tokens).split(AUX_CLASSES, dim=-1)
@@ -311,7 +310,7 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
             loss = loss + args.aux_weight * aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        value = float(loss.detach()) - args.aux_weight * aux_value  # the answer tokens' loss
+        value = float(answer_loss.detach())
         if dist is not None:  # average gradients (one flat buffer) and the logged losses
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             logged = torch.tensor([value, aux_value])
@@ -469,8 +468,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--aux-weight",
         type=float,
-        default=1.0,
-        help="weight of the per-image-token probe loss (token_targets); 0 turns it off",
+        default=0.0,
+        help="weight of the per-image-token probe loss (token_targets); 0 (the shipped "
+        "recipe) leaves it out",
     )
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
