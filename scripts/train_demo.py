@@ -19,7 +19,9 @@ What it does, in order:
    questions and answers; a few text-only turns; some with a system prompt). The loss is on
    the answer tokens and their <|im_end|>, plus (--aux-weight, off by default) a
    training-only probe that reads each merged image token and predicts the kind, colour,
-   place and size of the shape under it (token_targets); the probe is not saved. Prompt ids
+   place and size of the shape under it (token_targets); the probe is not saved. With
+   --tower-minutes a phase before it trains the vision tower and that probe alone on pictures
+   (_tower_phase), so the tower learns to tell the kinds apart before the answers. Prompt ids
    are made exactly as Merlin makes them: the chat template rendered by Merlin's tokenizer,
    image pads expanded to the grid;
 3. bf16 safetensors via save_pretrained, config.json rewritten in the 4.57 spelling, a README
@@ -241,11 +243,14 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
     # the auxiliary probe (token_targets): one linear head per target on the merger's output,
     # trained with the model and dropped at the end (the shipped folder is the plain model)
     probe, merged = None, []
-    if args.aux_weight > 0:
+    if args.aux_weight > 0 or args.tower_minutes > 0:
         torch.manual_seed(args.seed + 1)
         probe = torch.nn.Linear(config.vision_config.out_hidden_size, sum(AUX_CLASSES))
         model.model.visual.merger.register_forward_hook(lambda mod, inp, out: merged.append(out))
-    extra = [probe.weight, probe.bias] if probe is not None else []
+    tower_curve = []
+    if args.tower_minutes > 0:
+        tower_curve = _tower_phase(model, probe, merged, enc, args, rank, dist)
+    extra = [probe.weight, probe.bias] if probe is not None and args.aux_weight > 0 else []
     trained = [*model.parameters(), *extra]
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2] + extra[:1]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + extra[1:]
@@ -299,30 +304,13 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
         merged.clear()
         answer_loss = model(**kw).loss
         loss, aux_value = answer_loss, 0.0
-        if probe is not None and aux is not None:
-            tokens = torch.cat(merged)  # normalised: the probe's loss starts near log(classes)
-            tokens = torch.nn.functional.layer_norm(tokens, tokens.shape[-1:])
-            logits = probe(tokens).split(AUX_CLASSES, dim=-1)
-            aux_loss = sum(
-                torch.nn.functional.cross_entropy(lg, aux[:, j]) for j, lg in enumerate(logits)
-            ) / len(AUX_CLASSES)
+        if args.aux_weight > 0 and aux is not None:
+            aux_loss, _ = probe_loss(probe, merged, aux)
             aux_value = float(aux_loss.detach())
             loss = loss + args.aux_weight * aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        value = float(answer_loss.detach())
-        if dist is not None:  # average gradients (one flat buffer) and the logged losses
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            logged = torch.tensor([value, aux_value])
-            flat = torch.cat([g.reshape(-1) for g in grads] + [logged])
-            dist.all_reduce(flat)
-            flat /= world
-            offset = 0
-            for p, g in zip(params, grads):
-                n = g.numel()
-                p.grad = flat[offset : offset + n].view_as(p).clone()
-                offset += n
-            value, aux_value = float(flat[-2]), float(flat[-1])
+        value, aux_value = average_gradients(params, [float(answer_loss.detach()), aux_value], dist)
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         running = value if running is None else 0.95 * running + 0.05 * value
@@ -360,8 +348,118 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
         "steps_done": step,
         "wall_seconds": round(wall, 1),
         "parameters": n_params,
+        "tower_curve": tower_curve,
         "curve": curve,
     }
+
+
+def probe_loss(probe, merged, aux):
+    """(mean cross-entropy of the four probe heads, kind accuracy on shape tokens) of the
+    merged image tokens the forward hook collected, against token_targets' classes."""
+    import torch
+
+    tokens = torch.cat(merged)  # normalised: the probe's loss starts near log(classes)
+    tokens = torch.nn.functional.layer_norm(tokens, tokens.shape[-1:])
+    logits = probe(tokens).split(AUX_CLASSES, dim=-1)
+    loss = sum(
+        torch.nn.functional.cross_entropy(lg, aux[:, j]) for j, lg in enumerate(logits)
+    ) / len(AUX_CLASSES)
+    on_shape = aux[:, 0] > 0
+    kind_right = (logits[0].argmax(-1) == aux[:, 0])[on_shape].float().mean()
+    return loss, float(kind_right)
+
+
+def average_gradients(params, logged: list[float], dist) -> list[float]:
+    """Average the parameters' gradients and the logged figures over the ranks (one flat
+    buffer, one all-reduce); a no-op with one process. Returns the averaged figures."""
+    import torch
+
+    if dist is None:
+        return logged
+    world = dist.get_world_size()
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor(logged)])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+    return [float(v) for v in flat[len(flat) - len(logged) :]]
+
+
+TOWER_SEEDS = 4_000_000  # the tower phase's pictures: apart from the conversations' (index),
+# demo_probe.py's (2 and 3 million) and the evaluation's (10^9)
+
+
+def _tower_phase(model, probe, merged, enc, args, rank, dist) -> list[dict]:
+    """Train the vision tower and the probe alone on token_targets for --tower-minutes.
+
+    Why: the answer loss teaches a shape's kind only through the few answer tokens that name
+    it, and a full run spends its steps on the language; the tower then reads colours, places
+    and sizes almost perfectly and kinds barely above chance (docs/demo-model.md, item 5). The
+    probe labels every image token of every picture, and without the decoder a step costs a
+    fraction of a full one. Pictures only, --batch a step; its own warm-up and cosine schedule
+    over its time budget; every rank follows rank 0's clock. The decoder is untouched.
+    """
+    import torch
+
+    visual = model.model.visual
+    # the DeepStack mergers get no gradient from the probe: left out, not decayed
+    tower = [p for n, p in visual.named_parameters() if not n.startswith("deepstack_merger")]
+    params = [*tower, probe.weight, probe.bias]
+    opt = torch.optim.AdamW(params, lr=args.tower_lr, betas=(0.9, 0.98), weight_decay=0.01)
+    world = dist.get_world_size() if dist is not None else 1
+    per_rank = args.batch // world
+    budget, t0 = args.tower_minutes * 60, time.time()
+    curve, running = [], None
+    step = 0
+    while True:
+        done = torch.tensor([min(1.0, (time.time() - t0) / budget)])
+        if dist is not None:
+            dist.broadcast(done, 0)
+        if float(done) >= 1.0:
+            break
+        lr = args.tower_lr * min((step + 1) / args.warmup, 1.0)
+        lr *= 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * float(done)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        pixels, grids, targets = [], [], []
+        for b in range(per_rank):
+            seed = TOWER_SEEDS + step * args.batch + rank * per_rank + b
+            _, _, pix, grid, aux = enc.encode(seed, [{"q": "?", "a": "."}])
+            pixels.append(torch.from_numpy(pix))
+            grids.append(grid)
+            targets.append(torch.from_numpy(aux))
+        merged.clear()
+        visual(torch.cat(pixels), grid_thw=torch.tensor(grids))
+        loss, kind_right = probe_loss(probe, merged, torch.cat(targets))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        value, kind_right = average_gradients(params, [float(loss.detach()), kind_right], dist)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        running = kind_right if running is None else 0.98 * running + 0.02 * kind_right
+        if rank == 0 and step % args.log_every == 0:
+            elapsed = time.time() - t0
+            curve.append(
+                {
+                    "step": step,
+                    "probe_loss": round(value, 4),
+                    "kind_accuracy": round(running, 4),
+                    "lr": round(lr, 6),
+                    "seconds": round(elapsed, 1),
+                }
+            )
+            print(
+                f"tower {step:5d}  probe loss {value:.4f}  kind accuracy {running:.3f}  "
+                f"lr {lr:.2e}  {elapsed:7.1f}s",
+                flush=True,
+            )
+        step += 1
+    merged.clear()
+    return curve
 
 
 def write_config_457(folder: Path, config: dict) -> None:
@@ -472,6 +570,14 @@ def main(argv=None) -> int:
         help="weight of the per-image-token probe loss (token_targets); 0 (the shipped "
         "recipe) leaves it out",
     )
+    ap.add_argument(
+        "--tower-minutes",
+        type=float,
+        default=0.0,
+        help="first train the vision tower alone on the probe's targets for this long "
+        "(0, the shipped recipe: no tower phase)",
+    )
+    ap.add_argument("--tower-lr", type=float, default=2e-3)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=20260)
@@ -526,6 +632,9 @@ def main(argv=None) -> int:
         "batch": args.batch,
         "lr": args.lr,
         "warmup": args.warmup,
+        "aux_weight": args.aux_weight,
+        "tower_minutes": args.tower_minutes,
+        "tower_lr": args.tower_lr,
         "threads": args.threads,
         "procs": args.procs,
         "torch": torch.__version__,
