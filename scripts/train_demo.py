@@ -271,11 +271,6 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
             done = max(done, (time.time() - t0) / budget)
         return min(1.0, done)
 
-    def lr_at(step, done):
-        if step < args.warmup:
-            return args.lr * (step + 1) / args.warmup
-        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * done)))
-
     rng = random.Random(args.seed * 1000 + rank)
     per_rank = args.batch // world
     curve = []
@@ -298,7 +293,7 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
             system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
             samples.append(enc.encode(image_seed, turns, system))
         kw, aux = batch_tensors(samples, pad_id, enc.pad)
-        lr = lr_at(step, done)
+        lr = scheduled_lr(args.lr, step, args.warmup, done)
         for g in opt.param_groups:
             g["lr"] = lr
         merged.clear()
@@ -353,6 +348,14 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
     }
 
 
+def scheduled_lr(peak: float, step: int, warmup: int, done: float) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to 5% of `peak` as `done`
+    (the fraction of the phase's steps or time budget) goes from 0 to 1."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * done)))
+
+
 def probe_loss(probe, merged, aux):
     """(mean cross-entropy of the four probe heads, kind accuracy on shape tokens) of the
     merged image tokens the forward hook collected, against token_targets' classes."""
@@ -400,8 +403,9 @@ def _tower_phase(model, probe, merged, enc, args, rank, dist) -> list[dict]:
     it, and a full run spends its steps on the language; the tower then reads colours, places
     and sizes almost perfectly and kinds barely above chance (docs/demo-model.md, item 5). The
     probe labels every image token of every picture, and without the decoder a step costs a
-    fraction of a full one. Pictures only, --batch a step; its own warm-up and cosine schedule
-    over its time budget; every rank follows rank 0's clock. The decoder is untouched.
+    fraction of a full one. Pictures only, --batch a step; the full phase's schedule
+    (scheduled_lr) over its own time budget; every rank follows rank 0's clock. The decoder
+    is untouched.
     """
     import torch
 
@@ -421,8 +425,7 @@ def _tower_phase(model, probe, merged, enc, args, rank, dist) -> list[dict]:
             dist.broadcast(done, 0)
         if float(done) >= 1.0:
             break
-        lr = args.tower_lr * min((step + 1) / args.warmup, 1.0)
-        lr *= 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * float(done)))
+        lr = scheduled_lr(args.tower_lr, step, args.warmup, float(done))
         for g in opt.param_groups:
             g["lr"] = lr
         pixels, grids, targets = [], [], []
