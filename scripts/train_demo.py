@@ -59,8 +59,11 @@ from merlin.engine.vision.preprocess import parse_preprocess_config, prepare_pil
 SYSTEM_PROMPTS = ["You are a helpful assistant.", "Answer briefly.", "你是一个有用的助手。"]
 
 
-def make_conversation(rng: random.Random, index: int) -> tuple[str | None, list[dict]]:
-    """(image seed or None, turns): turns are {"q": text, "a": answer}."""
+def make_conversation(
+    rng: random.Random, index: int, favour: tuple[str, ...] = ()
+) -> tuple[str | None, list[dict]]:
+    """(image seed or None, turns): turns are {"q": text, "a": answer}. The question kinds
+    in `favour` are asked twice as often as the others (none: all alike)."""
     if rng.random() < 0.07:
         turns = []
         for _ in range(rng.choice([1, 1, 2])):
@@ -75,7 +78,11 @@ def make_conversation(rng: random.Random, index: int) -> tuple[str | None, list[
     for _ in range(rng.choice([1, 2, 2, 3, 3])):
         if rng.random() < 0.2:
             lang = rng.choice(ds.LANGS)
-        q = ds.question(sc, rng.choice(kinds), lang, rng.randrange(10**9))
+        if favour:
+            kind = rng.choices(kinds, [2 if k in favour else 1 for k in kinds])[0]
+        else:
+            kind = rng.choice(kinds)
+        q = ds.question(sc, kind, lang, rng.randrange(10**9))
         turns.append({"q": q.text, "a": q.answer})
     return seed, turns
 
@@ -289,7 +296,7 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
         samples = []
         for b in range(per_rank):
             index = step * args.batch + rank * per_rank + b
-            image_seed, turns = make_conversation(rng, index)
+            image_seed, turns = make_conversation(rng, index, tuple(args.favour))
             system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
             samples.append(enc.encode(image_seed, turns, system))
         kw, aux = batch_tensors(samples, pad_id, enc.pad)
@@ -581,6 +588,13 @@ def main(argv=None) -> int:
         "(0, the shipped recipe: no tower phase)",
     )
     ap.add_argument("--tower-lr", type=float, default=2e-3)
+    ap.add_argument(
+        "--favour",
+        action="append",
+        default=[],
+        choices=ds.QUESTION_KINDS,
+        help="ask this question kind twice as often (repeatable; none: all kinds alike)",
+    )
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=20260)
@@ -638,6 +652,7 @@ def main(argv=None) -> int:
         "aux_weight": args.aux_weight,
         "tower_minutes": args.tower_minutes,
         "tower_lr": args.tower_lr,
+        "favour": args.favour,
         "threads": args.threads,
         "procs": args.procs,
         "torch": torch.__version__,
