@@ -83,12 +83,18 @@ def make_conversation(
         else:
             kind = rng.choice(kinds)
         q = ds.question(sc, kind, lang, rng.randrange(10**9))
-        turns.append({"q": q.text, "a": q.answer})
+        turns.append({"q": q.text, "a": q.answer, "kind": kind, "named": q.named})
     return seed, turns
 
 
+# Question kinds whose answer is an attribute looked up by the shape kind the question names
+# (attend_targets): colour, place, and the size comparison of two named shapes.
+LOOKUP_KINDS = ("colour", "where", "bigger")
+
+
 class Encoder:
-    """Conversation -> (input_ids, labels, pixel_values, grid) as Merlin builds prompts."""
+    """Conversation -> (input_ids, labels, pixel_values, grid, probe targets, attention
+    targets) as Merlin builds prompts; the last two are None without a picture."""
 
     def __init__(self, folder: Path):
         self.tok = Tokenizer.from_folder(folder)
@@ -100,16 +106,18 @@ class Encoder:
         messages = [{"role": "system", "content": system}] if system else []
         pixels = grid = None
         n_pad = 0
-        aux = None
+        aux = owner = sc = None
         if image_seed is not None:
             sc = ds.scene(image_seed)
             image, label_map = ds.draw(sc, labels=True)
             prepared = prepare_pil(image, self.pre)
             pixels, grid = prepared.pixel_values, prepared.grid_thw
             n_pad = grid[0] * grid[1] * grid[2] // 4
-            aux = token_targets(sc, label_map, grid)
+            owner = token_owners(sc, label_map, grid)
+            aux = token_targets(sc, owner)
         ids: list[int] = []
         labels: list[int] = []
+        spans = []  # (first answer index, end, turn) before the image pad is expanded
         for t, turn in enumerate(turns):
             content = turn["q"]
             if t == 0 and image_seed is not None:
@@ -121,6 +129,7 @@ class Encoder:
             ids += new
             labels += [-100] * len(new)
             answer = self.tok.encode_text(turn["a"]) + [self.im_end]
+            spans.append((len(ids), len(ids) + len(answer), turn))
             ids += answer
             labels += answer
             messages.append({"role": "assistant", "content": turn["a"]})
@@ -128,11 +137,33 @@ class Encoder:
             assert full[: len(ids)] == ids, "answer tokens differ from the template's"
             ids += full[len(ids) :]  # the "\n" after <|im_end|>
             labels += [-100] * (len(full) - len(labels))
+        attend = None
         if n_pad:
             at = ids.index(self.pad)
             ids = ids[:at] + [self.pad] * n_pad + ids[at + 1 :]
             labels = labels[:at] + [-100] * n_pad + labels[at + 1 :]
-        return ids, labels, pixels, grid, aux
+            attend = attend_targets(sc, owner, spans, at, n_pad - 1)
+        return ids, labels, pixels, grid, aux, attend
+
+
+def attend_targets(sc, owner, spans, image_at: int, shift: int) -> list[tuple[int, int, list]]:
+    """(first query position, end, key positions) for the answers to lookup questions
+    (LOOKUP_KINDS) about shapes that are there: the positions that predict the answer's
+    tokens, and the image tokens of the shapes the question names (token_owners). A
+    training-only target (--attend-weight): one attention head is taught to look there."""
+    import numpy as np
+
+    out = []
+    for start, end, turn in spans:
+        if turn.get("kind") not in LOOKUP_KINDS:
+            continue
+        present = [i for i, s in enumerate(sc.shapes) if s.kind in turn["named"]]
+        if len(present) != len(turn["named"]):
+            continue  # "there is no star": nothing to look at
+        keys = np.flatnonzero(np.isin(owner, [i + 1 for i in present])) + image_at
+        # the positions whose next token is an answer token, after the pad's expansion
+        out.append((start - 1 + shift, end - 1 + shift, keys.tolist()))
+    return out
 
 
 # The auxiliary target (training only, never shipped): a linear probe on each merged image
@@ -146,11 +177,11 @@ _COLOUR_NAMES = sorted(ds.COLOURS)
 PATCH, MERGE = int(dm.PREPROCESSOR["patch_size"]), int(dm.PREPROCESSOR["merge_size"])
 
 
-def token_targets(sc, label_map, grid, cover: float = 0.15):
-    """[tokens, 4] int64 classes (kind, colour, position, size; 0 = background) of the merged
-    tokens in the processor's order (rows of 2x2 patch windows, raster order). A token is a
-    shape's when the shape covers >= `cover` of it, or it holds the most of a shape that
-    covers no token that much (a small shape across four tokens still gets one)."""
+def token_owners(sc, label_map, grid, cover: float = 0.15):
+    """[tokens] int64: which shape each merged token shows (shape index + 1; 0 = background),
+    in the processor's order (rows of 2x2 patch windows, raster order). A token is a shape's
+    when the shape covers >= `cover` of it, or it holds the most of a shape that covers no
+    token that much (a small shape across four tokens still gets one)."""
     import numpy as np
     from PIL import Image
 
@@ -167,6 +198,15 @@ def token_targets(sc, label_map, grid, cover: float = 0.15):
     for i in range(n):
         if not (owner == i + 1).any() and counts[:, i].max() > 0:
             owner[counts[:, i].argmax()] = i + 1
+    return owner
+
+
+def token_targets(sc, owner):
+    """[tokens, 4] int64 classes (kind, colour, position, size; 0 = background) of the merged
+    tokens, from token_owners."""
+    import numpy as np
+
+    n = len(sc.shapes)
     table = np.zeros((n + 1, 4), np.int64)
     for i, shape in enumerate(sc.shapes):
         table[i + 1] = (
@@ -185,7 +225,7 @@ def batch_tensors(samples, pad_id, pad_token):
     ids = torch.full((len(samples), n), pad_id, dtype=torch.long)
     labels = torch.full((len(samples), n), -100, dtype=torch.long)
     mask = torch.zeros((len(samples), n), dtype=torch.long)
-    for i, (a, b, _, _, _) in enumerate(samples):
+    for i, (a, b, *_) in enumerate(samples):
         ids[i, : len(a)] = torch.tensor(a)
         labels[i, : len(b)] = torch.tensor(b)
         mask[i, : len(a)] = 1
@@ -196,7 +236,8 @@ def batch_tensors(samples, pad_id, pad_token):
         kw["pixel_values"] = torch.cat(pix)
         kw["image_grid_thw"] = torch.tensor([s[3] for s in samples if s[3] is not None])
     aux = [torch.from_numpy(s[4]) for s in samples if s[4] is not None]
-    return kw, (torch.cat(aux) if aux else None)
+    attend = [(i, *t) for i, s in enumerate(samples) for t in (s[5] or [])]
+    return kw, (torch.cat(aux) if aux else None), attend
 
 
 def train(args, folder: Path) -> dict:
@@ -254,6 +295,15 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
         torch.manual_seed(args.seed + 1)
         probe = torch.nn.Linear(config.vision_config.out_hidden_size, sum(AUX_CLASSES))
         model.model.visual.merger.register_forward_hook(lambda mod, inp, out: merged.append(out))
+    attention = {}  # decoder layer -> its attention weights [batch, heads, q, k] this step
+    if args.attend_weight > 0:
+        # eager attention returns the weights (sdpa does not); the text model only
+        model.model.language_model.config._attn_implementation = "eager"
+        for layer in args.attend_layers:
+            attn = model.model.language_model.layers[layer].self_attn
+            attn.register_forward_hook(
+                lambda mod, inp, out, layer=layer: attention.__setitem__(layer, out[1])
+            )
     tower_curve = []
     if args.tower_minutes > 0:
         tower_curve = _tower_phase(model, probe, merged, enc, args, rank, dist)
@@ -299,20 +349,27 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
             image_seed, turns = make_conversation(rng, index, tuple(args.favour))
             system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.1 else None
             samples.append(enc.encode(image_seed, turns, system))
-        kw, aux = batch_tensors(samples, pad_id, enc.pad)
+        kw, aux, attend = batch_tensors(samples, pad_id, enc.pad)
         lr = scheduled_lr(args.lr, step, args.warmup, done)
         for g in opt.param_groups:
             g["lr"] = lr
         merged.clear()
+        attention.clear()
         answer_loss = model(**kw).loss
-        loss, aux_value = answer_loss, 0.0
+        loss, aux_value, attend_value = answer_loss, 0.0, 0.0
         if args.aux_weight > 0 and aux is not None:
             aux_loss, _ = probe_loss(probe, merged, aux)
             aux_value = float(aux_loss.detach())
             loss = loss + args.aux_weight * aux_loss
+        if args.attend_weight > 0 and attend:
+            attend_loss = attention_loss([attention[n] for n in args.attend_layers], attend)
+            attend_value = float(attend_loss.detach())
+            loss = loss + args.attend_weight * attend_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        value, aux_value = average_gradients(params, [float(answer_loss.detach()), aux_value], dist)
+        value, aux_value, attend_value = average_gradients(
+            params, [float(answer_loss.detach()), aux_value, attend_value], dist
+        )
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         running = value if running is None else 0.95 * running + 0.05 * value
@@ -324,12 +381,14 @@ def _train_rank(rank: int, args, folder: Path) -> dict:
                     "loss": round(value, 4),
                     "smoothed": round(running, 4),
                     "aux": round(aux_value, 4),
+                    "attend": round(attend_value, 4),
                     "lr": round(lr, 6),
                     "seconds": round(elapsed, 1),
                 }
             )
             print(
                 f"step {step:5d}  loss {value:.4f}  smoothed {running:.4f}  aux {aux_value:.3f}  "
+                f"attend {attend_value:.3f}  "
                 f"lr {lr:.2e}  {elapsed:7.1f}s",
                 flush=True,
             )
@@ -377,6 +436,26 @@ def probe_loss(probe, merged, aux):
     on_shape = aux[:, 0] > 0
     kind_right = (logits[0].argmax(-1) == aux[:, 0])[on_shape].float().mean()
     return loss, float(kind_right)
+
+
+def attention_loss(weights, attend):
+    """Mean of -log(attention mass on the named shapes' image tokens) of head 0 of each
+    supervised layer (`weights`: [batch, heads, q, k] each), over the query positions of
+    attend_targets' answers (`attend`: (sample, first query, end, key positions)).
+
+    Why: the answer loss alone did not teach the decoder to find the image token of the
+    shape a question names: colour and place answers named another shape's attribute
+    however long it trained (docs/demo-model.md, item 7), while the tokens hold kind, colour
+    and place (the probe reads them). This says where to look; what to copy from there is
+    left to the answer loss. Training only: the saved model is the plain architecture."""
+    import torch
+
+    terms = []
+    for w in weights:
+        for b, q0, q1, keys in attend:
+            mass = w[b, 0, q0:q1][:, keys].sum(-1)
+            terms.append(-torch.log(mass.clamp_min(1e-6)))
+    return torch.cat(terms).mean()
 
 
 def average_gradients(params, logged: list[float], dist) -> list[float]:
@@ -438,7 +517,7 @@ def _tower_phase(model, probe, merged, enc, args, rank, dist) -> list[dict]:
         pixels, grids, targets = [], [], []
         for b in range(per_rank):
             seed = TOWER_SEEDS + step * args.batch + rank * per_rank + b
-            _, _, pix, grid, aux = enc.encode(seed, [{"q": "?", "a": "."}])
+            _, _, pix, grid, aux, _ = enc.encode(seed, [{"q": "?", "a": "."}])
             pixels.append(torch.from_numpy(pix))
             grids.append(grid)
             targets.append(torch.from_numpy(aux))
@@ -589,6 +668,15 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--tower-lr", type=float, default=2e-3)
     ap.add_argument(
+        "--attend-weight",
+        type=float,
+        default=0.0,
+        help="weight of the attention target (attention_loss): head 0 of --attend-layers "
+        "looks at the shape a colour/where/bigger question names; 0 (the shipped recipe) "
+        "leaves it out",
+    )
+    ap.add_argument("--attend-layers", type=int, nargs="+", default=[2, 3])
+    ap.add_argument(
         "--favour",
         action="append",
         default=[],
@@ -653,6 +741,8 @@ def main(argv=None) -> int:
         "tower_minutes": args.tower_minutes,
         "tower_lr": args.tower_lr,
         "favour": args.favour,
+        "attend_weight": args.attend_weight,
+        "attend_layers": args.attend_layers,
         "threads": args.threads,
         "procs": args.procs,
         "torch": torch.__version__,

@@ -332,6 +332,7 @@ class Question:
     lang: str
     text: str
     answer: str
+    named: tuple[str, ...] = ()  # the shape kinds the question names (English), in order
 
 
 def question(sc: Scene, kind: str, lang: str, seed: int, absent_rate: float = 0.15) -> Question:
@@ -356,7 +357,8 @@ def question(sc: Scene, kind: str, lang: str, seed: int, absent_rate: float = 0.
     templates = (_EN_Q if lang == "en" else _ZH_Q)[kind]
     names = (lambda k: k) if lang == "en" else (lambda k: _ZH_KIND[k] if k else k)
     text = rng.choice(templates).format(a=names(a), b=names(b))
-    return Question(kind, lang, text, answer(sc, kind, lang, a, b))
+    named = tuple(k for k in (a, b) if k)
+    return Question(kind, lang, text, answer(sc, kind, lang, a, b), named)
 
 
 def eval_scene_seed(kind: str, index: int) -> int:
