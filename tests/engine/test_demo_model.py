@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from support import run_cli
 
+from merlin.engine import demo_model as dm
 from merlin.engine import demo_scenes as ds
 from merlin.engine.demo import tensor_shapes
 
@@ -111,22 +112,27 @@ def test_label_map_marks_each_shape_where_it_was_drawn():
         assert labels.max() <= len(sc.shapes)
 
 
+def _train_demo_module():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "train_demo.py"
+    spec = importlib.util.spec_from_file_location("train_demo", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # imports no torch until training starts
+    return module
+
+
 def test_training_token_targets_follow_the_processors_token_order():
     """scripts/train_demo.py's per-token targets: every shape owns a token, and each token a
     shape owns is one the shape covers in the processor's token order (rows 4k..4k+3 of
     pixel_values for merged token k): a picture white only where shape i is, through the same
     preprocessing, is bright exactly in the tokens shape i owns."""
-    import importlib.util
-    from pathlib import Path
-
     from PIL import Image
 
     from merlin.engine.vision.preprocess import parse_preprocess_config, prepare_pil
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "train_demo.py"
-    spec = importlib.util.spec_from_file_location("train_demo", script)
-    train_demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_demo)  # imports no torch until training starts
+    train_demo = _train_demo_module()
     pre = parse_preprocess_config(train_demo.dm.PREPROCESSOR, None)
     colours = sorted(ds.COLOURS)
     for seed in range(30):
@@ -136,7 +142,8 @@ def test_training_token_targets_follow_the_processors_token_order():
             white = np.where(labels == i + 1, 255, 0).astype(np.uint8)
             only = Image.fromarray(white).convert("RGB")
             prepared = prepare_pil(only, pre)
-            targets = train_demo.token_targets(sc, labels, prepared.grid_thw)
+            owners = train_demo.token_owners(sc, labels, prepared.grid_thw)
+            targets = train_demo.token_targets(sc, owners)
             assert targets.shape == (len(prepared.pixel_values) // 4, 4)
             cover = prepared.pixel_values.reshape(len(targets), -1).mean(1) * 0.5 + 0.5
             owned = targets[:, 1] == colours.index(shape.colour) + 1
@@ -146,6 +153,45 @@ def test_training_token_targets_follow_the_processors_token_order():
             assert (targets[owned, 3] == ds.SIZES.index(shape.size) + 1).all()
             assert cover[owned].min() > 0.05, (seed, shape, cover[owned])
             assert cover[~owned].max() < 0.5, (seed, shape)  # a token mostly this shape's is its
+
+
+def test_training_attention_targets_point_from_the_answer_to_the_named_shape():
+    """scripts/train_demo.py's attention target (--attend-weight): for a colour / where /
+    bigger answer about shapes that are there, the query positions are exactly those whose
+    next token is the answer's (up to its <|im_end|>), and the keys are the image pads the
+    named shapes own; a question about an absent shape and the other kinds get none."""
+    import random
+
+    train_demo = _train_demo_module()
+    enc = train_demo.Encoder(dm.shipped_dir())
+    rng = random.Random(3)
+    seen = {"lookup": 0, "absent": 0}
+    for index in range(60):
+        seed, turns = train_demo.make_conversation(rng, index)
+        if seed is None:
+            continue
+        sc = ds.scene(seed)
+        ids, labels, _, grid, aux, attend = enc.encode(seed, turns)
+        first_pad = ids.index(enc.pad)
+        lookups = [
+            t
+            for t in turns
+            if t["kind"] in train_demo.LOOKUP_KINDS and all(sc.by_kind(k) for k in t["named"])
+        ]
+        seen["absent"] += sum(t["kind"] in train_demo.LOOKUP_KINDS for t in turns) - len(lookups)
+        assert len(attend) == len(lookups)
+        for (q0, q1, keys), turn in zip(attend, lookups):
+            seen["lookup"] += 1
+            answer = enc.tok.encode_text(turn["a"]) + [enc.im_end]
+            assert labels[q0 + 1 : q1 + 1] == answer and labels[q0] == -100
+            assert keys and all(ids[k] == enc.pad for k in keys)
+            named = {ds.KINDS.index(k) + 1 for k in turn["named"]}
+            kinds_there = {int(aux[k - first_pad, 0]) for k in keys}
+            assert kinds_there == named, (turn, kinds_there)
+            # every token of a named shape is a key
+            owned = [i for i in range(len(aux)) if int(aux[i, 0]) in named]
+            assert sorted(k - first_pad for k in keys) == owned
+    assert seen["lookup"] >= 10 and seen["absent"] >= 1, seen
 
 
 def test_eval_cases_are_held_out_and_askable():
