@@ -19,7 +19,9 @@ What it does, in order:
    questions and answers; a few text-only turns; some with a system prompt). The loss is on
    the answer tokens and their <|im_end|>, plus (--aux-weight, off by default) a
    training-only probe that reads each merged image token and predicts the kind, colour,
-   place and size of the shape under it (token_targets); the probe is not saved. With
+   place and size of the shape under it (token_targets); the probe is not saved; and
+   (--attend-weight, off by default) an attention target: head 0 of two decoder layers is
+   taught to look at the shape a colour/where/bigger question names (attend_targets). With
    --tower-minutes a phase before it trains the vision tower and that probe alone on pictures
    (_tower_phase), so the tower learns to tell the kinds apart before the answers. Prompt ids
    are made exactly as Merlin makes them: the chat template rendered by Merlin's tokenizer,
