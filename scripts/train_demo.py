@@ -21,7 +21,8 @@ What it does, in order:
    training-only probe that reads each merged image token and predicts the kind, colour,
    place and size of the shape under it (token_targets); the probe is not saved; and
    (--attend-weight, off by default) an attention target: head 0 of two decoder layers is
-   taught to look at the shape a colour/where/bigger question names (attend_targets). With
+   taught to look at the shape a colour/where/bigger question names, and at each shape in
+   turn while a list or description names it (attend_targets). With
    --tower-minutes a phase before it trains the vision tower and that probe alone on pictures
    (_tower_phase), so the tower learns to tell the kinds apart before the answers. Prompt ids
    are made exactly as Merlin makes them: the chat template rendered by Merlin's tokenizer,
@@ -85,12 +86,13 @@ def make_conversation(
         else:
             kind = rng.choice(kinds)
         q = ds.question(sc, kind, lang, rng.randrange(10**9))
-        turns.append({"q": q.text, "a": q.answer, "kind": kind, "named": q.named})
+        turns.append({"q": q.text, "a": q.answer, "kind": kind, "named": q.named, "lang": lang})
     return seed, turns
 
 
 # Question kinds whose answer is an attribute looked up by the shape kind the question names
-# (attend_targets): colour, place, and the size comparison of two named shapes.
+# (attend_targets): colour, place, and the size comparison of two named shapes. The list
+# kinds (ds.LIST_KINDS: shapes, describe) get a target per shape named in the answer.
 LOOKUP_KINDS = ("colour", "where", "bigger")
 
 
@@ -119,7 +121,7 @@ class Encoder:
             aux = token_targets(sc, owner)
         ids: list[int] = []
         labels: list[int] = []
-        spans = []  # (first answer index, end, turn) before the image pad is expanded
+        spans = []  # (first answer index, end, turn, character ends) before the pad is expanded
         for t, turn in enumerate(turns):
             content = turn["q"]
             if t == 0 and image_seed is not None:
@@ -131,7 +133,8 @@ class Encoder:
             ids += new
             labels += [-100] * len(new)
             answer = self.tok.encode_text(turn["a"]) + [self.im_end]
-            spans.append((len(ids), len(ids) + len(answer), turn))
+            ends = [len(self.tok.decode(answer[: j + 1])) for j in range(len(answer) - 1)]
+            spans.append((len(ids), len(ids) + len(answer), turn, ends))
             ids += answer
             labels += answer
             messages.append({"role": "assistant", "content": turn["a"]})
@@ -149,22 +152,38 @@ class Encoder:
 
 
 def attend_targets(sc, owner, spans, image_at: int, shift: int) -> list[tuple[int, int, list]]:
-    """(first query position, end, key positions) for the answers to lookup questions
-    (LOOKUP_KINDS) about shapes that are there: the positions that predict the answer's
-    tokens, and the image tokens of the shapes the question names (token_owners). A
-    training-only target (--attend-weight): one attention head is taught to look there."""
+    """(first query position, end, key positions): where one attention head is taught to
+    look (a training-only target, --attend-weight), as positions after the pad's expansion.
+
+    - Answers to lookup questions (LOOKUP_KINDS) about shapes that are there: the positions
+      that predict the answer's tokens look at the image tokens of the shapes the question
+      names (token_owners).
+    - Answers that list every shape (ds.LIST_KINDS): the positions that predict the words
+      naming one shape (ds.part_spans) look at that shape's image tokens, so the list is read
+      shape by shape instead of from a blend of all of them.
+
+    `spans`: (first answer index, end, turn, the answer tokens' character ends) before the
+    pad's expansion; the answer's last token (<|im_end|>) has no characters."""
     import numpy as np
 
+    def keys_of(shapes):
+        return (np.flatnonzero(np.isin(owner, [i + 1 for i in shapes])) + image_at).tolist()
+
     out = []
-    for start, end, turn in spans:
-        if turn.get("kind") not in LOOKUP_KINDS:
-            continue
-        present = [i for i, s in enumerate(sc.shapes) if s.kind in turn["named"]]
-        if len(present) != len(turn["named"]):
-            continue  # "there is no star": nothing to look at
-        keys = np.flatnonzero(np.isin(owner, [i + 1 for i in present])) + image_at
-        # the positions whose next token is an answer token, after the pad's expansion
-        out.append((start - 1 + shift, end - 1 + shift, keys.tolist()))
+    for start, end, turn, ends in spans:
+        kind = turn.get("kind")
+        if kind in LOOKUP_KINDS:
+            present = [i for i, s in enumerate(sc.shapes) if s.kind in turn["named"]]
+            if len(present) != len(turn["named"]):
+                continue  # "there is no star": nothing to look at
+            # the positions whose next token is an answer token
+            out.append((start - 1 + shift, end - 1 + shift, keys_of(present)))
+        elif kind in ds.LIST_KINDS:
+            for shape, c0, c1 in ds.part_spans(sc, kind, turn["lang"]):
+                # the answer tokens that overlap the shape's words, [j0, j1)
+                j0 = next(j for j, e in enumerate(ends) if e > c0)
+                j1 = next(j for j, e in enumerate(ends) if e >= c1) + 1
+                out.append((start + j0 - 1 + shift, start + j1 - 1 + shift, keys_of([shape])))
     return out
 
 
@@ -674,8 +693,8 @@ def main(argv=None) -> int:
         type=float,
         default=0.0,
         help="weight of the attention target (attention_loss): head 0 of --attend-layers "
-        "looks at the shape a colour/where/bigger question names; 0 (the shipped recipe) "
-        "leaves it out",
+        "looks at the shape a colour/where/bigger question names, and at each shape while "
+        "an answer lists or describes it; 0 (the shipped recipe) leaves it out",
     )
     ap.add_argument("--attend-layers", type=int, nargs="+", default=[2, 3])
     ap.add_argument(

@@ -104,6 +104,8 @@ def install_guard() -> Guard:
         from merlin.engine.version import __version__
 
         os.environ["NUMBA_CACHE_DIR"] = str(real_cache / "numba" / __version__)
+        # made now, before the guard watches: on a new machine its parents do not exist yet
+        Path(os.environ["NUMBA_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
     guard = Guard(roots, [real_cache / s for s in SHARED])
     base = Path(tempfile.mkdtemp(prefix="merlin-test-home-"))
     for var, sub in (

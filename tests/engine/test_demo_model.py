@@ -159,13 +159,15 @@ def test_training_attention_targets_point_from_the_answer_to_the_named_shape():
     """scripts/train_demo.py's attention target (--attend-weight): for a colour / where /
     bigger answer about shapes that are there, the query positions are exactly those whose
     next token is the answer's (up to its <|im_end|>), and the keys are the image pads the
-    named shapes own; a question about an absent shape and the other kinds get none."""
+    named shapes own; a question about an absent shape and the count get none. A list or
+    description gets one target per shape, in reading order: the positions that predict the
+    words naming that shape, looking at that shape's pads."""
     import random
 
     train_demo = _train_demo_module()
     enc = train_demo.Encoder(dm.shipped_dir())
     rng = random.Random(3)
-    seen = {"lookup": 0, "absent": 0}
+    seen = {"lookup": 0, "absent": 0, "list": 0}
     for index in range(60):
         seed, turns = train_demo.make_conversation(rng, index)
         if seed is None:
@@ -173,25 +175,36 @@ def test_training_attention_targets_point_from_the_answer_to_the_named_shape():
         sc = ds.scene(seed)
         ids, labels, _, grid, aux, attend = enc.encode(seed, turns)
         first_pad = ids.index(enc.pad)
-        lookups = [
-            t
-            for t in turns
-            if t["kind"] in train_demo.LOOKUP_KINDS and all(sc.by_kind(k) for k in t["named"])
-        ]
-        seen["absent"] += sum(t["kind"] in train_demo.LOOKUP_KINDS for t in turns) - len(lookups)
-        assert len(attend) == len(lookups)
-        for (q0, q1, keys), turn in zip(attend, lookups):
-            seen["lookup"] += 1
-            answer = enc.tok.encode_text(turn["a"]) + [enc.im_end]
-            assert labels[q0 + 1 : q1 + 1] == answer and labels[q0] == -100
-            assert keys and all(ids[k] == enc.pad for k in keys)
-            named = {ds.KINDS.index(k) + 1 for k in turn["named"]}
-            kinds_there = {int(aux[k - first_pad, 0]) for k in keys}
-            assert kinds_there == named, (turn, kinds_there)
-            # every token of a named shape is a key
-            owned = [i for i in range(len(aux)) if int(aux[i, 0]) in named]
-            assert sorted(k - first_pad for k in keys) == owned
-    assert seen["lookup"] >= 10 and seen["absent"] >= 1, seen
+        targets = iter(attend)
+
+        def owned_by(kinds, aux=aux):
+            codes = {ds.KINDS.index(k) + 1 for k in kinds}
+            return [i for i in range(len(aux)) if int(aux[i, 0]) in codes]
+
+        for turn in turns:
+            if turn["kind"] in train_demo.LOOKUP_KINDS:
+                if not all(sc.by_kind(k) for k in turn["named"]):
+                    seen["absent"] += 1
+                    continue
+                seen["lookup"] += 1
+                q0, q1, keys = next(targets)
+                answer = enc.tok.encode_text(turn["a"]) + [enc.im_end]
+                assert labels[q0 + 1 : q1 + 1] == answer and labels[q0] == -100
+                assert keys and all(ids[k] == enc.pad for k in keys)
+                # every token of a named shape is a key, and no other
+                assert sorted(k - first_pad for k in keys) == owned_by(turn["named"])
+            elif turn["kind"] in ds.LIST_KINDS:
+                for shape in sc.reading_order():
+                    seen["list"] += 1
+                    q0, q1, keys = next(targets)
+                    assert -100 not in labels[q0 + 1 : q1 + 1]
+                    words = enc.tok.decode(labels[q0 + 1 : q1 + 1]).lower()
+                    name = shape.kind if turn["lang"] == "en" else ds._ZH_KIND[shape.kind]
+                    # the words of this shape only: its kind, and no other shape's
+                    assert name in words and len(words) < 40, (turn, words)
+                    assert sorted(k - first_pad for k in keys) == owned_by([shape.kind])
+        assert next(targets, None) is None
+    assert seen["lookup"] >= 10 and seen["absent"] >= 1 and seen["list"] >= 20, seen
 
 
 def test_eval_cases_are_held_out_and_askable():

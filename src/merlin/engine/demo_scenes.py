@@ -274,7 +274,7 @@ def answer(sc: Scene, kind: str, lang: str, a: str | None = None, b: str | None 
         if kind in ("colour", "where") and sc.by_kind(a) is None:
             return f"There is no {a} in the picture."
         if kind == "shapes":
-            text = _en_list([f"a {s.kind}" for s in shapes])
+            text = _en_list([_part(s, kind, lang) for s in shapes])
             return text[0].upper() + text[1:] + "."
         if kind == "colour":
             return f"The {a} is {sc.by_kind(a).colour}."
@@ -286,13 +286,13 @@ def answer(sc: Scene, kind: str, lang: str, a: str | None = None, b: str | None 
             return f"The {_bigger(sc, a, b)} is bigger."
         if kind == "describe":
             head = "There is one shape" if n == 1 else f"There are {_EN_NUM[n]} shapes"
-            parts = [f"a {s.size} {s.colour} {s.kind} {_EN_POS[s.position]}" for s in shapes]
+            parts = [_part(s, kind, lang) for s in shapes]
             return f"{head} in the picture: {_en_list(parts)}."
     elif lang == "zh":
         if kind in ("colour", "where") and sc.by_kind(a) is None:
             return f"图片里没有{_ZH_KIND[a]}。"
         if kind == "shapes":
-            items = [f"一个{_ZH_KIND[s.kind]}" for s in shapes]
+            items = [_part(s, kind, lang) for s in shapes]
             head = "、".join(items[:-1])
             return "有" + (head + "和" if head else "") + items[-1] + "。"
         if kind == "colour":
@@ -304,12 +304,37 @@ def answer(sc: Scene, kind: str, lang: str, a: str | None = None, b: str | None 
         if kind == "bigger":
             return f"{_ZH_KIND[_bigger(sc, a, b)]}更大。"
         if kind == "describe":
-            parts = [
-                f"{_ZH_POS[s.position]}是一个{_ZH_SIZE[s.size]}{_ZH_COLOUR[s.colour]}{_ZH_KIND[s.kind]}"
-                for s in shapes
-            ]
+            parts = [_part(s, kind, lang) for s in shapes]
             return f"图片里有{_ZH_NUM[n]}个形状：" + "，".join(parts) + "。"
     raise ValueError(f"unknown question {kind!r} / language {lang!r}")
+
+
+LIST_KINDS = ("shapes", "describe")  # answers that name every shape, in reading order
+
+
+def _part(s: Shape, kind: str, lang: str) -> str:
+    """The words that name shape `s` in a list (`shapes`) or description (`describe`)."""
+    if lang == "en":
+        if kind == "shapes":
+            return f"a {s.kind}"
+        return f"a {s.size} {s.colour} {s.kind} {_EN_POS[s.position]}"
+    if kind == "shapes":
+        return f"一个{_ZH_KIND[s.kind]}"
+    return f"{_ZH_POS[s.position]}是一个{_ZH_SIZE[s.size]}{_ZH_COLOUR[s.colour]}{_ZH_KIND[s.kind]}"
+
+
+def part_spans(sc: Scene, kind: str, lang: str) -> list[tuple[int, int, int]]:
+    """(index in sc.shapes, first character, end) of the words that name each shape in
+    answer(sc, kind, lang), in reading order, for the list kinds (LIST_KINDS)."""
+    if kind not in LIST_KINDS:
+        raise ValueError(f"{kind!r} answers do not name every shape; list kinds: {LIST_KINDS}")
+    text = answer(sc, kind, lang).lower()
+    spans, at = [], 0
+    for s in sc.reading_order():
+        start = text.index(_part(s, kind, lang).lower(), at)
+        at = start + len(_part(s, kind, lang))
+        spans.append((sc.shapes.index(s), start, at))
+    return spans
 
 
 def _bigger(sc: Scene, a: str, b: str) -> str:
