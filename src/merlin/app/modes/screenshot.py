@@ -17,13 +17,13 @@ from pathlib import Path
 
 QUESTION = "What is in this picture? Describe it in a few sentences."
 FOLLOW_UP = "Write a short Python function that counts the boats, and the formula $a^2+b^2=c^2$."
-# On the built-in demo model (trained on pictures of shapes): a question about the showcase
-# picture. The shipped checkpoint is right on about half of its held-out questions
-# (docs/demo-model.md); on this picture it counts right and names colours wrong, so the
-# screenshot asks the count, with no follow-up.
+# On the built-in demo model (trained on pictures of shapes): questions it was trained on,
+# about the showcase picture (engine.demo_scenes.SHOWCASE), in the interface's language: a
+# description (it names every shape, so speculative drafts have something to hit), then the
+# colour of one shape.
 DEMO_QUESTIONS = {
-    "en": ("How many shapes are there?", None),
-    "zh_CN": ("How many shapes are there?", None),
+    "en": ("Describe the picture.", "What colour is the star?"),
+    "zh_CN": ("描述一下这张图片。", "星形是什么颜色的？"),
 }
 
 
