@@ -191,6 +191,9 @@ def test_training_attention_targets_point_from_the_answer_to_the_named_shape():
                 answer = enc.tok.encode_text(turn["a"]) + [enc.im_end]
                 assert labels[q0 + 1 : q1 + 1] == answer and labels[q0] == -100
                 assert keys and all(ids[k] == enc.pad for k in keys)
+                named = {ds.KINDS.index(k) + 1 for k in turn["named"]}
+                kinds_there = {int(aux[k - first_pad, 0]) for k in keys}
+                assert kinds_there == named, (turn, kinds_there)
                 # every token of a named shape is a key, and no other
                 assert sorted(k - first_pad for k in keys) == owned_by(turn["named"])
             elif turn["kind"] in ds.LIST_KINDS:

@@ -331,8 +331,9 @@ def part_spans(sc: Scene, kind: str, lang: str) -> list[tuple[int, int, int]]:
     text = answer(sc, kind, lang).lower()
     spans, at = [], 0
     for s in sc.reading_order():
-        start = text.index(_part(s, kind, lang).lower(), at)
-        at = start + len(_part(s, kind, lang))
+        words = _part(s, kind, lang).lower()  # the answer capitalises its first word
+        start = text.index(words, at)
+        at = start + len(words)
         spans.append((sc.shapes.index(s), start, at))
     return spans
 
