@@ -5,8 +5,10 @@
 Checks, for the grouped q4, q8 and q8a8 kernels, the row-major q8 kernel and int8 attention
 built for that class: rows of N-row calls bitwise equal to 1-row calls (N = 1..9, 1 and 2
 threads), agreement with the NumPy twins, the int16 bounds of the AVX2/NEON dots at their
-extremes (largest nibbles and q8a8 weights against +-127 activations); then saves the outputs
-(for the cross-class comparison) and the assembly's instruction counts. Prints "class ok".
+extremes (largest nibbles and q8a8 weights against +-127 activations); for the vision
+encoder's fused int8 attention, closeness to exact softmax attention and the same bits on 1
+and 2 threads; then saves the outputs (for the cross-class comparison) and the assembly's
+instruction counts. Prints "class ok".
 """
 
 import json
@@ -19,8 +21,10 @@ import numpy as np
 
 from merlin.engine.kernels import attention as at
 from merlin.engine.kernels import qgroup, qlinear, reference
+from merlin.engine.kernels import span_attention as span
 from merlin.engine.kernels.target import TARGET
 from merlin.engine.quant import QTensor, quantize_q4, quantize_q8
+from merlin.engine.vision.attention import attention_int8
 
 expected, out_path = sys.argv[1], sys.argv[2]
 assert TARGET.name == expected, (TARGET.name, expected)
@@ -120,6 +124,42 @@ if not TARGET.x86_ir:  # the f32 cache with NEON-sized tiles (x86's: the in-proc
     assert np.array_equal(batch, single)
     ref = reference.attention_reference(q, kf, ones, vf, ones, 70, 0.1)
     assert np.abs(batch - ref).max() < 1e-4 * np.abs(ref).max()
+
+
+# the q8 vision encoder's fused int8 attention (its score and value dots are dots.dot4):
+# against exact softmax attention, the same bits with 1 and 2 threads; q and k of one
+# magnitude with mixed signs quantize to +-127 exactly (the AVX2 pair sums at their largest)
+def exact_attention(q, k, v, scale):
+    s = np.einsum("hid,hjd->hij", q.astype(np.float64), k.astype(np.float64)) * scale
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = np.einsum("hij,hjd->hid", p, v.astype(np.float64))
+    return o.transpose(1, 0, 2).reshape(q.shape[1], -1)
+
+
+signs = np.where(rng.random((2, 70, 72)) < 0.5, -1.0, 1.0).astype(np.float32)
+for name, (q, k) in (
+    ("span-attention", (rng.standard_normal((2, 2, 70, 72), dtype=np.float32))),
+    ("span-attention-ext", (signs * 0.3, signs[:, ::-1] * 0.3)),
+):
+    q, k = np.ascontiguousarray(q), np.ascontiguousarray(k)
+    v = rng.standard_normal((2, 70, 72), dtype=np.float32)
+    outs = []
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            out = np.empty((70, 144), np.float32)
+            attention_int8(q, k, v, [(0, 70)], np.float32(0.125), out)
+            outs.append(out)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(outs[0], outs[1]), name
+    ref = exact_attention(q, k, v, 0.125)
+    cos = float((outs[0] * ref).sum() / np.sqrt((outs[0] ** 2).sum() * (ref**2).sum()))
+    assert cos >= 0.9995, (name, cos)
+    results[name] = outs[0]
+
 shapes = {
     "qlinear_tile": [qlinear.TILE_ROWS, qlinear.TILE_OUT],
     "attention_tiles": [at.SCORE_QUERIES, at.SCORE_KEYS, at.VALUE_QUERIES, at.DIM_BLOCK],
@@ -130,7 +170,7 @@ print("shapes " + json.dumps(shapes))
 
 MNEMONIC = re.compile(r"^\s*(\{vex\}\s+)?([a-z][a-z0-9.]*)\s+(.*)$", re.M)
 counts = Counter()
-for fn in (qgroup.matmul_q4g, qgroup.matmul_q8a8g, qgroup.matmul_q8g):
+for fn in (qgroup.matmul_q4g, qgroup.matmul_q8a8g, qgroup.matmul_q8g, span.span_attention):
     for sig in fn.signatures:
         for m in MNEMONIC.finditer(fn.inspect_asm(sig)):
             name = ("{vex} " if m.group(1) else "") + m.group(2)

@@ -97,6 +97,12 @@ def stack_i32(typingctx, n):
 
 
 @intrinsic
+def stack_i8(typingctx, n):
+    """The int8 twin of stack_f32 (bytes an integer dot reads as broadcast words)."""
+    return _stack_scratch(n, I8, types.int8)
+
+
+@intrinsic
 def prefetch(typingctx, arr, idx):
     """Hint to bring the cache line of arr.flat[idx] into L1. Never faults."""
     if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):

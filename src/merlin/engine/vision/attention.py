@@ -1,4 +1,12 @@
-"""The vision encoder's attention: bidirectional, inside each image, all heads, threaded by head.
+"""The vision encoder's attention: bidirectional, inside each image, all heads.
+
+Two forms. `attention` (the f32 encoder, the reference) is described below. `attention_int8`
+(the q8 encoder) quantizes q, k and v to int8 and runs the fused one-pass kernel of
+engine/kernels/span_attention.py (integer score and value products, an online softmax, the
+scores never written out), parallel over heads and query tiles on Numba's threads: 2.5x the
+BLAS form at 4,096 patches (docs/vision.md).
+
+f32 form:
 
 One task per (head, image span): q k^T in chunks of query rows sized to keep the scores in
 cache (ATTN_CHUNK_ELEMS floats a chunk), exp(s - row max) in one compiled pass per row
@@ -21,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..kernels import span_attention as span
 from ..kernels.attention import exp_minus_row_max
 
 ATTN_CHUNK_ELEMS = 1 << 20  # score rows per chunk ~ this / keys: 4 MB of scores per thread
@@ -79,3 +88,29 @@ def attention(q, k, v, spans, scale, out, threads: int) -> None:
             f.result()
     finally:
         set_blas_threads(threads)
+
+
+_PACKED_DTYPES = {
+    "qp": np.int8,
+    "qs": np.float32,
+    "qc": np.int32,
+    "kp": np.int8,
+    "ks": np.float32,
+    "vp": np.int8,
+    "vs": np.float32,
+}
+
+
+def attention_int8(q, k, v, spans, scale, out) -> None:
+    """attention() with int8 products, one fused pass per span (kernels/span_attention.py):
+    q, k, v: [H, S, HD] f32 C-contiguous; out: [S, H*HD]."""
+    heads, _, hd = q.shape
+    for s0, s1 in spans:
+        n = s1 - s0
+        a = {
+            name: np.empty(shape, _PACKED_DTYPES[name])
+            for name, shape in span.packed_shapes(heads, n, hd).items()
+        }
+        packed = (a["qp"], a["qs"], a["qc"], a["kp"], a["ks"], a["vp"], a["vs"])
+        span.pack_span(q, k, v, s0, n, np.float32(scale), *packed)
+        span.span_attention(*packed, n, out, s0, hd)

@@ -10,7 +10,8 @@ Weight formats (VisionEncoder.weights_format, `--vision-weights`): "f32", every 
 a NumPy BLAS call on the widened checkpoint matrices (the reference); "q8", the block and
 merger matrices quantized once to q8_0 and multiplied by the grouped integer kernels with int8
 activations per block of 32 (engine/vision/qweights.py; the text model's q8a8 path), the
-patch embedding and the attention's score and value products staying f32 BLAS. The
+patch embedding staying f32 BLAS, and the attention through the fused int8 kernel
+(engine/vision/attention.py, attention_int8). The
 element-wise work between products is in single-threaded Numba kernels
 (engine/vision/kernels.py says why). Activations are float32.
 
@@ -30,7 +31,7 @@ import numpy as np
 from ..config import VisionConfig
 from ..errors import CheckpointError, InputError
 from . import qweights
-from .attention import ATTN_CHUNK_ELEMS, attention  # noqa: F401 (engine.memory reads it)
+from .attention import ATTN_CHUNK_ELEMS, attention, attention_int8  # noqa: F401 (engine.memory)
 from .kernels import (
     POW2,
     add_bias,
@@ -330,7 +331,11 @@ class VisionEncoder:
 
     def _attention(self, q, k, v, spans, out) -> None:
         """Bidirectional attention inside each span; q, k, v: [H, S, HD]; out: [S, H*HD]
-        (engine/vision/attention.py: heads side by side on the kernel threads)."""
+        (engine/vision/attention.py): f32 BLAS products with the f32 weights, the fused int8
+        kernel with the q8 weights."""
+        if self.weights_format == "q8":
+            attention_int8(q, k, v, spans, self.scale, out)
+            return
         import numba
 
         attention(q, k, v, spans, self.scale, out, numba.get_num_threads())
