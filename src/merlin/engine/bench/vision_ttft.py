@@ -1,6 +1,6 @@
 """Image questions, end to end, for `python -m merlin.engine.bench vision` (also
 `python -m merlin.engine.bench.vision_ttft`): the vision encoder in f32 (BLAS, the reference)
-and q8 (grouped integer kernels) in the same run, and the time to the first answer token.
+and q8 (grouped integer kernels, fused int8 attention) in the same run, and the time to the first answer token.
 
 On the 2B-shaped random checkpoint (engine.demo.QWEN3VL_2B, built and cached on first use),
 for square pictures of 256, 1024 and 4096 image tokens (512, 1024, 2048 pixels a side):
@@ -16,8 +16,8 @@ for square pictures of 256, 1024 and 4096 image tokens (512, 1024, 2048 pixels a
   Session.prefill_ahead; only the question's text and the first step after Send);
 - the board projection (RK3588, 4 Cortex-A76): each measured part's time scaled by the ratio
   of this host's peak to the A76 cluster's for that kind of work (BOARD below says where
-  the figures come from): the weight products by the integer-dot peak (q8) or f32 FMA peak,
-  the attention by the f32 FMA peak, the rest (single-threaded, element-wise) by one
+  the figures come from): the weight products and the attention by the integer-dot peak
+  (q8: both are int8 dots) or the f32 FMA peak, the rest (single-threaded, element-wise) by one
   core's f32 vector throughput. It assumes the kernels reach the same fraction of peak
   there as here; the kernels' own cycle model for aarch64 is in engine/kernels/qgroup.py.
 
@@ -61,9 +61,9 @@ def _ratio(kind: str, cores: bool = True) -> float:
 
 def board_seconds(out, fmt: str) -> float:
     """Projected encode seconds on the board for one measured VisionOutput (see above)."""
-    gemm_kind = "int8" if fmt == "q8" else "f32"
-    gemm = out.gemm_ms / 1e3 / _ratio(gemm_kind)
-    attn = out.attn_ms / 1e3 / _ratio("f32")
+    kind = "int8" if fmt == "q8" else "f32"  # q8: integer weight and attention products
+    gemm = out.gemm_ms / 1e3 / _ratio(kind)
+    attn = out.attn_ms / 1e3 / _ratio(kind)
     other = max(0.0, out.ms - out.gemm_ms - out.attn_ms) / 1e3 / _ratio("f32", cores=False)
     return gemm + attn + other
 
