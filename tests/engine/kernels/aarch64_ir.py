@@ -1,6 +1,7 @@
 """Run by test_aarch64_ir.py in a subprocess with MERLIN_CPU_CLASS=arm64-dotprod|arm64-neon
 and MERLIN_CPU_CLASS_IR_ONLY=1: builds the grouped kernels' block dots (qgroup's tile IR, the
-code group_tile_block emits for a 4-row tile) into a plain LLVM module and compiles it with
+code group_tile_block emits for a 4-row tile) and the fused vision attention's dot steps
+(span_attention._dot_vectors: 4 vectors of GROUP lanes) into a plain LLVM module and compiles it with
 LLVM's AArch64 target for CPU_NAME, printing the instruction counts as JSON."""
 
 import json
@@ -11,7 +12,7 @@ from collections import Counter
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from merlin.engine.kernels import qgroup
+from merlin.engine.kernels import qgroup, span_attention
 from merlin.engine.kernels.irtools import I8, I32
 
 cpu, features = sys.argv[1], sys.argv[2]
@@ -40,6 +41,15 @@ for kind in ("q4", "q8a8", "q8"):
         builder.store(v, builder.gep(dst, [I32(r)]))
     builder.ret_void()
 
+# the fused vision attention's score step (queries broadcast) and value step (weights broadcast)
+for kind, word_is_w in (("span_scores", False), ("span_values", True)):
+    fnty = ir.FunctionType(ir.VoidType(), [I32.as_pointer(), I8.as_pointer(), I32])
+    fn = ir.Function(module, fnty, name=f"tile_{kind}")
+    acc, base, word = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block())
+    span_attention._dot_vectors(builder, acc, I32(0), base, word, 4, word_is_w)
+    builder.ret_void()
+
 llvm.initialize_all_targets()
 llvm.initialize_all_asmprinters()
 machine = llvm.Target.from_triple(module.triple).create_target_machine(
@@ -50,7 +60,7 @@ parsed.verify()
 passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
 passes.getModulePassManager().run(parsed, passes)
 asm = machine.emit_assembly(parsed)
-for kind in ("q4", "q8a8", "q8"):
+for kind in ("q4", "q8a8", "q8", "span_scores", "span_values"):
     body = asm.split(f"tile_{kind}:")[1].split(".Lfunc_end")[0]
     counts[kind] = Counter(m.group(1) for m in re.finditer(r"^\s+([a-z][a-z0-9.]*)\s", body, re.M))
 print(json.dumps({"class": qgroup.TARGET.name, "counts": counts}))

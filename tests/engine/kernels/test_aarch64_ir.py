@@ -1,7 +1,7 @@
 """The aarch64 classes' block dots compiled by LLVM's AArch64 target (aarch64_ir.py in a
 subprocess: the class is decided at import), since they cannot run here: arm64-dotprod's q4
 and q8a8 are sdot (16 a row and block), arm64-neon's are widening multiplies summed in int16
-(smull/smlal), never sdot. Running them: packaging/test-arm64.sh (qemu)."""
+(smull/smlal), never sdot; the same for the vision attention's dot steps. Running them: packaging/test-arm64.sh (qemu)."""
 
 import json
 import os
@@ -32,12 +32,14 @@ def test_dotprod_class_is_sdot(tmp_path):
     rows = 4  # qgroup.TILE_ROWS with 8-row groups
     assert counts["q4"].get("sdot") == 16 * rows and counts["q8a8"].get("sdot") == 8 * rows * 2
     assert counts["q4"].get("and") and counts["q4"].get("ushr")  # nibbles unpacked once
+    for kind in ("span_scores", "span_values"):  # 4 vectors of 8 lanes: 8 sdot of 4 lanes
+        assert counts[kind].get("sdot") == 8, (kind, counts[kind])
 
 
 @pytest.mark.parametrize("cpu", ["cortex-a72", "cortex-a53"])
 def test_neon_class_is_widening_multiplies(cpu, tmp_path):
     counts = compile_for("arm64-neon", cpu, "+neon", tmp_path)
-    for kind in ("q4", "q8a8"):
+    for kind in ("q4", "q8a8", "span_scores", "span_values"):
         assert not counts[kind].get("sdot"), kind
         assert counts[kind].get("smull"), kind
     assert counts["q4"].get("smlal", 0) >= 8 * 4 * 3  # int16 sums: multiply-accumulate
