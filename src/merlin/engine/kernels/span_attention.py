@@ -95,55 +95,62 @@ def _row_scale(x, d):
     return amax / np.float32(LEVEL)
 
 
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _inverse(sc):
+    return np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def pack_span(q, k, v, s0, n, scale, qp, qs, qc, kp, ks, vp, vs):
     """Quantize and lay out tokens s0..s0+n of q, k, v ([H, S, D] f32) for span_attention
-    (layouts in the module docstring; shapes from packed_shapes). scale: the softmax scale."""
+    (layouts in the module docstring; shapes from packed_shapes). scale: the softmax scale.
+    Padding (queries, keys and dimensions past the span and the head width) packs zeros."""
     heads, _, d = q.shape
-    nq, dp = qp.shape[1], qp.shape[2]
-    nb = kp.shape[1]
+    dp, nb = qp.shape[2], kp.shape[1]
     for h in prange(heads):
-        for i in range(nq):
+        qp[h] = 0
+        qs[h] = 0.0
+        qc[h] = 0
+        kp[h] = KEY_BIAS  # a zero key (wraps to the byte's bit pattern)
+        ks[h] = 0.0
+        vp[h] = 0
+        for i in range(n):
+            row, dst = q[h, s0 + i], qp[h, i]
+            sc = _row_scale(row, d)
+            inv = _inverse(sc)
             total = 0
-            sc = np.float32(0.0)
-            if i < n:
-                sc = _row_scale(q[h, s0 + i], d)
-            inv = np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
-            for j in range(dp):
-                x = 0
-                if i < n and j < d:
-                    x = np.int32(np.rint(q[h, s0 + i, j] * inv))
-                qp[h, i, j] = x
+            for j in range(d):
+                x = np.int32(np.rint(row[j] * inv))
+                dst[j] = x
                 total += x
             qs[h, i] = sc * np.float32(scale)
             qc[h, i] = -KEY_BIAS * total
-        for t in range(nb * KEY_BLOCK):
-            b, u = t // KEY_BLOCK, t % KEY_BLOCK
-            sc = np.float32(0.0)
-            if t < n:
-                sc = _row_scale(k[h, s0 + t], d)
-            inv = np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
+        for t in range(n):
+            row, dst = k[h, s0 + t], kp[h, t // KEY_BLOCK]
+            u = t % KEY_BLOCK
+            sc = _row_scale(row, d)
+            inv = _inverse(sc)
             ks[h, t] = sc
-            for j in range(dp):
-                x = 0
-                if t < n and j < d:
-                    x = np.int32(np.rint(k[h, s0 + t, j] * inv))
-                kp[h, b, j // 4, u, j % 4] = x + KEY_BIAS  # wraps to the byte's bit pattern
+            for j in range(d):
+                dst[j // 4, u, j % 4] = np.int32(np.rint(row[j] * inv)) + KEY_BIAS
+        amax = np.empty(d, np.float32)
         for b in range(nb):
-            for j in range(dp):
-                amax = np.float32(0.0)
-                if j < d:
-                    for u in range(min(KEY_BLOCK, n - b * KEY_BLOCK)):
-                        amax = max(amax, abs(v[h, s0 + b * KEY_BLOCK + u, j]))
-                sc = amax / np.float32(LEVEL)
-                inv = np.float32(0.0) if sc == 0 else np.float32(1.0) / sc
-                vs[h, b, j] = sc
-                for u in range(KEY_BLOCK):
-                    t = b * KEY_BLOCK + u
-                    x = 0
-                    if t < n and j < d:
-                        x = np.int32(np.rint(v[h, s0 + t, j] * inv))
-                    vp[h, b, u // 4, j, u % 4] = x
+            t0, t1 = b * KEY_BLOCK, min(n, (b + 1) * KEY_BLOCK)
+            amax[:] = 0.0
+            for t in range(t0, t1):
+                row = v[h, s0 + t]
+                for j in range(d):
+                    amax[j] = max(amax[j], abs(row[j]))
+            for j in range(d):
+                vs[h, b, j] = amax[j] / np.float32(LEVEL)
+                amax[j] = _inverse(vs[h, b, j])
+            for j in range(d, dp):
+                vs[h, b, j] = 0.0
+            dst = vp[h, b]
+            for t in range(t0, t1):
+                row, u = v[h, s0 + t], t - t0
+                for j in range(d):
+                    dst[u // 4, j, u % 4] = np.int32(np.rint(row[j] * amax[j]))
 
 
 def _dot_vectors(builder, acc_p, lane0, base, word, count: int, word_is_w: bool):
