@@ -1,8 +1,9 @@
 """Run by test_aarch64_ir.py in a subprocess with MERLIN_CPU_CLASS=arm64-dotprod|arm64-neon
 and MERLIN_CPU_CLASS_IR_ONLY=1: builds the grouped kernels' block dots (qgroup's tile IR, the
 code group_tile_block emits for a 4-row tile) and the fused vision attention's dot steps
-(span_attention._dot_vectors: 4 vectors of GROUP lanes) into a plain LLVM module and compiles it with
-LLVM's AArch64 target for CPU_NAME, printing the instruction counts as JSON."""
+(span_attention._dot_vectors: 4 vectors of GROUP lanes) into a plain LLVM module and
+compiles it with LLVM's AArch64 target for CPU_NAME, printing the instruction counts as
+JSON."""
 
 import json
 import re

@@ -1,7 +1,8 @@
 """The aarch64 classes' block dots compiled by LLVM's AArch64 target (aarch64_ir.py in a
 subprocess: the class is decided at import), since they cannot run here: arm64-dotprod's q4
 and q8a8 are sdot (16 a row and block), arm64-neon's are widening multiplies summed in int16
-(smull/smlal), never sdot; the same for the vision attention's dot steps. Running them: packaging/test-arm64.sh (qemu)."""
+(smull/smlal), never sdot; the same for the vision attention's dot steps. Running them:
+packaging/test-arm64.sh (qemu)."""
 
 import json
 import os

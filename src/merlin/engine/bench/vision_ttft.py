@@ -1,6 +1,7 @@
 """Image questions, end to end, for `python -m merlin.engine.bench vision` (also
 `python -m merlin.engine.bench.vision_ttft`): the vision encoder in f32 (BLAS, the reference)
-and q8 (grouped integer kernels, fused int8 attention) in the same run, and the time to the first answer token.
+and q8 (grouped integer kernels, fused int8 attention) in the same run, and the time to the
+first answer token.
 
 On the 2B-shaped random checkpoint (engine.demo.QWEN3VL_2B, built and cached on first use),
 for square pictures of 256, 1024 and 4096 image tokens (512, 1024, 2048 pixels a side):
