@@ -100,13 +100,17 @@ def maddubs(builder, u, s):
     return _join(builder, [call(builder, name, out, list(p)) for p in pieces])
 
 
-def dot4(builder, acc, w, xs):
-    """acc + the 4-byte lane dots of w and xs (see the module docstring)."""
+def dot4(builder, acc, w, xs, w_below_128: bool = False):
+    """acc + the 4-byte lane dots of w and xs (see the module docstring). w_below_128: every
+    w byte is 0..127, valid as unsigned and as signed: AVX2 takes it as vpmaddubsw's unsigned
+    operand directly (pairs <= 2 x 127 x 128), without the |w| and sign(w) steps."""
     n = acc.type.count
     if DOT == "vnni":
         return vnni(builder, "vpdpbusd", acc, w, xs)
     if DOT == "sdot":
         return _sdot(builder, acc, w, xs)
+    if DOT == "avx2" and w_below_128:
+        return builder.add(acc, pairs_to_i32(builder, maddubs(builder, w, xs)))
     if DOT == "avx2":  # signed w: |w| x (x with w's sign), pairs <= 2 x 128 x 127
         u = call(builder, f"llvm.abs.v{4 * n}i8", w.type, [w, ir.Constant(ir.IntType(1), 0)])
         s = _by_halves_bytes(builder, "llvm.x86.avx2.psign.b", xs, w)

@@ -165,7 +165,8 @@ def _dot_vectors(builder, acc_p, lane0, base, word, count: int, word_is_w: bool)
         w, xs = (broadcast, loaded) if word_is_w else (loaded, broadcast)
         lane = builder.add(lane0, ir.Constant(lane0.type, GROUP * j))
         a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes.as_pointer())
-        builder.store(dot4(builder, builder.load(a_ptr, align=4), w, xs), a_ptr, align=4)
+        total = dot4(builder, builder.load(a_ptr, align=4), w, xs, w_below_128=word_is_w)
+        builder.store(total, a_ptr, align=4)
 
 
 def _word(builder, ptr):
