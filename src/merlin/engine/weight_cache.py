@@ -1,12 +1,12 @@
 """Converted text weights cached on disk, so the second load of a checkpoint in a format is
 a copy from the page cache instead of a quantization pass.
 
-Loaded arrays are copied out of the file's map into anonymous memory, one tensor at a time
-(each tensor's file pages released after its copy, so peak memory stays near the weights):
-decode streams every weight once per token, mapped file pages are 4 KB, and NumPy asks for
-2 MB pages for large arrays. The gain is small: a decode step's products 52.5 vs 54.7 ms (q4)
-and 70.7 vs 72.6 ms (q8) in an interleaved A/B on the 2B-shaped checkpoint, for about 0.3 s
-more load time.
+Loaded arrays are copied out of the file's map into one anonymous mapping on 2 MB pages
+(engine/hugepages.py), one tensor at a time (each tensor's file pages released after its copy,
+so peak memory stays near the weights): decode streams every weight once per token, and
+mapped file pages are 4 KB. (Copies into NumPy's own arrays gained 52.5 vs 54.7 ms (q4) and
+70.7 vs 72.6 ms (q8) a step over the mapped file; one huge-page arena for all of them gains
+more: docs/kernels.md, "Weights on huge pages".)
 
 Key: the checkpoint's identity (config hash, each weights file's name, size and mtime), the
 format and the engine's quantization version. The file is safetensors (read by our own checked
@@ -30,6 +30,7 @@ from platformdirs import user_cache_dir
 from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
+from .hugepages import ALIGN, Arena
 from .kernels.qgroup import LAYOUT, Q4_BLOCK_BYTES, Q8_BLOCK_BYTES
 from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays, linear_kind
 from .moe import cache as moe_cache
@@ -201,8 +202,9 @@ def load(key: str, cfg: ModelConfig, map_experts: bool = False) -> TextWeights |
             if not all(kind in kinds for kind in formats.values()):
                 raise CheckpointError("unknown weight format")
             arrays = {}
+            arena = Arena(sum(-(-t.nbytes // ALIGN) * ALIGN for t in f.tensors.values()))
             for name in f.tensors:
-                a = np.array(f.raw(name))  # anonymous memory, huge pages (see the docstring)
+                a = arena.copy(f.raw(name))  # anonymous memory, huge pages (docstring)
                 f.release(name)
                 if _crc(a) != crcs.get(name):
                     raise CheckpointError(f"checksum mismatch in {name}")
