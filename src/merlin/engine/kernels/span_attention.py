@@ -245,8 +245,9 @@ def _scores(qp, qs, qc, kp, ks, h, i0, b, sf):
 @intrinsic
 def _block_max(typingctx, sf, i0):
     """max(sf[i0 : i0 + KEY_BLOCK]) of a float pointer: a vector load and a tree of compares
-    (LLVM vectorises a max reduction only under the no-NaN flag; a NaN is skipped here and
-    reaches the output through the exps)."""
+    (LLVM vectorises a max reduction only under the no-NaN flag). A NaN score is skipped here
+    and gets weight 0 in _block_weights; the NaN that made it is in the encoder's residual
+    stream too, so the answer's logits are NaN all the same (engine/finite.py reports it)."""
     vtype = vec(F32, KEY_BLOCK)
 
     def codegen(context, builder, signature, args):
