@@ -1,12 +1,14 @@
-"""Numba kernels of the vision encoder: the element-wise work between the BLAS products.
+"""Numba kernels of the vision encoder: the element-wise work between the matrix products.
 
 The big matrix products (patch embed, qkv, proj, MLP, mergers, attention scores and values) go
-to NumPy's BLAS, which uses every core; these kernels do what NumPy would need several passes
-over memory for, once per block. They are deliberately single-threaded: a parallel (OpenMP)
-Numba region between BLAS calls leaves libgomp's worker threads spinning on the cores the next
-BLAS call needs. Measured on the 2-core machine, 448x448 through the 2B encoder: 5.2-6.2 s with
-parallel kernels, 3.8-4.2 s with one thread (the element-wise part itself is memory-bound and
-gained little from a second thread); a tight loop alternating the two was ~9x slower.
+to NumPy's BLAS in the f32 encoder (the q8 one: the grouped integer kernels and the fused int8
+attention, engine/vision/encoder.py), using every core; these kernels do what NumPy would need
+several passes over memory for, once per block. They are deliberately single-threaded: a
+parallel (OpenMP) Numba region between BLAS calls leaves libgomp's worker threads spinning on
+the cores the next BLAS call needs. Measured on the 2-core machine, 448x448 through the 2B
+encoder: 5.2-6.2 s with parallel kernels, 3.8-4.2 s with one thread (the element-wise part
+itself is memory-bound and gained little from a second thread); a tight loop alternating the
+two was ~9x slower.
 
 `_exp` is a vectorisable exp (range reduction to 2^k * 2^f, a degree-6 polynomial for 2^f and
 2^k built from its exponent bits; no table, so no index a NaN could move). Numba's own exp
