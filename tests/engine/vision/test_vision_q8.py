@@ -106,3 +106,29 @@ def test_unknown_vision_weights_format(case):
     _, _, vision, _ = case
     with pytest.raises(InputError, match="f32 or q8"):
         vision.set_weights_format("q4")
+
+
+def test_q8_gelu_on_the_kernel_threads_equals_one_thread(case):
+    """The q8 encoder splits tanh-GELU's rows over Python threads: every row computed as the
+    single-threaded kernel computes it (row counts that split evenly and not)."""
+    import numba
+
+    from merlin.engine.vision.kernels import POW2, bias_gelu_tanh
+
+    _, _, vision, _ = case
+    enc = vision.encoder
+    rng = np.random.default_rng(8)
+    bias = rng.standard_normal(96, dtype=np.float32)
+    before = numba.get_num_threads()
+    try:
+        enc.set_weights_format("q8")
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        for rows in (1, 37, 64):
+            a = rng.standard_normal((rows, 96), dtype=np.float32) * np.float32(4)
+            ref = a.copy()
+            bias_gelu_tanh(ref, bias, POW2)
+            enc._gelu(a, bias)
+            assert np.array_equal(a, ref), rows
+    finally:
+        numba.set_num_threads(before)
+        enc.set_weights_format("f32")

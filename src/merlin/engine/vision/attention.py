@@ -39,13 +39,15 @@ _POOL_SIZE = 0
 _LOCK = threading.Lock()
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
+def thread_pool(threads: int) -> ThreadPoolExecutor:
+    """The vision encoder's pool of `threads` Python threads (made again when the count
+    changes): the f32 attention's heads, the q8 encoder's row chunks of tanh-GELU."""
     global _POOL, _POOL_SIZE
     with _LOCK:
         if _POOL is None or _POOL_SIZE != threads:
             if _POOL is not None:
                 _POOL.shutdown(wait=False)
-            _POOL = ThreadPoolExecutor(threads, thread_name_prefix="merlin-vision-attn")
+            _POOL = ThreadPoolExecutor(threads, thread_name_prefix="merlin-vision")
             _POOL_SIZE = threads
         return _POOL
 
@@ -80,7 +82,7 @@ def attention(q, k, v, spans, scale, out, threads: int) -> None:
         return
     from ..cpu import set_blas_threads
 
-    pool = _pool(threads)
+    pool = thread_pool(threads)
     set_blas_threads(1)
     try:
         futures = [pool.submit(_head, q, k, v, h, s0, s1, scale, out) for h, s0, s1 in tasks]

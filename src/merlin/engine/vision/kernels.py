@@ -8,7 +8,8 @@ parallel (OpenMP) Numba region between BLAS calls leaves libgomp's worker thread
 the cores the next BLAS call needs. Measured on the 2-core machine, 448x448 through the 2B
 encoder: 5.2-6.2 s with parallel kernels, 3.8-4.2 s with one thread (the element-wise part
 itself is memory-bound and gained little from a second thread); a tight loop alternating the
-two was ~9x slower.
+two was ~9x slower. (The q8 encoder has no BLAS call between its blocks' products and runs
+tanh-GELU, bound by its arithmetic, on row chunks over its threads: VisionEncoder._gelu.)
 
 `_exp` is a vectorisable exp (range reduction to 2^k * 2^f, a degree-6 polynomial for 2^f and
 2^k built from its exponent bits; no table, so no index a NaN could move). Numba's own exp
