@@ -57,5 +57,5 @@ class Arena:
 
 
 def arena_bytes(arrays) -> int:
-    """Room an Arena needs for copies of these arrays."""
+    """Room an Arena needs for copies of these arrays (anything with .nbytes)."""
     return sum(-(-a.nbytes // ALIGN) * ALIGN for a in arrays)

@@ -30,7 +30,7 @@ from platformdirs import user_cache_dir
 from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
-from .hugepages import ALIGN, Arena
+from .hugepages import Arena, arena_bytes
 from .kernels.qgroup import LAYOUT, Q4_BLOCK_BYTES, Q8_BLOCK_BYTES
 from .linear import GROUP, WEIGHT_FORMATS, GroupLinear, linear_from_arrays, linear_kind
 from .moe import cache as moe_cache
@@ -202,7 +202,7 @@ def load(key: str, cfg: ModelConfig, map_experts: bool = False) -> TextWeights |
             if not all(kind in kinds for kind in formats.values()):
                 raise CheckpointError("unknown weight format")
             arrays = {}
-            arena = Arena(sum(-(-t.nbytes // ALIGN) * ALIGN for t in f.tensors.values()))
+            arena = Arena(arena_bytes(f.tensors.values()))
             for name in f.tensors:
                 a = arena.copy(f.raw(name))  # anonymous memory, huge pages (docstring)
                 f.release(name)

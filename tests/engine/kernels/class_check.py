@@ -18,13 +18,13 @@ from collections import Counter
 
 import numba
 import numpy as np
+from test_span_attention import cosine, exact, on_1_and_2_threads  # this folder: sys.path[0]
 
 from merlin.engine.kernels import attention as at
 from merlin.engine.kernels import qgroup, qlinear, reference
 from merlin.engine.kernels import span_attention as span
 from merlin.engine.kernels.target import TARGET
 from merlin.engine.quant import QTensor, quantize_q4, quantize_q8
-from merlin.engine.vision.attention import attention_int8
 
 expected, out_path = sys.argv[1], sys.argv[2]
 assert TARGET.name == expected, (TARGET.name, expected)
@@ -129,14 +129,6 @@ if not TARGET.x86_ir:  # the f32 cache with NEON-sized tiles (x86's: the in-proc
 # the q8 vision encoder's fused int8 attention (its score and value dots are dots.dot4):
 # against exact softmax attention, the same bits with 1 and 2 threads; q and k of one
 # magnitude with mixed signs quantize to +-127 exactly (the AVX2 pair sums at their largest)
-def exact_attention(q, k, v, scale):
-    s = np.einsum("hid,hjd->hij", q.astype(np.float64), k.astype(np.float64)) * scale
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    o = np.einsum("hij,hjd->hid", p, v.astype(np.float64))
-    return o.transpose(1, 0, 2).reshape(q.shape[1], -1)
-
-
 signs = np.where(rng.random((2, 70, 72)) < 0.5, -1.0, 1.0).astype(np.float32)
 for name, (q, k) in (
     ("span-attention", (rng.standard_normal((2, 2, 70, 72), dtype=np.float32))),
@@ -144,19 +136,9 @@ for name, (q, k) in (
 ):
     q, k = np.ascontiguousarray(q), np.ascontiguousarray(k)
     v = rng.standard_normal((2, 70, 72), dtype=np.float32)
-    outs = []
-    before = numba.get_num_threads()
-    try:
-        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
-            numba.set_num_threads(threads)
-            out = np.empty((70, 144), np.float32)
-            attention_int8(q, k, v, [(0, 70)], np.float32(0.125), out)
-            outs.append(out)
-    finally:
-        numba.set_num_threads(before)
+    outs = on_1_and_2_threads(q, k, v, 0.125)
     assert np.array_equal(outs[0], outs[1]), name
-    ref = exact_attention(q, k, v, 0.125)
-    cos = float((outs[0] * ref).sum() / np.sqrt((outs[0] ** 2).sum() * (ref**2).sum()))
+    cos = cosine(outs[0], exact(q, k, v, 0, 70, 0.125))
     assert cos >= 0.9995, (name, cos)
     results[name] = outs[0]
 

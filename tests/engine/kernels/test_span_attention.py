@@ -71,19 +71,27 @@ def test_close_to_the_f32_form_the_encoder_uses():
     assert cosine(a, b) >= 0.9995
 
 
-def test_outputs_do_not_depend_on_the_thread_count():
-    rng = np.random.default_rng(5)
-    q, k, v = qkv(rng, 3, 1000, 64)
+def on_1_and_2_threads(q, k, v, scale) -> list[np.ndarray]:
+    """attention_int8 over the whole of q, k, v, once on 1 kernel thread and once on 2
+    (class_check.py uses it too)."""
+    heads, n, hd = q.shape
     outs = []
     before = numba.get_num_threads()
     try:
         for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
             numba.set_num_threads(threads)
-            out = np.empty((1000, 192), np.float32)
-            attention_int8(q, k, v, [(0, 1000)], np.float32(0.125), out)
+            out = np.empty((n, heads * hd), np.float32)
+            attention_int8(q, k, v, [(0, n)], np.float32(scale), out)
             outs.append(out)
     finally:
         numba.set_num_threads(before)
+    return outs
+
+
+def test_outputs_do_not_depend_on_the_thread_count():
+    rng = np.random.default_rng(5)
+    q, k, v = qkv(rng, 3, 1000, 64)
+    outs = on_1_and_2_threads(q, k, v, 0.125)
     assert np.array_equal(outs[0], outs[1])
 
 
@@ -111,8 +119,8 @@ def test_softmax_edge_cases():
 
 
 def test_packed_shapes_pad_to_the_tiles():
-    shapes = span.packed_shapes(heads=3, n=70, head_dim=72)
-    dp = shapes["qp"][2]
+    qp, _, _, kp, _, _, vs = span.new_packed(heads=3, n=70, head_dim=72)
+    dp = qp.shape[2]
     assert dp % span.GROUP == 0 and dp >= 72
-    assert shapes["qp"][1] % span.QUERIES == 0 and shapes["qp"][1] >= 70
-    assert shapes["kp"][1] * span.KEY_BLOCK >= 70 and shapes["vs"] == (3, shapes["kp"][1], dp)
+    assert qp.shape[1] % span.QUERIES == 0 and qp.shape[1] >= 70
+    assert kp.shape[1] * span.KEY_BLOCK >= 70 and vs.shape == (3, kp.shape[1], dp)

@@ -70,20 +70,21 @@ def padded_width(head_dim: int) -> int:
     return -(-head_dim // GROUP) * GROUP
 
 
-def packed_shapes(heads: int, n: int, head_dim: int) -> dict:
-    """Shapes of pack_span's outputs for a span of n tokens."""
+def new_packed(heads: int, n: int, head_dim: int) -> tuple[np.ndarray, ...]:
+    """Empty (qp, qs, qc, kp, ks, vp, vs) for a span of n tokens, in the order pack_span and
+    span_attention take them (layouts in the module docstring)."""
     dp = padded_width(head_dim)
     nq = -(-n // QUERIES) * QUERIES
     nb = -(-n // KEY_BLOCK)
-    return {
-        "qp": (heads, nq, dp),
-        "qs": (heads, nq),
-        "qc": (heads, nq),
-        "kp": (heads, nb, dp // 4, KEY_BLOCK, 4),
-        "ks": (heads, nb * KEY_BLOCK),
-        "vp": (heads, nb, KEY_BLOCK // 4, dp, 4),
-        "vs": (heads, nb, dp),
-    }
+    return (
+        np.empty((heads, nq, dp), np.int8),
+        np.empty((heads, nq), np.float32),
+        np.empty((heads, nq), np.int32),
+        np.empty((heads, nb, dp // 4, KEY_BLOCK, 4), np.int8),
+        np.empty((heads, nb * KEY_BLOCK), np.float32),
+        np.empty((heads, nb, KEY_BLOCK // 4, dp, 4), np.int8),
+        np.empty((heads, nb, dp), np.float32),
+    )
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
@@ -103,7 +104,7 @@ def _inverse(sc):
 @njit(nogil=True, cache=True, parallel=True)
 def pack_span(q, k, v, s0, n, scale, qp, qs, qc, kp, ks, vp, vs):
     """Quantize and lay out tokens s0..s0+n of q, k, v ([H, S, D] f32) for span_attention
-    (layouts in the module docstring; shapes from packed_shapes). scale: the softmax scale.
+    (layouts in the module docstring; arrays from new_packed). scale: the softmax scale.
     Padding (queries, keys and dimensions past the span and the head width) packs zeros."""
     heads, _, d = q.shape
     dp, nb = qp.shape[2], kp.shape[1]
@@ -378,9 +379,9 @@ def _values(vp, vs, h, b, pb_ptr, alpha, factor, out, row0, rows, col, d):
                 p_off = m * KEY_BLOCK + 4 * t4
                 _value_dots(acc_ptr, m * VALUE_LANES, vp, v_off, pb_ptr, p_off, VALUE_VECS)
         if rows == QUERIES and j0 + VALUE_LANES <= d:
+            vs_off = (h * vs.shape[1] + b) * dp + j0
             for m in range(QUERIES):
                 out_off = (row0 + m) * out.shape[1] + col + j0
-                vs_off = (h * vs.shape[1] + b) * dp + j0
                 _rescale_add(
                     acc_ptr,
                     m * VALUE_LANES,

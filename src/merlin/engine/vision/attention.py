@@ -92,27 +92,12 @@ def attention(q, k, v, spans, scale, out, threads: int) -> None:
         set_blas_threads(threads)
 
 
-_PACKED_DTYPES = {
-    "qp": np.int8,
-    "qs": np.float32,
-    "qc": np.int32,
-    "kp": np.int8,
-    "ks": np.float32,
-    "vp": np.int8,
-    "vs": np.float32,
-}
-
-
 def attention_int8(q, k, v, spans, scale, out) -> None:
     """attention() with int8 products, one fused pass per span (kernels/span_attention.py):
     q, k, v: [H, S, HD] f32 C-contiguous; out: [S, H*HD]."""
     heads, _, hd = q.shape
     for s0, s1 in spans:
         n = s1 - s0
-        a = {
-            name: np.empty(shape, _PACKED_DTYPES[name])
-            for name, shape in span.packed_shapes(heads, n, hd).items()
-        }
-        packed = (a["qp"], a["qs"], a["qc"], a["kp"], a["ks"], a["vp"], a["vs"])
+        packed = span.new_packed(heads, n, hd)
         span.pack_span(q, k, v, s0, n, np.float32(scale), *packed)
         span.span_attention(*packed, n, out, s0, hd)
