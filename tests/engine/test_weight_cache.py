@@ -1,6 +1,8 @@
 """The quantized-weight disk cache: second load reads the cache and computes the same logits;
 a corrupt or foreign file is detected, deleted and rebuilt."""
 
+import mmap
+
 import numpy as np
 
 from merlin.engine import weight_cache
@@ -31,6 +33,32 @@ def test_cache_roundtrip_and_corruption(demo_dir, tmp_path, monkeypatch):
     files[0].write_bytes(files[0].read_bytes()[:1000])
     assert weight_cache.load(files[0].stem, first.config) is None
     assert not files[0].exists()
+
+
+def _in_arena(a: np.ndarray) -> bool:
+    """Whether a is a view of an anonymous mapping (engine/hugepages.py), not NumPy's heap."""
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return isinstance(a, memoryview) and isinstance(a.obj, mmap.mmap)
+
+
+def test_the_first_load_already_runs_on_the_cached_copy(demo_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MERLIN_WEIGHT_CACHE", str(tmp_path))
+    first = load_model(demo_dir, weights="q4")
+    layer = first.text.w.layers[0]
+    assert all(_in_arena(a) for a in (layer.qkv.packed, layer.down.gscales, layer.input_norm))
+    assert np.array_equal(logits(first), logits(load_model(demo_dir, weights="q4")))
+
+
+def test_a_cache_that_does_not_read_back_converts_again(demo_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MERLIN_WEIGHT_CACHE", str(tmp_path))
+    expected = logits(load_model(demo_dir, weights="q8"))
+    for f in tmp_path.glob("*.safetensors"):
+        f.unlink()
+    monkeypatch.setattr(weight_cache, "load", lambda *args, **kwargs: None)
+    model = load_model(demo_dir, weights="q8")
+    assert not _in_arena(model.text.w.layers[0].qkv.packed)  # the converted arrays
+    assert np.array_equal(logits(model), expected)
 
 
 def test_unwritable_cache_folder_still_loads(demo_dir, tmp_path, monkeypatch):

@@ -180,7 +180,13 @@ def load_model(
             if key:
                 if progress:
                     progress(0.95, "saving the converted weights for the next start")
-                weight_cache.store(key, weights_)
+                if weight_cache.store(key, weights_):
+                    # this session too runs on the cache's huge-page copy (weight_cache):
+                    # the converted arrays are let go first, so memory never holds both
+                    weights_ = None
+                    weights_ = weight_cache.load(key, config, map_experts=mapped)
+                if weights_ is None:  # the file just written did not read back: convert again
+                    weights_ = load_text_weights(ckpt, config, weights, progress, experts_sink=sink)
         if progress:
             progress(0.97, "reading the vision encoder")
         vision = load_vision(folder, ckpt, config)

@@ -236,14 +236,15 @@ def load(key: str, cfg: ModelConfig, map_experts: bool = False) -> TextWeights |
     return weights
 
 
-def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
-    """Write the cache file; a failure (disk full, read-only folder) is logged, not raised."""
+def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) -> bool:
+    """Write the cache file; whether it was written. A failure (disk full, read-only folder)
+    is logged, not raised."""
     folder = cache_dir()
     arrays, formats = _flatten(weights)
     for i, lw in enumerate(weights.layers):  # routed layers an ExpertSink has not written
         if lw.moe is not None and not moe_cache.layer_path(folder, key, i).is_file():
             if moe_cache.store_layer(folder, key, i, lw.moe) is None:
-                return
+                return False
     meta = {
         "key": key,
         "formats": json.dumps(formats),
@@ -258,11 +259,12 @@ def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) ->
             folder,
             e.strerror or e,
         )
-        return
+        return False
     try:
         evict(folder, cap_bytes, keep=folder / f"{key}.safetensors")
     except OSError as e:  # another process removed a file meanwhile, or a read-only file
         log.warning("could not trim the weight cache in %s (%s)", folder, e.strerror or e)
+    return True
 
 
 def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
