@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from merlin.engine.kernels import qgroup, reference
+from merlin.engine.kernels import qgroup, reference, target
 from merlin.engine.kernels.reference import dequantize_q4_reference, dequantize_q8_reference
 from merlin.engine.quant import quantize_q4, quantize_q8
 
@@ -219,3 +219,17 @@ def test_task_split_covers_every_task_once_in_balanced_runs(threads):
     per_thread = [cost[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])]
     # each run is within one task of an even share
     assert max(per_thread) <= cost.sum() / threads + cost.max()
+
+
+@pytest.mark.parametrize(
+    "env, machine, into_l1",
+    [
+        ({"NUMBA_CPU_NAME": "haswell"}, "x86_64", False),
+        ({"NUMBA_CPU_NAME": "icelake-server"}, "x86_64", False),
+        ({"NUMBA_CPU_NAME": "znver3"}, "x86_64", True),
+        ({"NUMBA_CPU_NAME": "znver4"}, "x86_64", True),
+        ({"NUMBA_CPU_NAME": "cortex-a76"}, "aarch64", True),
+    ],
+)
+def test_small_tiles_prefetch_into_l1_on_amd_and_arm_into_l2_on_intel(env, machine, into_l1):
+    assert qgroup.small_tiles_into_l1(target.detect(env, machine)) == into_l1

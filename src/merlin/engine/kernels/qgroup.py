@@ -83,11 +83,20 @@ ACC_FLOATS = TILE_ROWS * GROUP
 # activation rows per pass over the weights in a prefill: a pass's int8 activations and
 # scales stay in L2 (32 rows of K = 6144: 240 KB)
 ROW_CHUNK = 32
-# software prefetch in a thread's weights: tiles of 1-2 rows into L1 STREAM_PREFETCH bytes
-# ahead, larger tiles (bound by their dots) into L2 only, L2_PREFETCH ahead
+
+
+def small_tiles_into_l1(target) -> bool:
+    """Do tiles of 1-2 activation rows prefetch their weights into L1 (AMD Zen: into L2 was
+    slower on Zen 4; aarch64: not measured) or, like larger tiles, into L2 (Intel: faster
+    there)? Measurements: docs/kernels.md."""
+    return not target.x86 or target.cpu_name.startswith("znver")
+
+
+# software prefetch in a thread's weights (one sequential stream a thread): L2_PREFETCH bytes
+# ahead into L2; tiles of up to L1_PREFETCH_ROWS rows into L1, STREAM_PREFETCH ahead
 STREAM_PREFETCH = 4096
 L2_PREFETCH = 8192
-L1_PREFETCH_ROWS = 2
+L1_PREFETCH_ROWS = 2 if small_tiles_into_l1(TARGET) else 0
 
 
 def _prefetch_for(rows: int) -> tuple[int, int]:
