@@ -20,5 +20,22 @@ def test_vision_ttft_runs_and_reports(demo_dir):
     assert target["ttft_after_attach_s"] > 0
     assert target["after_attach_reused"] > target["tokens"]
     assert target["after_attach_prefill_tokens"] < target["prompt_tokens"] - target["tokens"]
+    assert all(r["host_peaks"][k] > 0 for k in ("f32", "int8", "f32_core", "int8_core"))
+    assert target["q8"]["board_s"] > 0
     text = vision_ttft.report(r)
-    assert "448" in text and "board" in text.lower()
+    assert "448" in text and "board" in text.lower() and "peaks" in text
+
+
+class _Encode:
+    ms, gemm_ms, attn_ms = 1000.0, 600.0, 300.0
+
+
+def test_board_projection_scales_each_part_by_its_peak_ratio():
+    board = vision_ttft.board_peaks()
+    same = vision_ttft.board_seconds(_Encode, "q8", board)  # a host as fast as the board
+    assert abs(same - 1.0) < 1e-12
+    twice = {k: 2 * v for k, v in board.items()}
+    assert abs(vision_ttft.board_seconds(_Encode, "q8", twice) - 2.0) < 1e-12
+    faster_ints = {**board, "int8": 4 * board["int8"]}  # q8's products: int8; the rest: f32
+    assert abs(vision_ttft.board_seconds(_Encode, "q8", faster_ints) - (0.9 * 4 + 0.1)) < 1e-12
+    assert abs(vision_ttft.board_seconds(_Encode, "f32", faster_ints) - 1.0) < 1e-12

@@ -16,11 +16,12 @@ for square pictures of 256, 1024 and 4096 image tokens (512, 1024, 2048 pixels a
   was attached before the question was typed (encoded and its rows prefilled on attach,
   Session.prefill_ahead; only the question's text and the first step after Send);
 - the board projection (RK3588, 4 Cortex-A76): each measured part's time scaled by the ratio
-  of this host's peak to the A76 cluster's for that kind of work (BOARD below says where
-  the figures come from): the weight products and the attention by the integer-dot peak
-  (q8: both are int8 dots) or the f32 FMA peak, the rest (single-threaded, element-wise) by one
-  core's f32 vector throughput. It assumes the kernels reach the same fraction of peak
-  there as here; the kernels' own cycle model for aarch64 is in engine/kernels/qgroup.py.
+  of this host's peak, measured in the same run (peaks.py), to the A76 cluster's (BOARD below
+  says where those come from) for that kind of work: the weight products and the attention
+  by the integer-dot peak (q8: both are int8 dots) or the f32 FMA peak, the rest
+  (single-threaded, element-wise) by one core's f32 vector throughput. It assumes the
+  kernels reach the same fraction of peak there as here; the decoder's own cycle model for
+  aarch64 is bench/board.py.
 
 The host may be shared: every figure is a median, f32 and q8 alternate, and ratios (f32/q8,
 fraction of sgemm) are the figures to compare across machines.
@@ -40,40 +41,43 @@ import numpy as np
 TOKENS = (256, 1024, 4096)
 TARGET_SIZE = (448, 448)
 
-# Peak throughputs, per core and cycle (multiply-adds count 2). Sources:
-# - host: Intel 64 and IA-32 Architectures Optimization Reference Manual: one 512-bit FMA a
-#   cycle (ports 0+1 fused; client/E-class cores, as this KVM guest's Rocket Lake-family
-#   CPU reports: 32 f32 FLOP), one 512-bit vpdpbusd a cycle (64 int8 multiply-adds: 128 ops).
-#   GHz: the guest's nominal 2.6 (BogoMIPS 5200).
-# - board: Arm Cortex-A76 Software Optimization Guide (ASIMD FMLA and SDOT: 2 a cycle on
-#   the two 128-bit pipes: 16 f32 FLOP, 64 int8 ops), 4 cores at 2.4 GHz (RK3588
-#   datasheet: A76 cluster up to 2.4 GHz).
-HOST = {"cores": 2, "ghz": 2.6, "f32": 32, "int8": 128}
+# The board's peak throughputs, per core and cycle (multiply-adds count 2): Arm Cortex-A76
+# Software Optimization Guide (ASIMD FMLA and SDOT: 2 a cycle on the two 128-bit pipes: 16 f32
+# FLOP, 64 int8 ops), 4 cores at 2.4 GHz (RK3588 datasheet: A76 cluster up to 2.4 GHz). This
+# host's are measured in the same run (peaks.py: the f32 fma and the class's int8 dot).
 BOARD = {"cores": 4, "ghz": 2.4, "f32": 16, "int8": 64}
 NPU_448_S = 2.08  # rknn-llm's published Qwen3-VL-2B vision encode of 448x448 on the RK3588 NPU
 
 
-def _ratio(kind: str, cores: bool = True) -> float:
-    """Board peak / host peak for this kind of work (cores=False: one core each)."""
-    h = HOST[kind] * HOST["ghz"] * (HOST["cores"] if cores else 1)
-    b = BOARD[kind] * BOARD["ghz"] * (BOARD["cores"] if cores else 1)
-    return b / h
+def board_peaks() -> dict:
+    """The board's peak G ops/s, in peaks.measure()'s keys."""
+    cluster = BOARD["ghz"] * BOARD["cores"]
+    return {
+        "f32": BOARD["f32"] * cluster,
+        "int8": BOARD["int8"] * cluster,
+        "f32_core": BOARD["f32"] * BOARD["ghz"],
+        "int8_core": BOARD["int8"] * BOARD["ghz"],
+    }
 
 
-def board_seconds(out, fmt: str) -> float:
-    """Projected encode seconds on the board for one measured VisionOutput (see above)."""
+def board_seconds(out, fmt: str, host: dict) -> float:
+    """Projected encode seconds on the board for one measured VisionOutput: each part's time
+    times host peak / board peak for its kind of work (host: peaks.measure())."""
+    board = board_peaks()
+
+    def scaled(ms, key):
+        return ms / 1e3 * host[key] / board[key]
+
     kind = "int8" if fmt == "q8" else "f32"  # q8: integer weight and attention products
-    gemm = out.gemm_ms / 1e3 / _ratio(kind)
-    attn = out.attn_ms / 1e3 / _ratio(kind)
-    other = max(0.0, out.ms - out.gemm_ms - out.attn_ms) / 1e3 / _ratio("f32", cores=False)
-    return gemm + attn + other
+    other = max(0.0, out.ms - out.gemm_ms - out.attn_ms)  # element-wise, one thread
+    return scaled(out.gemm_ms, kind) + scaled(out.attn_ms, kind) + scaled(other, "f32_core")
 
 
 def _side(tokens: int, factor: int) -> int:
     return int(round(tokens**0.5)) * factor
 
 
-def _encode_figures(vision, image, repeats: int) -> dict:
+def _encode_figures(vision, image, repeats: int, host: dict) -> dict:
     import numba
 
     from .vision import sgemm_gflops
@@ -105,7 +109,7 @@ def _encode_figures(vision, image, repeats: int) -> dict:
             "gemm_gflops": round(out.flops["gemm"] / out.gemm_ms / 1e6, 1),
             "attn_gflops": round(out.flops["attn"] / max(out.attn_ms, 1e-9) / 1e6, 1),
             "vs_sgemm": round(gflops / sg, 3),
-            "board_s": round(board_seconds(out, fmt), 2),
+            "board_s": round(board_seconds(out, fmt, host), 2),
             # CPU seconds of the process over the encode: on a shared, overloaded host the
             # wall time stretches, the work does not (CPU s / threads ~ the unshared time)
             "cpu_s": round(float(np.median(cpu[fmt])), 2),
@@ -216,6 +220,7 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, fo
     """The figures on `folder` (default: the 2B-shaped random checkpoint, built once)."""
     from ..demo import QWEN3VL_2B, ensure_random_checkpoint
     from ..model import load_model
+    from .peaks import measure as measure_peaks
     from .vision import bench_image
 
     if folder is None:
@@ -229,7 +234,8 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, fo
 
     result = {"threads": numba.get_num_threads(), "load_avg": list(os.getloadavg()),
               "checkpoint": str(folder), "text_weights": weights, "repeats": repeats,
-              "host": HOST, "board": BOARD, "budgets": []}  # fmt: skip
+              "host_peaks": measure_peaks(), "board": BOARD, "budgets": []}  # fmt: skip
+    host = result["host_peaks"]
     with tempfile.TemporaryDirectory() as tmp:
         warm = bench_image(64, 64, Path(tmp) / "warm.png")
         for fmt in ("f32", "q8"):  # kernels compiled, q8 matrices made, BLAS threads up
@@ -242,7 +248,7 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, fo
             path = bench_image(side, side, Path(tmp) / f"{side}.png")
             image = vision.prepare(path, t * factor * factor)
             progress(f"{side}x{side}: {image.n_tokens} tokens, f32 and q8 encodes ...")
-            row = {"size": [side, side], **_encode_figures(vision, image, repeats)}
+            row = {"size": [side, side], **_encode_figures(vision, image, repeats, host)}
             progress(f"{side}x{side}: time to first token ...")
             row.update(_ttft(model, path, t, max(1, repeats if t <= 1024 else 1)))
             result["budgets"].append(row)
@@ -250,7 +256,7 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, fo
         path = bench_image(w, h, Path(tmp) / "target.png")
         image = vision.prepare(path, 1024 * factor * factor)
         progress(f"{w}x{h}: {image.n_tokens} tokens ...")
-        target = {"size": [w, h], **_encode_figures(vision, image, repeats)}
+        target = {"size": [w, h], **_encode_figures(vision, image, repeats, host)}
         target.update(_ttft(model, path, 1024, repeats))
         target.update(_ttft_after_attach(model, path, 1024, repeats))
         target["npu_s"] = NPU_448_S
@@ -285,6 +291,13 @@ def report(r: dict) -> str:
         f"projection of the q8 encode {t['q8']['board_s']:.2f} s (from CPU time: "
         f"{t['q8']['board_cpu_s']:.2f} s) vs the NPU's {t['npu_s']} s"
     )
+    h, b = r["host_peaks"], board_peaks()
+    lines.append(
+        f"peaks, G ops/s (multiply-add = 2): this host, measured on {h['threads']} threads, "
+        f"f32 {h['f32']:.0f}, int8 {h['int8']:.0f} (one core f32 {h['f32_core']:.0f}); "
+        f"the board, nominal, f32 {b['f32']:.0f}, int8 {b['int8']:.0f} (one core "
+        f"f32 {b['f32_core']:.0f})"
+    )
     lines.append(
         f"448x448 attached before the question is typed: TTFT {t['ttft_after_attach_s']:.2f} s "
         f"(prefill of {t['after_attach_prefill_tokens']} tokens, "
@@ -300,8 +313,8 @@ def report(r: dict) -> str:
     lines.append(
         "GF/s = encoder FLOPs / encode time (q8: integer products counted as FLOPs); "
         "x/sg = that over sgemm on the fc1 shape, same run; TTFT = ask() to first token "
-        "(preprocess + q8 encode + prefill + first step); board = q8 encode scaled by peak "
-        "ratios (engine/bench/vision_ttft.py: HOST, BOARD)"
+        "(preprocess + q8 encode + prefill + first step); board = q8 encode scaled by this "
+        "host's measured peaks over the board's (engine/bench/vision_ttft.py: BOARD, peaks.py)"
     )
     return "\n".join(lines)
 
