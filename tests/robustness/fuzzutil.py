@@ -92,11 +92,14 @@ def attempt(fn, *args, trace_memory: bool = False, **kwargs) -> Outcome:
 
 @contextlib.contextmanager
 def traced():
-    tracemalloc.start()
-    try:
-        yield
-    finally:
-        tracemalloc.stop()
+    """tracemalloc is tracing inside. Started on first use and stopped when the test module
+    ends (conftest.py), not per example: tracemalloc.stop() races with allocations made at that
+    moment by threads without the GIL (NumPy's PyTraceMalloc_Track; CPython gh-128679, fixed
+    in 3.12.9 and 3.13.2, not in 3.11), which segfaulted a 1,000-example fuzz test in CI once
+    while earlier tests' idle worker threads were alive."""
+    if not tracemalloc.is_tracing():
+        tracemalloc.start()
+    yield
 
 
 # ---- JSON mutation ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import time
 import tracemalloc
 
 import pytest
-from fuzzutil import fuzz
+from fuzzutil import fuzz, traced
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -29,6 +29,11 @@ HOSTILE = [
     '{{ "x".ljust(1000000000) }}',
     '{{ ("x" * 1000000).replace("x", "yyyyyyyy") }}',
     '{{ (["x" * 1000000] * 1000)|join }}',
+    '{{ (["ab"] * 1000)|join|join("z" * 1000000) }}',
+    '{{ range(100000)|join("z" * 100000) }}',
+    '{{ ("ab" * 100000)|replace("ab", "y" * 1000000) }}',
+    '{{ ("ab" * 10000)|replace("", "y" * 100000) }}',
+    '{{ ("\\n" * 100000)|indent(100000) }}',
     '{{ (["x" * 1000000] * 100)|string }}',
     '{{ (["ab"] * 1000000)|tojson }}',
     '{% set ns = namespace(x="xx") %}{% for i in range(60) %}{% set ns.x = ns.x ~ ns.x %}'
@@ -55,14 +60,13 @@ def test_hostile_template_bounded(demo_dir, tmp_path, template):
     t0 = time.perf_counter()
     tok = _tokenizer_with(demo_dir, tmp_path, template)  # nothing runs at compile time
     assert time.perf_counter() - t0 < 15
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    try:
+    with traced():
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        t0 = time.perf_counter()
         with pytest.raises(TokenizerError):
             tok.encode_chat([{"role": "user", "content": "hi"}], add_generation_prompt=True)
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        peak = tracemalloc.get_traced_memory()[1] - base
     assert time.perf_counter() - t0 < 15
     assert peak < 100 << 20, f"{peak / 1e6:.0f} MB"
 
@@ -86,15 +90,15 @@ def test_generated_filter_calls_bounded(name, n, reps):
     template = f'{{{{ (["ab"] * {reps})|join|{name}{args} }}}}'
     env = _make_jinja_env()
     compiled = env.from_string(template)
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    try:
-        env.render_budgeted(compiled, 2_000_000, {})
-    except Exception:  # noqa: BLE001, S110 - the tokenizer turns any into a TokenizerError
-        pass
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+    with traced():
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        t0 = time.perf_counter()
+        try:
+            env.render_budgeted(compiled, 2_000_000, {})
+        except Exception:  # noqa: BLE001, S110 - the tokenizer turns any into a TokenizerError
+            pass
+        peak = tracemalloc.get_traced_memory()[1] - base
     assert time.perf_counter() - t0 < 60  # generous: tracemalloc slows the loops
     assert peak < 100 << 20, f"{peak / 1e6:.0f} MB"
 

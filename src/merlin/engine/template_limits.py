@@ -142,12 +142,45 @@ def bounded_filter(env, name: str, f):
         if bounds is None:
             return f(*args, **kwargs)
         skip = 1 if getattr(f, "jinja_pass_arg", None) is not None else 0
-        bounds.before(f"the filter {name!r}", args[skip:], kwargs)
+        what = f"the filter {name!r}"
+        if name == "join" and len(args) > skip and not hasattr(args[skip], "__len__"):
+            args = (*args[:skip], list(args[skip]), *args[skip + 1 :])  # counted below
+        bounds.before(what, args[skip:], kwargs)
         if name in _COUNTED and len(args) > skip + 1:
-            _check_numbers(f"the filter {name!r}", args[skip + 1 : skip + 2], MAX_PARTS)
-        return bounds.built(f"the filter {name!r}", f(*args, **kwargs))
+            _check_numbers(what, args[skip + 1 : skip + 2], MAX_PARTS)
+        if name in _REPEATING:
+            _check_size(what, _REPEATING[name](bounds.limit, *args[skip:], **kwargs), bounds.limit)
+        return bounds.built(what, f(*args, **kwargs))
 
     return wrapper
+
+
+# Filters whose output can be a product of their inputs' sizes (a separator or replacement
+# repeated per item or match, an indent per line): a bound of the characters they build, from
+# Jinja's own signatures, checked before they run.
+
+
+def _join_size(limit: int, value: Any = (), d: Any = "", attribute: Any = None) -> int:
+    sep = len(d) if isinstance(d, str) else 8
+    return approx_size(value, limit) + len(value) * sep if hasattr(value, "__len__") else 0
+
+
+def _replace_size(limit: int, s: Any = "", old: Any = "", new: Any = "", count: Any = None) -> int:
+    if not (isinstance(s, str) and isinstance(old, str) and isinstance(new, str)):
+        return approx_size(s, limit) * (1 + approx_size(new, limit))
+    hits = s.count(old) if old else len(s) + 1
+    if isinstance(count, int) and count >= 0:
+        hits = min(hits, count)
+    return len(s) + hits * len(new)
+
+
+def _indent_size(limit: int, s: Any = "", width: Any = 4, first: Any = False, blank: Any = False):
+    text = s if isinstance(s, str) else ""
+    per_line = width if isinstance(width, int) else approx_size(width, limit)
+    return approx_size(s, limit) + (text.count("\n") + 1) * max(0, per_line)
+
+
+_REPEATING = {"join": _join_size, "replace": _replace_size, "indent": _indent_size}
 
 
 _AMPLIFYING = frozenset(["replace", "expandtabs", "join", "center", "ljust", "rjust", "zfill"])
