@@ -108,27 +108,76 @@ def test_unknown_vision_weights_format(case):
         vision.set_weights_format("q4")
 
 
-def test_q8_gelu_on_the_kernel_threads_equals_one_thread(case):
-    """The q8 encoder splits tanh-GELU's rows over Python threads: every row computed as the
-    single-threaded kernel computes it (row counts that split evenly and not)."""
+def test_q8_element_wise_kernels_on_the_kernel_threads_equal_one_thread(case):
+    """The q8 encoder splits the rows of its element-wise kernels over Python threads
+    (VisionEncoder._by_rows): every row computed as the single-threaded kernel computes it
+    (row counts that split evenly and not)."""
     import numba
 
-    from merlin.engine.vision.kernels import POW2, bias_gelu_tanh
+    from merlin.engine.vision.kernels import (
+        POW2,
+        add_bias_residual,
+        bias_gelu_tanh,
+        layernorm,
+        split_heads_rope,
+    )
 
     _, _, vision, _ = case
     enc = vision.encoder
     rng = np.random.default_rng(8)
-    bias = rng.standard_normal(96, dtype=np.float32)
+
+    def rand(*shape):
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(4)
+
+    heads, hd = 2, 8
+    bias, w = rand(3 * heads * hd), rand(3 * heads * hd)
     before = numba.get_num_threads()
     try:
         enc.set_weights_format("q8")
         numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
         for rows in (1, 37, 64):
-            a = rng.standard_normal((rows, 96), dtype=np.float32) * np.float32(4)
-            ref = a.copy()
+            a, y = rand(rows, 3 * heads * hd), rand(rows, 3 * heads * hd)
+            ref, got = a.copy(), a.copy()
             bias_gelu_tanh(ref, bias, POW2)
-            enc._gelu(a, bias)
-            assert np.array_equal(a, ref), rows
+            enc._gelu(got, bias)
+            assert np.array_equal(got, ref), rows
+            ref, got = np.empty_like(a), np.empty_like(a)
+            layernorm(a, w, bias, 1e-6, ref)
+            enc._layernorm(a, w, bias, got)
+            assert np.array_equal(got, ref), rows
+            ref, got = a.copy(), a.copy()
+            add_bias_residual(ref, y, bias)
+            enc._add_bias_residual(got, y, bias)
+            assert np.array_equal(got, ref), rows
+            cos, sin = rand(rows, hd // 2), rand(rows, hd // 2)
+            ref = [np.empty((heads, rows, hd), np.float32) for _ in range(3)]
+            got = [np.empty((heads, rows, hd), np.float32) for _ in range(3)]
+            split_heads_rope(a, bias, cos, sin, *ref, 0, rows)
+            enc._split_heads_rope(a, bias, cos, sin, *got)
+            assert all(np.array_equal(g, r) for g, r in zip(got, ref)), rows
     finally:
         numba.set_num_threads(before)
         enc.set_weights_format("f32")
+
+
+def test_q8_encode_is_the_same_on_one_and_two_threads(case):
+    """Element-wise rows, the products' groups and the attention's queries are split over the
+    threads, each value computed as on one thread: the whole encode is bitwise the same."""
+    import numba
+
+    _, _, vision, prompts = case
+    images = prompts[0][1]
+    before = numba.get_num_threads()
+    try:
+        vision.set_weights_format("q8")
+        outs = []
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            outs.append(vision.encode(images))
+        one, two = outs
+        assert np.array_equal(one.embeds, two.embeds)
+        assert len(one.deepstack) == len(two.deepstack) >= 1
+        assert all(np.array_equal(a, b) for a, b in zip(one.deepstack, two.deepstack))
+    finally:
+        numba.set_num_threads(before)
+        vision.set_weights_format("f32")

@@ -265,19 +265,19 @@ class VisionEncoder:
         for i, b in enumerate(self.w.blocks):
             if cancel is not None and cancel.is_set():
                 raise EncodeCancelled
-            layernorm(x, b.norm1_w, b.norm1_b, LN_EPS, hbuf)
+            self._layernorm(x, b.norm1_w, b.norm1_b, hbuf)
             t0 = perf()
             self._mm(hbuf, b.qkv_w, "qkv", scratch, qkv)
             timer.gemm += perf() - t0
-            split_heads_rope(qkv, b.qkv_b, cos, sin, q, k, v)
+            self._split_heads_rope(qkv, b.qkv_b, cos, sin, q, k, v)
             t0 = perf()
             self._attention(q, k, v, spans, attn)
             t1 = perf()
             self._mm(attn, b.proj_w, "proj", scratch, proj)
             timer.attn += t1 - t0
             timer.gemm += perf() - t1
-            add_bias_residual(x, proj, b.proj_b)
-            layernorm(x, b.norm2_w, b.norm2_b, LN_EPS, hbuf)
+            self._add_bias_residual(x, proj, b.proj_b)
+            self._layernorm(x, b.norm2_w, b.norm2_b, hbuf)
             fc1 = self._ready(b.fc1_w, "fc1", scratch)
             fc2 = self._ready(b.fc2_w, "fc2", scratch)
             for r0 in range(0, n, mlp_rows):
@@ -290,7 +290,7 @@ class VisionEncoder:
                 t0 = perf()
                 self._apply(fc2, a, proj[r0:r1])
                 timer.gemm += perf() - t0
-            add_bias_residual(x, proj, b.fc2_b)
+            self._add_bias_residual(x, proj, b.fc2_b)
             if i in c.deepstack_visual_indexes:
                 j = c.deepstack_visual_indexes.index(i)
                 deepstack.append(self._merge(x, self.w.deepstack[j], True, timer, scratch))
@@ -319,10 +319,10 @@ class VisionEncoder:
         if postshuffle:
             g = x.reshape(n // m2, m2 * vd)
             h = np.empty_like(g)
-            layernorm(g, mw.norm_w, mw.norm_b, LN_EPS, h)
+            self._layernorm(g, mw.norm_w, mw.norm_b, h)
         else:
             h = np.empty_like(x)
-            layernorm(x, mw.norm_w, mw.norm_b, LN_EPS, h)
+            self._layernorm(x, mw.norm_w, mw.norm_b, h)
             h = h.reshape(n // m2, m2 * vd)
         t0 = time.perf_counter()
         a = self._mm(h, mw.fc1_w, "merge_fc1", scratch)
@@ -334,22 +334,40 @@ class VisionEncoder:
         add_bias(out, mw.fc2_b)
         return out
 
+    # the element-wise kernels of a block, by rows (_by_rows)
     def _gelu(self, a: np.ndarray, bias: np.ndarray) -> None:
-        """a = gelu_tanh(a + bias) in place. The q8 encoder splits the rows over the kernel
-        threads (the GELU is bound by its arithmetic: 2048 x 4096 values 5.4-6.6 ms on one
-        thread, 3.1 ms on two); the f32 one keeps one thread, as its element-wise kernels do
-        between BLAS calls (engine/vision/kernels.py). Each row is computed the same either
-        way."""
+        """a = gelu_tanh(a + bias) in place."""
+        self._by_rows(len(a), lambda r0, r1: bias_gelu_tanh(a[r0:r1], bias, POW2))
+
+    def _layernorm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        self._by_rows(len(x), lambda r0, r1: layernorm(x[r0:r1], w, b, LN_EPS, out[r0:r1]))
+
+    def _add_bias_residual(self, x: np.ndarray, y: np.ndarray, b: np.ndarray) -> None:
+        """x += y + b in place."""
+        self._by_rows(len(x), lambda r0, r1: add_bias_residual(x[r0:r1], y[r0:r1], b))
+
+    def _split_heads_rope(self, qkv, bias, cos, sin, q, k, v) -> None:
+        def rows(r0, r1):
+            split_heads_rope(qkv, bias, cos, sin, q, k, v, r0, r1)
+
+        self._by_rows(len(qkv), rows)
+
+    def _by_rows(self, n: int, run) -> None:
+        """run(r0, r1) over row ranges covering 0..n. The q8 encoder splits them over the
+        kernel threads: it has no BLAS call between its products whose spinning OpenMP threads
+        another parallel region would slow down (engine/vision/kernels.py), and its element-wise
+        kernels are a fifth of a 448x448 encode (tanh-GELU alone, 2048 x 4096 values: 5.4-6.6
+        ms on one thread, 3.1 ms on two). The f32 one keeps one call on one thread. Each row
+        is computed the same either way."""
         import numba
 
         threads = numba.get_num_threads()
-        if self.weights_format != "q8" or threads < 2 or len(a) < 2 * threads:
-            bias_gelu_tanh(a, bias, POW2)
+        if self.weights_format != "q8" or threads < 2 or n < 2 * threads:
+            run(0, n)
             return
-        step = -(-len(a) // threads)
+        step = -(-n // threads)
         pool = thread_pool(threads)
-        chunks = [a[r0 : r0 + step] for r0 in range(0, len(a), step)]
-        for f in [pool.submit(bias_gelu_tanh, c, bias, POW2) for c in chunks]:
+        for f in [pool.submit(run, r0, min(n, r0 + step)) for r0 in range(0, n, step)]:
             f.result()
 
     def _attention(self, q, k, v, spans, out) -> None:

@@ -9,7 +9,7 @@ the cores the next BLAS call needs. Measured on the 2-core machine, 448x448 thro
 encoder: 5.2-6.2 s with parallel kernels, 3.8-4.2 s with one thread (the element-wise part
 itself is memory-bound and gained little from a second thread); a tight loop alternating the
 two was ~9x slower. (The q8 encoder has no BLAS call between its blocks' products and runs
-tanh-GELU, bound by its arithmetic, on row chunks over its threads: VisionEncoder._gelu.)
+these kernels on row chunks over its threads: VisionEncoder._by_rows.)
 
 `_exp` is a vectorisable exp (range reduction to 2^k * 2^f, a degree-6 polynomial for 2^f and
 2^k built from its exponent bits; no table, so no index a NaN could move). Numba's own exp
@@ -93,14 +93,15 @@ def add_bias_residual(x, y, b):
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def split_heads_rope(qkv, b, cos, sin, q, k, v):
-    """qkv: [S, 3*H*HD] (x @ Wqkv.T, bias not yet added), b: [3*H*HD];
+def split_heads_rope(qkv, b, cos, sin, q, k, v, s0, s1):
+    """Rows s0..s1 of: qkv: [S, 3*H*HD] (x @ Wqkv.T, bias not yet added), b: [3*H*HD];
     cos/sin: [S, HD/2]; q, k, v: [H, S, HD] outputs. Adds the bias, splits the heads and
-    rotates q and k (half-split pairs i, i + HD/2, as rotate_half in transformers)."""
+    rotates q and k (half-split pairs i, i + HD/2, as rotate_half in transformers). A row
+    range, not views of the rows: q[:, s0:s1] would not be contiguous."""
     n_heads, seq, head_dim = q.shape
     half = head_dim // 2
     width = n_heads * head_dim
-    for s in range(seq):
+    for s in range(max(0, s0), min(seq, s1)):
         for h in range(n_heads):
             # slices indexed from range(): an index such as width + base + i, which Numba
             # cannot prove non-negative, gets a wraparound branch per access (scalar loops)
