@@ -39,3 +39,9 @@ def test_board_projection_scales_each_part_by_its_peak_ratio():
     faster_ints = {**board, "int8": 4 * board["int8"]}  # q8's products: int8; the rest: f32
     assert abs(vision_ttft.board_seconds(_Encode, "q8", faster_ints) - (0.9 * 4 + 0.1)) < 1e-12
     assert abs(vision_ttft.board_seconds(_Encode, "f32", faster_ints) - 1.0) < 1e-12
+    # the element-wise rest: all cores' f32 peak in q8 (rows split over threads), one in f32
+    cores = {**board, "f32": 3 * board["f32"]}
+    assert abs(vision_ttft.board_seconds(_Encode, "q8", cores) - (0.9 + 0.1 * 3)) < 1e-12
+    core = {**board, "f32_core": 5 * board["f32_core"]}
+    assert abs(vision_ttft.board_seconds(_Encode, "q8", core) - 1.0) < 1e-12
+    assert abs(vision_ttft.board_seconds(_Encode, "f32", core) - (0.9 * 1 + 0.1 * 5)) < 1e-12

@@ -2,9 +2,9 @@
 
 The board projection of the vision bench (vision_ttft.py) scales each measured time by the
 board's peak over this host's; this module gives the host's side. A table of nominal figures
-(one 512-bit FMA and one vpdpbusd a cycle at the guest's nominal 2.6 GHz) was off by 2.9x on
-the Intel Xeon KVM guest of 2026-12-05, which retires 1.8 of each a cycle at 4.1 GHz
-(docs/kernels.md, docs/microbench/dot_rate.c): hence measured.
+(one 512-bit FMA and one vpdpbusd a cycle at a guest's nominal clock) can be off by several
+times on a server core with two 512-bit ports and turbo (docs/kernels.md,
+docs/microbench/dot_rate.c): hence measured.
 
 Two loops of CHAINS independent accumulators (more than latency x throughput of either
 instruction on the cores we know), written as LLVM IR so that the instructions are the ones
@@ -46,8 +46,8 @@ def _opaque_pointer(builder, ptr):
 
 def _chain_loop(builder, n, acc_type, step):
     """CHAINS accumulators of acc_type, zero, through n steps acc_c = step(builder, acc_c, c,
-    base), base a fresh opaque pointer to a small scratch each step; returns lane 0 of their
-    sum (so that nothing is dead)."""
+    base), base a fresh opaque pointer to a small scratch each step; returns the sum of every
+    lane of every accumulator (so that no lane is dead)."""
     scratch = cgutils.alloca_once(builder, ir.ArrayType(I32, 4 * CHAINS))
     one = 0x3F800000  # float 1.0 (ints 1 would be float denormals: microcode-slow)
     builder.store(ir.Constant(scratch.type.pointee, [one] * 4 * CHAINS), scratch)

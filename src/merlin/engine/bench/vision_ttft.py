@@ -18,10 +18,10 @@ for square pictures of 256, 1024 and 4096 image tokens (512, 1024, 2048 pixels a
 - the board projection (RK3588, 4 Cortex-A76): each measured part's time scaled by the ratio
   of this host's peak, measured in the same run (peaks.py), to the A76 cluster's (BOARD below
   says where those come from) for that kind of work: the weight products and the attention
-  by the integer-dot peak (q8: both are int8 dots) or the f32 FMA peak, the rest
-  (single-threaded, element-wise) by one core's f32 vector throughput. It assumes the
-  kernels reach the same fraction of peak there as here; the decoder's own cycle model for
-  aarch64 is bench/board.py.
+  by the integer-dot peak (q8: both are int8 dots) or the f32 FMA peak, the element-wise
+  rest by the f32 peak of all cores (q8: its rows split over the threads) or of one core
+  (f32). It assumes the kernels reach the same fraction of peak there as here; the decoder's
+  own cycle model for aarch64 is bench/board.py.
 
 The host may be shared: every figure is a median, f32 and q8 alternate, and ratios (f32/q8,
 fraction of sgemm) are the figures to compare across machines.
@@ -69,8 +69,10 @@ def board_seconds(out, fmt: str, host: dict) -> float:
         return ms / 1e3 * host[key] / board[key]
 
     kind = "int8" if fmt == "q8" else "f32"  # q8: integer weight and attention products
-    other = max(0.0, out.ms - out.gemm_ms - out.attn_ms)  # element-wise, one thread
-    return scaled(out.gemm_ms, kind) + scaled(out.attn_ms, kind) + scaled(other, "f32_core")
+    # the element-wise rest: on every thread in q8 (VisionEncoder._by_rows), one in f32
+    rest = "f32" if fmt == "q8" else "f32_core"
+    other = max(0.0, out.ms - out.gemm_ms - out.attn_ms)
+    return scaled(out.gemm_ms, kind) + scaled(out.attn_ms, kind) + scaled(other, rest)
 
 
 def _side(tokens: int, factor: int) -> int:
