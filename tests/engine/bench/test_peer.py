@@ -1,9 +1,13 @@
 """The llama.cpp side-by-side's build arguments: native, and without llama.cpp's AMX backend
-on CPUs that have AMX (its repacked Q8_0/Q4_0 weights crash there; engine/bench/peer.py)."""
+on CPUs that have AMX (its repacked Q8_0/Q4_0 weights crash there; engine/bench/peer.py); its
+conversion check's logits comparison."""
 
 from __future__ import annotations
 
 import shlex
+
+import numpy as np
+import pytest
 
 from merlin.engine.bench import peer
 
@@ -36,3 +40,21 @@ def test_llama_cpp_runs_without_the_environment_merlin_set(monkeypatch):
     env = peer.peer_environment()
     assert "GOMP_SPINCOUNT" not in env
     assert env["MERLIN_TEST_USER_VARIABLE"] == "kept"
+
+
+def test_logits_check_tells_a_close_copy_from_a_shifted_one():
+    rng = np.random.default_rng(0)
+    ours = rng.standard_normal(2000) * 5
+    close = ours + rng.standard_normal(2000) * 1e-4  # f16 KV-like noise
+    assert peer.compare_logits(ours, close) == {
+        "logits_rel_diff": pytest.approx(np.max(np.abs(ours - close)) / np.max(np.abs(ours))),
+        "top_same": True,
+    }
+    assert peer.compare_logits(ours, close)["logits_rel_diff"] <= peer.CHECK_REL_DIFF
+    # another model with the same greedy token: the best logit shared, the rest moved
+    moved = ours + rng.standard_normal(2000) * 0.5
+    best = np.argmax(ours)
+    ours[best] = moved[best] = max(ours.max(), moved.max()) + 1
+    far = peer.compare_logits(ours, moved)
+    assert far["logits_rel_diff"] > peer.CHECK_REL_DIFF and not far["top_same"]
+    assert peer.compare_logits(ours, ours[:-1]) == {"logits_rel_diff": np.inf, "top_same": False}

@@ -3,6 +3,7 @@ holds llama-cpp-python; self-contained (no Merlin import). One JSON object on st
 
     python llama_driver.py quantize SRC.gguf DST.gguf q8_0|q4_0
     python llama_driver.py greedy MODEL.gguf N ID ID ...        greedy continuation of the ids
+                                                               and the prompt's last logits
     python llama_driver.py time MODEL.gguf --contexts 128 2048 --prefill 512 --steps 8
                                            --threads 2 [--flash-attn]
 
@@ -66,11 +67,12 @@ def greedy(path: str, n: int, ids: list[int], threads: int = 2) -> dict:
     llm = _load(path, max(256, len(ids) + n + 8), threads)
     out = []
     llm.eval(list(ids))
+    prompt_logits = _last_logits(llm).tolist()
     for _ in range(n):
         nxt = int(np.argmax(_last_logits(llm)))
         out.append(nxt)
         llm.eval([nxt])
-    return {"tokens": out}
+    return {"tokens": out, "prompt_logits": prompt_logits}
 
 
 def timing(path, contexts, prefill_n, steps, threads, flash_attn) -> dict:

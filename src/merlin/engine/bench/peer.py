@@ -13,9 +13,10 @@
    llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
 3. A correctness check first (check_greedy, on the small demo checkpoint, whose f32 GGUF is
    a few MB and written afresh each time): the greedy continuation of a short prompt by
-   llama.cpp (f32 GGUF) and by Merlin (f32 weights, f32 KV) must be the same tokens, which it
-   is only if the conversion (tensor names, RoPE base, norm epsilon, q/k norms, tied
-   embeddings) is right. `bench moe` runs the same check on a tiny MoE checkpoint.
+   llama.cpp (f32 GGUF) and by Merlin (f32 weights, f32 KV) must be the same tokens, and the
+   prompt's last logits close with the same best tokens (compare_logits), which they are only
+   if the conversion (tensor names, RoPE base, norm epsilon, q/k norms, tied embeddings) is
+   right. `bench moe` runs the same check on a tiny MoE checkpoint.
 4. Timing, `repeats` rounds alternating the two engines, each run in its own process with the
    same thread count: per format (Merlin q8 / llama.cpp Q8_0, Merlin q4 / Q4_0) decode ms/token
    at each context (Merlin's KV cache in q8, filled with random rows; llama.cpp's f16, filled
@@ -44,6 +45,8 @@ PEER_PACKAGES = ("llama-cpp-python[server]", "gguf", "numpy")
 BUILD_MINUTES = "5-10 minutes on 2 cores"
 CHECK_PROMPT = [3, 17, 42, 99, 250, 7, 512, 1000]
 CHECK_TOKENS = 8
+CHECK_TOP = 5  # best tokens of the prompt's logits that must agree in order
+CHECK_REL_DIFF = 2e-3  # largest logit difference allowed, over the largest |logit|
 
 
 def peer_dir() -> Path:
@@ -173,25 +176,42 @@ def ensure_ggufs(folder: Path, progress=print, kinds=("q8_0", "q4_0"), out_dir=N
     return paths
 
 
-def merlin_greedy(folder: Path, ids: list[int], n: int) -> list[int]:
-    """Merlin's greedy continuation, f32 weights and f32 KV."""
+def merlin_greedy(folder: Path, ids: list[int], n: int) -> tuple[list[int], np.ndarray]:
+    """Merlin's greedy continuation and the prompt's last logits, f32 weights and f32 KV."""
     from ..model import load_model
     from ..rope import text_positions
 
     model = load_model(folder, weights="f32", kv="f32")
     cache = model.new_cache(len(ids) + n + 8)
     logits = model.text.forward(np.array(ids), text_positions(0, len(ids)), cache)
+    prompt_logits = np.array(logits[-1], np.float64)
     out = []
     for _ in range(n):
         nxt = int(np.argmax(logits[-1]))
         out.append(nxt)
         logits = model.text.forward(np.array([nxt]), text_positions(cache.length, 1), cache)
-    return out
+    return out, prompt_logits
+
+
+def compare_logits(ours, theirs, top: int = CHECK_TOP) -> dict:
+    """How far llama.cpp's logits of the prompt's last token are from Merlin's: the largest
+    difference over the largest |logit| (llama.cpp keeps its KV cache in f16, so ~1e-3,
+    where a wrong RoPE base, norm or head gives ~1) and whether the `top` best tokens are
+    the same in the same order. A trained model can answer a short prompt with one token
+    over and over, which equal greedy tokens alone would not tell apart from many bugs."""
+    a, b = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    if a.shape != b.shape:
+        return {"logits_rel_diff": float("inf"), "top_same": False}
+    rel = float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-30))
+    best_a, best_b = (np.argsort(-v, kind="stable")[:top] for v in (a, b))
+    return {"logits_rel_diff": rel, "top_same": bool(np.array_equal(best_a, best_b))}
 
 
 def check_greedy(folder: Path, progress=print, n: int = CHECK_TOKENS) -> dict:
-    """Greedy tokens of a small checkpoint (a few MB): llama.cpp on its f32 GGUF, written
-    afresh into a temporary folder, against Merlin f32 weights / f32 KV."""
+    """Greedy tokens and the prompt's last logits of a small checkpoint (a few MB): llama.cpp
+    on its f32 GGUF, written afresh into a temporary folder, against Merlin f32 weights / f32
+    KV. Same only if the tokens are equal, the CHECK_TOP best tokens of the logits are in the
+    same order and the logits differ by at most CHECK_REL_DIFF of their largest."""
     import tempfile
 
     folder = Path(folder)
@@ -200,9 +220,15 @@ def check_greedy(folder: Path, progress=print, n: int = CHECK_TOKENS) -> dict:
         path = Path(tmp) / f"{folder.name}-f32.gguf"
         _run_peer(HERE / "gguf_export.py", folder, path, "f32")
         theirs = _run_peer(HERE / "llama_driver.py", "greedy", path, n, *CHECK_PROMPT)
-    ours = merlin_greedy(folder, CHECK_PROMPT, n)
+    ours, our_logits = merlin_greedy(folder, CHECK_PROMPT, n)
+    logits = compare_logits(our_logits, theirs["prompt_logits"])
+    same = (
+        ours == theirs["tokens"]
+        and logits["top_same"]
+        and logits["logits_rel_diff"] <= CHECK_REL_DIFF
+    )
     return {"checkpoint": folder.name, "prompt": CHECK_PROMPT, "merlin": ours,
-            "llama_cpp": theirs["tokens"], "same": ours == theirs["tokens"]}  # fmt: skip
+            "llama_cpp": theirs["tokens"], **logits, "same": same}  # fmt: skip
 
 
 def check_conversion(progress=print) -> dict:
@@ -310,9 +336,15 @@ def report(result: dict) -> str:
 
 def check_line(c: dict) -> str:
     verdict = "SAME" if c["same"] else "DIFFERENT"
+    logits = ""
+    if "logits_rel_diff" in c:
+        top = "same" if c["top_same"] else "different"
+        diff = c["logits_rel_diff"]
+        logits = f"; prompt logits: top {CHECK_TOP} {top}, largest difference {diff:.1e} of max"
     return (
         f"conversion check ({c.get('checkpoint', 'demo checkpoint')}, f32, greedy "
-        f"{len(c['merlin'])} tokens): {verdict} (Merlin {c['merlin']}, llama.cpp {c['llama_cpp']})"
+        f"{len(c['merlin'])} tokens): {verdict} (Merlin {c['merlin']}, llama.cpp {c['llama_cpp']}"
+        f"{logits})"
     )
 
 
