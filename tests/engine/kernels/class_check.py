@@ -8,7 +8,7 @@ threads), agreement with the NumPy twins, the int16 bounds of the AVX2/NEON dots
 extremes (largest nibbles and q8a8 weights against +-127 activations); for the vision
 encoder's fused int8 attention, closeness to exact softmax attention and the same bits on 1
 and 2 threads; then saves the outputs (for the cross-class comparison) and the assembly's
-instruction counts. Prints "class ok".
+instruction counts (and how many q4 dots take a base + index operand). Prints "class ok".
 """
 
 import json
@@ -162,6 +162,11 @@ for fn in (qgroup.matmul_q4g, qgroup.matmul_q8a8g, qgroup.matmul_q8g, span.span_
                 counts["<zmm>"] += 1
             if "ymm" in regs:
                 counts["<ymm>"] += 1
+# q4 dots whose broadcast operand is base + index (un-laminated on Intel: qgroup.own_row_pointers)
+INDEXED = re.compile(r"^\s*vpdpbusd\s+[^\n]*\(%\w+,%\w+", re.M)
+counts["<q4 indexed dots>"] = sum(
+    len(INDEXED.findall(qgroup.matmul_q4g.inspect_asm(sig))) for sig in qgroup.matmul_q4g.signatures
+)
 np.savez(out_path, **results)
 print("asm " + json.dumps(counts))
 print("class ok")

@@ -62,6 +62,16 @@ def call(builder, name: str, ret, args):
     return builder.call(fn, args)
 
 
+def opaque(builder, value):
+    """value through an empty inline asm (no instruction is emitted): LLVM can no longer see
+    how it was computed. A tile's row pointers (base + row x stride) go through it so that
+    each is a register of its own and its loads address register + displacement; left
+    visible, loop strength reduction shares one index register among the rows, and on Intel
+    a dot with a base + index memory operand is un-laminated into two uops (docs/kernels.md,
+    "The verify tile against DRAM")."""
+    return builder.asm(ir.FunctionType(value.type, [value.type]), "", "=r,0", [value], False)
+
+
 def emit_prefetch(builder, ptr, locality: int = 3):
     """llvm.prefetch of ptr for reading (prefetcht0 / prfm pldl1keep at locality 3, into L2 at
     2). Never faults."""

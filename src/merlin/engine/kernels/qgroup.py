@@ -52,6 +52,7 @@ from .irtools import (
     bf16_vector_to_f32,
     call,
     emit_prefetch,
+    opaque,
     scale_to_f32,
     splat,
     stack_f32,
@@ -90,6 +91,18 @@ def small_tiles_into_l1(target) -> bool:
     slower on Zen 4; aarch64: not measured) or, like larger tiles, into L2 (Intel: 6-14%
     faster on a Sapphire Rapids-class Xeon, the one Intel core measured)? docs/kernels.md."""
     return not target.x86 or target.cpu_name.startswith("znver")
+
+
+def own_row_pointers(target, kind: str, rows: int) -> bool:
+    """Does a tile keep each activation row's address in a register of its own (irtools.opaque),
+    so that its dots' {1to16} broadcast operands are register + displacement? On x86 AVX-512
+    VNNI, for the int8-activation formats (q4, q8a8) and tiles of 2+ rows: left to LLVM, the
+    rows share one index register, and on Intel a vpdpbusd with a base + index operand is
+    un-laminated into two uops (5-row q4 tile 4% faster in cache, the 2B's V(4) 5-6% faster,
+    Sapphire Rapids-class Xeon; docs/kernels.md). Not q8 (its 4-row tile got slower), not one
+    row (a register more, no faster), not the other classes (their dots take registers: AVX2
+    and AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r)."""
+    return target.name == "x86-avx512vnni" and kind != "q8" and rows >= 2
 
 
 # software prefetch in a thread's weights (one sequential stream a thread): L2_PREFETCH bytes
@@ -233,6 +246,9 @@ def group_tile_block(
         x_base = builder.gep(data(3, xq_v), [xi_v])
         offsets = [builder.mul(xs_v, ir.Constant(xs_v.type, r)) for r in range(n_rows)]
         x_words = [builder.bitcast(builder.gep(x_base, [off]), I32.as_pointer()) for off in offsets]
+        own_pointers = own_row_pointers(TARGET, kind, n_rows)
+        if own_pointers:
+            x_words = [opaque(builder, words) for words in x_words]
         d_offsets = [
             builder.add(di_v, builder.mul(ds_v, ir.Constant(ds_v.type, r))) for r in range(n_rows)
         ]
@@ -248,7 +264,8 @@ def group_tile_block(
         scales = bf16_vector_to_f32(builder, bits)
         dx_data = data(7, dx_v)
         for r, (dot, off) in enumerate(zip(ints, d_offsets)):
-            dx_r = builder.load(builder.gep(dx_data, [off]))
+            dx_ptr = builder.gep(dx_data, [off])
+            dx_r = builder.load(opaque(builder, dx_ptr) if own_pointers else dx_ptr)
             scaled = builder.fmul(builder.sitofp(dot, _VF), splat(builder, dx_r, _VF))
             a_ptr = builder.bitcast(builder.gep(acc_p, [I32(GROUP * r)]), _VF.as_pointer())
             fma_args = [scaled, scales, builder.load(a_ptr)]
