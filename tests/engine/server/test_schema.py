@@ -81,6 +81,32 @@ def test_system_messages_and_parts():
     assert req.sampling["top_k"] == 0
 
 
+def test_huge_integers_are_errors_naming_the_field():
+    """A JSON integer of hundreds of digits is compared exactly, never turned into a float
+    (which overflows), and the message does not repeat its digits."""
+    user = {"messages": [{"role": "user", "content": "hi"}]}
+    for key in ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+                "min_p", "repetition_penalty", "seed", "n", "presence_penalty"):  # fmt: skip
+        for v in (10**400, -(10**400)):
+            try:
+                parse_request({**user, key: v}, Limits(), 4096)
+            except ApiError as e:
+                assert e.status == 400 and e.param == key, (key, e.message)
+                assert len(e.message) < 200, e.message
+            else:
+                raise AssertionError(f"{key} = {v} was accepted")
+
+
+def test_stream_options_errors_name_the_nested_field():
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": 1}}
+    try:
+        parse_request(body, Limits(), 4096)
+    except ApiError as e:
+        assert e.param == "stream_options.include_usage" and e.param in e.message
+    else:
+        raise AssertionError("include_usage = 1 was accepted")
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.text(alphabet="abc", max_size=6), max_size=8),

@@ -264,6 +264,29 @@ BAD = {
         "messages[0].content[0].image_url.url",
         "not an image",
     ),
+    "NUL in an image path": (
+        user([{"type": "image_url", "image_url": {"url": "green.png\u0000.png"}}]),
+        "messages[0].content[0].image_url.url",
+        "not a usable file path",
+    ),
+    "image path too long": (
+        user([{"type": "image_url", "image_url": {"url": "a" * 5000}}]),
+        "messages[0].content[0].image_url.url",
+        "not a usable file path",
+    ),
+    "max_tokens of 401 digits": ({**user("hi"), "max_tokens": 10**400}, "max_tokens", "at most"),
+    "temperature of 401 digits": ({**user("hi"), "temperature": 10**400}, "temperature", "between"),
+    "seed of 401 digits": ({**user("hi"), "seed": -(10**400)}, "seed", "between"),
+    "a number of 5000 digits": (
+        b'{"messages": [{"role": "user", "content": "hi"}], "seed": 1' + b"0" * 5000 + b"}",
+        None,
+        "too long",
+    ),
+    "include_usage as text": (
+        {**user("hi"), "stream": True, "stream_options": {"include_usage": "yes"}},
+        "stream_options.include_usage",
+        "true or false",
+    ),
 }
 
 
@@ -342,6 +365,45 @@ def test_port_in_use_and_bad_folder_are_one_line_errors(demo_dir, tmp_path):
         assert_user_error(r, f"127.0.0.1:{port}", "--port")
     r = run_cli("serve", "--allow-images", str(tmp_path / "missing"))
     assert_user_error(r, "--allow-images", "no such folder")
+
+
+IMPOSSIBLE_OPTIONS = [
+    ("--max-body-mb", "-1"),
+    ("--max-image-mb", "0"),
+    ("--context", "-5"),
+    ("--sessions", "0"),
+    ("--queue", "-1"),
+    ("--port", "70000"),
+]
+
+
+@pytest.mark.parametrize("option,value", IMPOSSIBLE_OPTIONS)
+def test_impossible_options_are_one_line_errors_at_startup(option, value, tmp_path, capsys):
+    """Refused before the socket is bound or a model is read (the folder does not exist: a
+    check that let the option through would fail on the model, with another message)."""
+    from merlin.engine.cli import EXIT_USER_ERROR, main
+
+    args = ["serve", "--model", str(tmp_path / "missing"), "--port", "0", option, value]
+    assert main(args) == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"merlin-cli: error: {option} must be") and " from " in err, err
+    assert "\n" not in err
+
+
+def test_unusable_image_paths_are_400_on_the_field(tmp_path):
+    """What the file system refuses (NUL, a name too long, ~nobody, a symbolic-link loop) is
+    the client's mistake, named on its field, never an exception out of the resolver."""
+    from merlin.engine.server.errors import ApiError
+    from merlin.engine.server.images import ImageResolver
+
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    resolver = ImageResolver(tmp_path, 1000, folder=tmp_path / "cache")
+    for url in ("ok.jpg\x00.png", "file:///ok%00.png", "a" * 5000, "~no-such-user-here/a.png",
+                "loop"):  # fmt: skip
+        with pytest.raises(ApiError) as e:
+            resolver.resolve(url, "p")
+        assert e.value.status == 400 and e.value.param == "p", url
+        assert len(e.value.message) < 200, e.value.message
 
 
 def test_cors_only_for_configured_origins(server, demo_model):

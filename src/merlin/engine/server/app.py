@@ -85,6 +85,9 @@ async def _read_json(request: Request, limit: int):
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(f"the request body is not valid JSON ({e}).", None) from None
+    except ValueError:  # Python's limit on an int's digits (sys.get_int_max_str_digits)
+        msg = "the request body is not valid JSON: a number in it is too long."
+        raise ApiError(msg, None) from None
     except RecursionError:
         raise ApiError("the request body is nested too deeply.", None) from None
 

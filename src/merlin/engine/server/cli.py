@@ -19,10 +19,15 @@ import secrets
 import socket
 import sys
 
+from .. import limits
 from ..errors import MerlinError
 from ..speculative import MAX_K, SPEC_MODES
 
 LOOPBACK_NAMES = ("localhost",)
+MAX_PORT = 65535
+MAX_SESSIONS = 1024  # each keeps a KV cache
+MAX_QUEUE = 1 << 16
+MB_RANGE = (0.001, 4096.0)  # --max-body-mb and --max-image-mb: 1 KB to 4 GB
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ORIGIN",
         help="allow browser requests from ORIGIN (repeatable; default: no CORS headers)",
     )
-    p.add_argument("--context", type=int, default=8192, help="context budget in tokens")
+    p.add_argument(
+        "--context", type=int, default=8192, help="context budget in tokens (0: the model's)"
+    )
     p.add_argument("--sessions", type=int, default=2, help="conversations kept with their KV cache")
     p.add_argument("--queue", type=int, default=8, help="requests that may wait (then 429)")
     p.add_argument("--max-pixels", type=int, default=None, help="pixel budget per image")
@@ -61,6 +68,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec-k", type=int, default=4, help=f"drafts per verify, 1..{MAX_K}")
     p.add_argument("--no-warm-up", action="store_true", help="do not compile kernels at start")
     p.add_argument("--log-requests", action="store_true", help="uvicorn's access log")
+
+
+def check_options(args) -> None:
+    """InputError naming the option and its range when a number of serve's is impossible, so
+    it ends in one line at startup, not in a server that refuses every request (--max-body-mb
+    -1), serves another context than asked (--context -5) or a traceback (--port 70000).
+    --max-pixels and --threads are bounded by merlin-cli's own checks (engine.cli_checks),
+    as for every subcommand (--threads 0: one a CPU)."""
+    limits.integer(args.port, "--port", 0, MAX_PORT)
+    limits.context_tokens(args.context, "--context")
+    limits.integer(args.sessions, "--sessions", 1, MAX_SESSIONS)
+    limits.integer(args.queue, "--queue", 0, MAX_QUEUE)
+    limits.number(args.max_body_mb, "--max-body-mb", *MB_RANGE)
+    limits.number(args.max_image_mb, "--max-image-mb", *MB_RANGE)
 
 
 def is_loopback(host: str) -> bool:
@@ -114,6 +135,7 @@ def warm_up(model) -> None:
 
 
 def run(args) -> int:
+    check_options(args)
     try:
         import uvicorn
 

@@ -23,12 +23,25 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from .errors import ApiError
 
 _DATA = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,", re.I)
+
+
+@contextmanager
+def _unusable_path(param: str):
+    """What the file system says of a path no file can have (a NUL byte, a name too long, an
+    unknown ~user, a symbolic-link loop, no permission) -> ApiError 400 on the field, not 500.
+    The path itself is left out of the message: it may be thousands of characters long."""
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError) as e:
+        why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).rstrip(".")
+        raise ApiError(f"'{param}': not a usable file path ({why}).", param) from None
 
 
 class ImageResolver:
@@ -82,10 +95,11 @@ class ImageResolver:
                 param,
                 code="image_url_not_allowed",
             )
-        p = Path(path).expanduser()
-        if not p.is_absolute():
-            p = self.allowed / p
-        real = p.resolve()
+        with _unusable_path(param):
+            p = Path(path).expanduser()
+            if not p.is_absolute():
+                p = self.allowed / p
+            real = p.resolve()
         if not real.is_relative_to(self.allowed):
             raise ApiError(
                 f"'{param}': {path} is outside the folder this server may read images from "
@@ -93,10 +107,12 @@ class ImageResolver:
                 param,
                 code="image_url_not_allowed",
             )
-        if not real.is_file():
+        with _unusable_path(param):
+            size = real.stat().st_size if real.is_file() else None
+        if size is None:
             raise ApiError(f"'{param}': {path}: no such image file.", param)
-        if real.stat().st_size > self.max_image_bytes:
-            raise ApiError(self._too_big(param, real.stat().st_size), param, status=413)
+        if size > self.max_image_bytes:
+            raise ApiError(self._too_big(param, size), param, status=413)
         return real
 
     def _too_big(self, param: str, size: int) -> str:

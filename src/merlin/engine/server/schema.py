@@ -80,6 +80,11 @@ def _type_name(v) -> str:
     )
 
 
+def _shown(v) -> str:
+    """A number for an error message: a JSON integer may have thousands of digits."""
+    return str(v) if isinstance(v, float) or abs(v) < 10**20 else "a number too large to use"
+
+
 def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False):
     v = body.get(key)
     if v is None:
@@ -88,17 +93,21 @@ def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False
     if isinstance(v, bool) or not ok:
         kind = "an integer" if integer else "a number"
         raise ApiError(f"'{key}' must be {kind}, got {_type_name(v)}.", key)
-    if not math.isfinite(v) or not lo <= v <= hi:
-        raise ApiError(f"'{key}' must be between {lo:g} and {hi:g}, got {v}.", key)
+    # an int is compared exactly: math.isfinite would convert it to float, which overflows
+    finite = isinstance(v, int) or math.isfinite(v)
+    if not finite or not lo <= v <= hi:
+        raise ApiError(f"'{key}' must be between {lo:g} and {hi:g}, got {_shown(v)}.", key)
     return v
 
 
-def _bool(body: dict, key: str, default: bool = False) -> bool:
+def _bool(body: dict, key: str, default: bool = False, *, parent: str = "") -> bool:
+    """body[key] as a bool; `parent` ("stream_options.") prefixes the field's name in errors."""
     v = body.get(key, default)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise ApiError(f"'{key}' must be true or false, got {_type_name(v)}.", key)
+        param = parent + key
+        raise ApiError(f"'{param}' must be true or false, got {_type_name(v)}.", param)
     return v
 
 
@@ -279,7 +288,8 @@ def parse_request(body, limits: Limits, context_budget: int) -> ChatRequest:
         if v is not None:
             if v > cap:
                 raise ApiError(
-                    f"'{key}' is {v}; this server allows at most {cap} answer tokens.", key
+                    f"'{key}' is {_shown(v)}; this server allows at most {cap} answer tokens.",
+                    key,
                 )
             max_tokens = v if max_tokens is None else max_tokens
     sampling = {}
@@ -311,7 +321,7 @@ def parse_request(body, limits: Limits, context_budget: int) -> ChatRequest:
     if opts is not None:
         if not isinstance(opts, dict):
             raise ApiError("'stream_options' must be an object.", "stream_options")
-        include_usage = _bool(opts, "include_usage")
+        include_usage = _bool(opts, "include_usage", parent="stream_options.")
     return ChatRequest(
         messages=messages,
         system=system,
