@@ -244,3 +244,50 @@ def test_chat_session_continues_our_own_file(demo_model, saved, tmp_path):
 
     check_target(saved[2])  # ours, this format: may be replaced
     check_target(tmp_path / "new.msession")  # absent: may be created
+
+
+@pytest.mark.parametrize("damage", ["kv byte flipped", "token history"])
+def test_a_damaged_cache_keeps_the_intact_image_embeddings(demo_model, saved, tmp_path, damage):
+    """The cached rows are dropped, but a picture whose embedding is intact in the file needs
+    neither its pixels nor its file to go on (the file itself stays as it was)."""
+    meta, arrays, good = saved
+    meta = copy.deepcopy(meta)
+    meta["messages"][0]["images"][0]["source"] = str(tmp_path / "gone.png")  # no such file
+    path = tmp_path / "s.msession"
+    if damage == "kv byte flipped":
+        write(path, meta, arrays)
+        good = path
+        data = bytearray(good.read_bytes())
+        with arrayfile.Reader(good, SESSION_KIND) as r:
+            kv = next(n for n in r.entries if n.startswith("kv.") and r.entries[n]["offset"])
+            data[r.entries[kv]["offset"] + 100] ^= 0xFF
+        path.write_bytes(bytes(data))
+    else:
+        edited = dict(arrays)
+        edited["tokens"] = arrays["tokens"].copy()
+        edited["tokens"][-1] = demo_model.config.text.vocab_size  # outside the vocabulary
+        write(path, meta, edited)
+    before = path.read_bytes()
+    s, result = restore(demo_model, path)
+    assert not result.restored and result.reason
+    hashes = [im.hash for im in s.messages[0].images]
+    assert result.images_kept == len(hashes) == 1
+    emb = s._embeddings[hashes[0]]
+    assert np.array_equal(emb.embeds, arrays[f"img.{hashes[0]}.embeds"])
+    assert all(im.prepared is None for im in s.messages[0].images)  # no pixels needed
+    for _ in s.ask("and now?", max_new_tokens=2):  # the picture's file is not consulted
+        pass
+    assert path.read_bytes() == before
+
+
+def test_a_damaged_embedding_is_not_kept(demo_model, saved, tmp_path):
+    meta, arrays, _ = saved
+    edited = dict(arrays)
+    name = next(n for n in arrays if n.endswith(".embeds"))
+    edited[name] = arrays[name][:-1].copy()  # one row short of its image
+    edited["tokens"] = arrays["tokens"].copy()
+    edited["tokens"][-1] = -1
+    write(tmp_path / "s.msession", meta, edited)
+    s, result = restore(demo_model, tmp_path / "s.msession")
+    assert not result.restored and result.images_kept == 0
+    assert not s._embeddings

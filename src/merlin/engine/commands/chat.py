@@ -4,14 +4,17 @@ Lines: `/image PATH` attaches an image to the next turn; `/regenerate` answers t
 question again; any other non-empty line is a user turn, answered as it streams. With
 `--session FILE` the conversation is restored from FILE when the file matches the model
 (otherwise its messages are recomputed, or a new chat starts) and saved after every turn, so
-the next run continues where this one stopped. Problems with one turn (an unreadable image, a
-question that does not fit) are reported on stderr and the chat goes on; the exit status is 2
-if any turn failed.
+the next run continues where this one stopped. A session file that changed since this run
+loaded or last saved it (another run saved its own turn there) is never overwritten: this
+run's conversation goes to a new file beside it (`c (2).mss`), named on stderr. Problems with
+one turn (an unreadable image, a question that does not fit) are reported on stderr and the
+chat goes on; the exit status is 2 if any turn failed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -70,8 +73,10 @@ def cmd_chat(args) -> int:
     )
     out = sys.stdout
     path = Path(args.session).expanduser() if args.session else None
+    target = _SessionFile(path) if path is not None else None  # before the file is read
     if path is not None and path.exists():
         session, result = Session.open(model, path, settings, system=args.system)
+        target.opened()
         if result.restored:
             _note(
                 f"restored {path} ({result.tokens} tokens, {len(session.messages)} messages, "
@@ -79,6 +84,8 @@ def cmd_chat(args) -> int:
             )
         else:
             kept = " its messages are recomputed;" if result.messages_loaded else ""
+            if result.images_kept:
+                kept += f" its {result.images_kept} intact image embedding(s) are kept;"
             _note(f"warning: session {path} not restored ({result.reason});{kept} continuing")
         if args.json:
             _emit(
@@ -119,8 +126,8 @@ def cmd_chat(args) -> int:
             pending = []
             failed = True
             continue
-        if path is not None:
-            _save(session, path, args, out)
+        if target is not None:
+            _save(session, target, args, out)
         if interrupted:
             _note("interrupted")
             return 130
@@ -176,13 +183,69 @@ def _stream(events, args, out) -> bool:
     return False
 
 
-def _save(session, path: Path, args, out) -> None:
+class _SessionFile:
+    """Where this run saves its session, and what was there when it loaded or last saved it:
+    a file someone else changed meanwhile (another run saving its own turn) is not ours to
+    replace."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seen = _fingerprint(path)
+
+    def opened(self) -> None:
+        """After Session.open, which marks the file recently used (a new mtime): that change is
+        this run's own when the file is still the same one (inode) of the same size."""
+        now = _fingerprint(self.path)
+        if now is not None and self.seen is not None and now[:3] == self.seen[:3]:
+            self.seen = now
+
+    def changed(self) -> bool:
+        """True when the file is there but is not what this run read or wrote (a file removed
+        meanwhile holds nothing to lose)."""
+        now = _fingerprint(self.path)
+        return now is not None and now != self.seen
+
+
+def _fingerprint(path: Path) -> tuple | None:
+    """What identifies one version of a file cheaply (a session may be gigabytes): device,
+    inode (a save renames a new file into place), size and modification time; None when the
+    file is absent or cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _free_name(path: Path) -> Path:
+    """The first `<stem> (n)<suffix>` beside path that does not exist yet."""
+    n = 2
+    while True:
+        candidate = path.with_name(f"{path.stem} ({n}){path.suffix}")
+        if not os.path.lexists(candidate):
+            return candidate
+        n += 1
+
+
+def _save(session, target: _SessionFile, args, out) -> None:
+    """Save after a turn; to a new file beside the session file if that file changed since this
+    run loaded or last saved it (its content is someone else's turn, kept), and from then on
+    to the new file."""
     from ..arrayfile import FileSaveError
 
+    if target.changed():
+        moved = _free_name(target.path)
+        _note(
+            f"warning: {target.path} changed since this run loaded or saved it (another "
+            f"`merlin-cli chat --session` run?), so it was not overwritten. This conversation "
+            f"is saved to {moved} instead; continue it with --session {moved}."
+        )
+        target.path, target.seen = moved, None
     try:
-        size = session.save(path)
+        size = session.save(target.path)
     except FileSaveError as e:
         _note(f"warning: the session was not saved: {e}. The conversation goes on in memory.")
         return
+    target.seen = _fingerprint(target.path)
     if args.json:
-        _emit(out, {"event": "saved", "path": str(path), "bytes": size})
+        _emit(out, {"event": "saved", "path": str(target.path), "bytes": size})

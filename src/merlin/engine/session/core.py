@@ -540,6 +540,13 @@ class Session:
         )  # fmt: skip
         return meta, persistence.file_arrays(self._rows(), self._embeddings, images)
 
+    def _images_need_no_pixels(self) -> None:
+        """Images of messages whose embeddings came from the file need no pixels."""
+        for m in self._messages:
+            for im in m.images:
+                if im.hash in self._embeddings:
+                    im.prepared = None
+
     def estimated_file_bytes(self) -> int:
         return arrayfile.estimate_size(*self._file())
 
@@ -570,7 +577,7 @@ class Session:
         The session's messages need not equal the file's: the next turn reuses the common
         prefix (and the file's ids of the answers they share)."""
         t0 = time.perf_counter()
-        result, saved, rows = persistence.read_session(self.model, path, self.budget)
+        result, saved, rows, kept = persistence.read_session(self.model, path, self.budget)
         if saved is not None and load_messages:
             self.system = saved.system
             self._messages = saved.messages
@@ -578,6 +585,9 @@ class Session:
             self._reset_cache()
             result.messages_loaded = True
         if rows is None:
+            self._embeddings.update(kept)  # intact pictures of a damaged file: no pixels needed
+            self._images_need_no_pixels()
+            self._prune_embeddings()
             return result
         self.cache = rows.cache
         self._tokens, self._positions, self._spans = rows.tokens, rows.positions, rows.spans
@@ -589,11 +599,7 @@ class Session:
             if saved.dropped and max(saved.dropped) < n and saved.system == self.system:
                 self._dropped = set(saved.dropped)
             self._messages = adopt_ids(saved.messages, self._messages)
-        # images of messages whose embeddings came from the file need no pixels
-        for m in self._messages:
-            for im in m.images:
-                if im.hash in self._embeddings:
-                    im.prepared = None
+        self._images_need_no_pixels()
         self._prune_embeddings()
         try:
             os.utime(path)  # recently used (SessionStore evicts the least recently used)

@@ -43,6 +43,7 @@ class RestoreResult:
     file_bytes: int = 0
     ms: float = 0.0
     messages_loaded: bool = False  # messages came from the file (Session.open)
+    images_kept: int = 0  # image embeddings kept from a file whose cache was not usable
 
 
 @dataclass
@@ -201,21 +202,7 @@ def read_rows(model, reader: arrayfile.Reader, meta: dict, budget: int) -> Cache
     for s, e, _, _ in spans:
         if not 0 <= s < e <= n or not np.all(tokens[s:e] == pad):
             raise FFE("it is damaged (image rows do not match the token history)")
-    d = model.config.text.hidden_size
-    embeddings = {}
-    for h in images:
-        embeds = reader.read(f"img.{h}.embeds")
-        deep = reader.read(f"img.{h}.deepstack")
-        if (
-            embeds.ndim != 2
-            or embeds.shape[1] != d
-            or deep.ndim != 3
-            or deep.shape[1:] != embeds.shape
-            or embeds.dtype != np.float32
-            or deep.dtype != np.float32
-        ):
-            raise FFE(f"it is damaged (image embedding {h} has the wrong shape)")
-        embeddings[h] = ImageEmbedding(embeds, deep)
+    embeddings = {h: read_embedding(model, reader, h) for h in images}
     session_check.check_embeddings(model, meta, spans, embeddings)
     t = model.config.text
     dims = (t.num_hidden_layers, t.num_key_value_heads, t.head_dim)
@@ -225,10 +212,51 @@ def read_rows(model, reader: arrayfile.Reader, meta: dict, budget: int) -> Cache
     )
 
 
+def read_embedding(model, reader: arrayfile.Reader, h: str) -> ImageEmbedding:
+    """Image h's embedding as the file holds it (checksummed, shapes checked against the
+    model); FileFormatError if not."""
+    embeds = reader.read(f"img.{h}.embeds")
+    deep = reader.read(f"img.{h}.deepstack")
+    if (
+        embeds.ndim != 2
+        or embeds.shape[1] != model.config.text.hidden_size
+        or deep.ndim != 3
+        or deep.shape[1:] != embeds.shape
+        or embeds.dtype != np.float32
+        or deep.dtype != np.float32
+    ):
+        raise arrayfile.FileFormatError(f"it is damaged (image embedding {h} has the wrong shape)")
+    return ImageEmbedding(embeds, deep)
+
+
+def salvage_embeddings(model, reader: arrayfile.Reader, meta: dict) -> dict:
+    """The image embeddings of a file whose cached rows are unusable (a damaged KV cache, a
+    history that does not check) that are intact on their own: each passes its checksum and
+    every check read_rows makes of it. Without them a turn whose picture's file is gone
+    could not go on, though the file holds what it needs."""
+    kept = {}
+    try:
+        images = [str(h) for h in meta.get("images", [])]
+        spans = [(int(s), int(e), str(h)) for s, e, h in meta.get("spans", [])]
+    except (TypeError, ValueError):
+        return kept
+    for h in images:
+        try:
+            emb = read_embedding(model, reader, h)
+            mine = [span for span in spans if span[2] == h]
+            session_check.check_embeddings(model, meta, mine, {h: emb})
+        except (arrayfile.FileFormatError, KeyError, TypeError, ValueError):
+            continue
+        kept[h] = emb
+    return kept
+
+
 def read_session(model, path, budget: int):
-    """(RestoreResult, SavedConversation or None, CachedRows or None) of a session file for
-    `model`: the conversation whenever it is readable, the cached rows only when the file
-    matches the model and is intact. Never raises for a bad file; the reason is logged."""
+    """(RestoreResult, SavedConversation or None, CachedRows or None, kept embeddings) of a
+    session file for `model`: the conversation whenever it is readable, the cached rows only
+    when the file matches the model and is intact; when it matches but its rows are not
+    intact, the image embeddings that are (salvage_embeddings), else {}. Never raises for a
+    bad file; the reason is logged."""
     path = Path(path)
     try:
         reader = arrayfile.Reader(path, SESSION_KIND)
@@ -238,7 +266,7 @@ def read_session(model, path, budget: int):
         (log.info if missing else log.warning)(
             "session file %s not used: %s; the conversation is recomputed", path, reason
         )
-        return RestoreResult(False, reason), None, None
+        return RestoreResult(False, reason), None, None, {}
     with reader:
         meta = reader.meta
         result = RestoreResult(False, file_bytes=reader.size)
@@ -247,15 +275,17 @@ def read_session(model, path, budget: int):
         except ValueError as e:
             result.reason = str(e)
             log.warning("session file %s not used: %s", path, result.reason)
-            return result, None, None
+            return result, None, None, {}
         reason = identity_mismatch(meta.get("identity"), model_identity(model))
-        rows = None
+        rows, kept = None, {}
         if reason is None:
             try:
                 rows = read_rows(model, reader, meta, budget)
             except arrayfile.FileFormatError as e:
                 reason = str(e)
+                kept = salvage_embeddings(model, reader, meta)
     if reason is not None:
         result.reason = reason
+        result.images_kept = len(kept)
         log.warning("session file %s not used: %s; the conversation is recomputed", path, reason)
-    return result, saved, rows
+    return result, saved, rows, kept
