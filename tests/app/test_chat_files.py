@@ -87,6 +87,24 @@ def test_a_bad_import_is_a_notice_and_changes_nothing(qtbot, make_window, tmp_pa
     assert bad.read_text("utf-8").startswith('{"format"')  # the user's file is untouched
 
 
+def test_an_import_with_an_enormous_number_is_a_notice(qtbot, make_window, tmp_path):
+    """Numbers no float holds, or too long for Python to read, are refused with a message."""
+    w = make_window()
+    before = [(c.id, c.title) for c in w.store.conversations()]
+    huge, long = "1" + "0" * 400, "1" + "0" * 5000
+    chat = f'{{"title": "t", "created": {huge}, "messages": []}}'
+    files = {
+        "created.json": f'{{"format": "merlin-chats", "version": 2, "conversations": [{chat}]}}',
+        "version.json": f'{{"format": "merlin-chats", "version": {long}, "conversations": []}}',
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, "utf-8")
+        assert chat_files.import_chats(w, str(tmp_path / name)) == [], name
+        shown = w.notice_banner.label.text()
+        assert w.notice_banner.kind == "error" and "Nothing was imported" in shown, name
+    assert [(c.id, c.title) for c in w.store.conversations()] == before
+
+
 def test_export_without_a_chat_says_so(qtbot, make_window, tmp_path):
     w = make_window()
     w.new_chat()

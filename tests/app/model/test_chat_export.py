@@ -159,6 +159,10 @@ def bad_documents(good: dict) -> dict:
         "title huge": edit(lambda d: d["conversations"][0].update(title="t" * 5000)),
         "second chat bad": edit(lambda d: d["conversations"][1]["messages"].append({"role": 1})),
         "created NaN": edit(lambda d: d["conversations"][0].update(created=float("nan"))),
+        "created huge": edit(lambda d: d["conversations"][0].update(created=10**400)),
+        "created infinite": edit(lambda d: d["conversations"][0].update(created=float("inf"))),
+        "created past 9999": edit(lambda d: d["conversations"][0].update(created=1e300)),
+        "created negative": edit(lambda d: d["conversations"][0].update(created=-1)),
         "reasoning a number": edit(lambda d: reasoned(d).update(reasoning=3)),
         "reasoning of a question": edit(lambda d: msg(d).update(reasoning="hm")),
         "reasoning huge": edit(lambda d: reasoned(d).update(reasoning="r" * (9 << 20))),
@@ -179,6 +183,21 @@ def test_bad_files_are_refused_and_nothing_changes(store, tmp_path):
             chat_export.import_conversations(store, read_json(path))
         assert str(e.value), name
         assert snapshot(store) == before, name
+
+
+def test_numbers_too_big_to_read_are_refused_with_a_message(store, tmp_path):
+    """A number Python will not read (over its int digit limit) or that no float holds is a
+    ChatFileError saying what to do, never a raw ValueError or OverflowError."""
+    good = json.dumps(_doc(store, fill(store)))
+    long_version = good.replace('"version": 2', '"version": 1' + "0" * 5000)
+    huge_created = re.sub(r'"created": [0-9.e+]+', '"created": 1' + "0" * 400, good, count=1)
+    assert long_version != good and huge_created != good
+    before = snapshot(store)
+    with pytest.raises(ChatFileError, match="number thousands of digits long.*Choose a file"):
+        read_json(_write(tmp_path, long_version))
+    with pytest.raises(ChatFileError, match='chat 1: "created" must be a number of seconds'):
+        read_json(_write(tmp_path, huge_created))
+    assert snapshot(store) == before
 
 
 def test_a_version_1_file_without_reasoning_still_imports(store, tmp_path):

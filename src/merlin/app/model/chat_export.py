@@ -36,6 +36,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -54,6 +55,7 @@ MAX_MESSAGES = 100_000  # per conversation
 MAX_TEXT_CHARS = 8 << 20  # per message
 MAX_TITLE_CHARS = 1000
 MAX_IMAGES = 64  # per message
+MAX_SECONDS = 253402300800.0  # 10000-01-01 UTC: a "created" time must be a date before it
 _EXT = re.compile(r"^[a-z0-9]{1,8}$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -250,6 +252,11 @@ def read_json(path: Path | str) -> list[ImportedConversation]:
             f"{path} is not a Merlin chat export, or it is truncated (JSON error at line "
             f"{e.lineno}: {e.msg})."
         ) from None
+    except ValueError:  # a number longer than Python reads (its int digit limit)
+        raise ChatFileError(
+            f"{path} is not a Merlin chat export: it holds a number thousands of digits long. "
+            "Choose a file that Merlin exported."
+        ) from None
     except (OSError, RecursionError, MemoryError) as e:
         raise ChatFileError(f"{path} cannot be read ({e}).") from None
     return parse_document(doc, str(path))
@@ -281,10 +288,8 @@ def _conversation(c, where: str) -> ImportedConversation:
         raise ChatFileError(f"{where}: must be an object.")
     title = _text(c.get("title"), f"{where}: title", MAX_TITLE_CHARS)
     created = c.get("created")
-    if created is not None and (
-        not isinstance(created, (int, float)) or isinstance(created, bool) or created != created
-    ):
-        raise ChatFileError(f'{where}: "created" must be a number of seconds.')
+    if created is not None:
+        created = _seconds(created, f'{where}: "created"')
     messages = c.get("messages")
     if not isinstance(messages, list):
         raise ChatFileError(f'{where}: "messages" must be a list.')
@@ -292,7 +297,7 @@ def _conversation(c, where: str) -> ImportedConversation:
         raise ChatFileError(f"{where}: {len(messages):,} messages; at most {MAX_MESSAGES:,}.")
     return ImportedConversation(
         title=title.strip() or "Imported chat",
-        created=float(created) if created is not None else None,
+        created=created,
         messages=[_message(m, f"{where}, message {j + 1}") for j, m in enumerate(messages)],
     )
 
@@ -352,6 +357,22 @@ def _image(im, where: str) -> ImportedImage:
     if hashlib.sha256(raw).hexdigest() != sha:
         raise ChatFileError(f"{where}: the picture's data does not match its sha256 (damaged).")
     return ImportedImage(name, ext, raw)
+
+
+def _seconds(value, where: str) -> float:
+    """A time in seconds since 1970 as a float: a finite number a date can be made of (up to
+    the year 9999), so a crafted huge, infinite or NaN value is refused here, not later."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ChatFileError(f"{where} must be a number of seconds.")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not 0 <= seconds < MAX_SECONDS:  # False for NaN too
+        raise ChatFileError(
+            f"{where} must be a number of seconds since 1970 (a date before the year 10000)."
+        )
+    return seconds
 
 
 def _text(value, where: str, limit: int) -> str:
