@@ -8,7 +8,7 @@ threads), agreement with the NumPy twins, the int16 bounds of the AVX2/NEON dots
 extremes (largest nibbles and q8a8 weights against +-127 activations); for the vision
 encoder's fused int8 attention, closeness to exact softmax attention and the same bits on 1
 and 2 threads; then saves the outputs (for the cross-class comparison) and the assembly's
-instruction counts (and how many q4 dots take a base + index operand). Prints "class ok".
+instruction counts (and which q4 tiles' dots take a base + index operand). Prints "class ok".
 """
 
 import json
@@ -162,11 +162,33 @@ for fn in (qgroup.matmul_q4g, qgroup.matmul_q8a8g, qgroup.matmul_q8g, span.span_
                 counts["<zmm>"] += 1
             if "ymm" in regs:
                 counts["<ymm>"] += 1
-# q4 dots whose broadcast operand is base + index (un-laminated on Intel: qgroup.own_row_pointers)
-INDEXED = re.compile(r"^\s*vpdpbusd\s+[^\n]*\(%\w+,%\w+", re.M)
-counts["<q4 indexed dots>"] = sum(
-    len(INDEXED.findall(qgroup.matmul_q4g.inspect_asm(sig))) for sig in qgroup.matmul_q4g.signatures
-)
+
+
+def tiles_with_indexed_dots(asm: str) -> list[int]:
+    """Rows (dots / 8) of the q4 tile loops (innermost loops: a label, a backward jump to it,
+    no loop inside) whose vpdpbusd take a base + index operand (un-laminated on Intel:
+    qgroup.own_row_pointers)."""
+    lines = asm.splitlines()
+    labels = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"^(\.\w+):", ln))}
+    loops = []
+    for i, ln in enumerate(lines):
+        m = re.match(r"\s+j\w+\s+(\.\w+)", ln)
+        if m and labels.get(m.group(1), i) < i:
+            loops.append((labels[m.group(1)], i))
+    rows = set()
+    for start, end in loops:
+        if any(start < s < end for s, _ in loops):
+            continue  # an outer loop
+        dots = [b for b in lines[start:end] if "vpdpbusd" in b]
+        if dots and any(re.search(r"\(%\w+,%\w+", d) for d in dots):
+            rows.add(len(dots) // 8)
+    return sorted(rows)
+
+
+counts["<q4 tiles with indexed dots>"] = sorted(
+    {r for sig in qgroup.matmul_q4g.signatures
+     for r in tiles_with_indexed_dots(qgroup.matmul_q4g.inspect_asm(sig))}
+)  # fmt: skip
 np.savez(out_path, **results)
 print("asm " + json.dumps(counts))
 print("class ok")

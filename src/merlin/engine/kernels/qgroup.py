@@ -96,13 +96,14 @@ def small_tiles_into_l1(target) -> bool:
 def own_row_pointers(target, kind: str, rows: int) -> bool:
     """Does a tile keep each activation row's address in a register of its own (irtools.opaque),
     so that its dots' {1to16} broadcast operands are register + displacement? On x86 AVX-512
-    VNNI, for the int8-activation formats (q4, q8a8) and tiles of 2+ rows: left to LLVM, the
-    rows share one index register, and on Intel a vpdpbusd with a base + index operand is
-    un-laminated into two uops (5-row q4 tile 4% faster in cache, the 2B's V(4) 5-6% faster,
-    Sapphire Rapids-class Xeon; docs/kernels.md). Not q8 (its 4-row tile got slower), not one
-    row (a register more, no faster), not the other classes (their dots take registers: AVX2
-    and AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r)."""
-    return target.name == "x86-avx512vnni" and kind != "q8" and rows >= 2
+    VNNI, for the int8-activation formats (q4, q8a8) and tiles of 2 or 5+ rows: left to LLVM,
+    the rows share one index register, and on Intel a vpdpbusd with a base + index operand is
+    un-laminated into two uops (the 2B's q4 V(4) 53.1 -> 49.9 ms, V(7) 61.2 -> 57.2, V(1) 44.1
+    -> 42.5 in an in-model A/B on a Sapphire Rapids-class Xeon; docs/kernels.md). Not tiles of
+    3-4 rows (faster in cache, but V(2) and V(3) from DRAM 1-5% slower), one row (no faster),
+    q8 (its 4-row tile got slower), nor the other classes (their dots take registers: AVX2 and
+    AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r)."""
+    return target.name == "x86-avx512vnni" and kind != "q8" and (rows == 2 or rows >= 5)
 
 
 # software prefetch in a thread's weights (one sequential stream a thread): L2_PREFETCH bytes
