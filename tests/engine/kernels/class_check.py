@@ -164,9 +164,9 @@ for fn in (qgroup.matmul_q4g, qgroup.matmul_q8a8g, qgroup.matmul_q8g, span.span_
                 counts["<ymm>"] += 1
 
 
-def tiles_with_indexed_dots(asm: str) -> list[int]:
-    """Rows (dots / 8) of the q4 tile loops (innermost loops: a label, a backward jump to it,
-    no loop inside) whose vpdpbusd take a base + index operand (un-laminated on Intel:
+def tiles_with_indexed_dots(asm: str, dot: str, per_row: int) -> list[int]:
+    """Rows (dots / per_row) of the tile loops (innermost loops: a label, a backward jump to
+    it, no loop inside) whose `dot`s take a base + index operand (un-laminated on Intel:
     qgroup.own_row_pointers)."""
     lines = asm.splitlines()
     labels = {m.group(1): i for i, ln in enumerate(lines) if (m := re.match(r"^(\.\w+):", ln))}
@@ -179,16 +179,19 @@ def tiles_with_indexed_dots(asm: str) -> list[int]:
     for start, end in loops:
         if any(start < s < end for s, _ in loops):
             continue  # an outer loop
-        dots = [b for b in lines[start:end] if "vpdpbusd" in b]
+        dots = [b for b in lines[start:end] if dot in b]
         if dots and any(re.search(r"\(%\w+,%\w+", d) for d in dots):
-            rows.add(len(dots) // 8)
+            rows.add(len(dots) // per_row)
     return sorted(rows)
 
 
-counts["<q4 tiles with indexed dots>"] = sorted(
-    {r for sig in qgroup.matmul_q4g.signatures
-     for r in tiles_with_indexed_dots(qgroup.matmul_q4g.inspect_asm(sig))}
-)  # fmt: skip
+for kind, fn, dot, per_row in (
+    ("q4", qgroup.matmul_q4g, "vpdpbusd", 8),
+    ("q8", qgroup.matmul_q8g, "vpdpwssd", 16),
+):
+    listings = [fn.inspect_asm(sig) for sig in fn.signatures]
+    rows = {r for asm in listings for r in tiles_with_indexed_dots(asm, dot, per_row)}
+    counts[f"<{kind} tiles with indexed dots>"] = sorted(rows)
 np.savez(out_path, **results)
 print("asm " + json.dumps(counts))
 print("class ok")

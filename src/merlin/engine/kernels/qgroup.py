@@ -95,15 +95,16 @@ def small_tiles_into_l1(target) -> bool:
 
 def own_row_pointers(target, kind: str, rows: int) -> bool:
     """Does a tile keep each activation row's address in a register of its own (irtools.opaque),
-    so that its dots' {1to16} broadcast operands are register + displacement? On x86 AVX-512
-    VNNI, for the int8-activation formats (q4, q8a8) and tiles of 2 or 5+ rows: left to LLVM,
-    the rows share one index register, and on Intel a vpdpbusd with a base + index operand is
-    un-laminated into two uops (the 2B's q4 V(4) 53.1 -> 49.9 ms, V(7) 61.2 -> 57.2, V(1) 44.1
-    -> 42.5 in an in-model A/B on a Sapphire Rapids-class Xeon; docs/kernels.md). Not tiles of
-    3-4 rows (faster in cache, but V(2) and V(3) from DRAM 1-5% slower), one row (no faster),
-    q8 (its 4-row tile got slower), nor the other classes (their dots take registers: AVX2 and
-    AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r)."""
-    return target.name == "x86-avx512vnni" and kind != "q8" and (rows == 2 or rows >= 5)
+    so that its dots' broadcast operands are register + displacement? On x86 AVX-512 VNNI, for
+    tiles of 5+ rows and, for the int8-activation formats (q4, q8a8), of 2: left to LLVM, the
+    rows share one index register, and on Intel a dot with a base + index operand is
+    un-laminated into two uops. In-model A/Bs on a Sapphire Rapids-class Xeon (docs/kernels.md):
+    q4 V(4) 53.1 -> 49.9 ms, V(1) 44.1 -> 42.5, prefill of 512 tokens 2.33 -> 2.18 s; q8 (128
+    int16 dots a block in its 8-row tile) prefill 4.84 -> 3.30 s, V(5) 99 -> 90 ms. Not tiles
+    of 3-4 rows (faster in cache, but from DRAM q4's V(2) and V(3) 1-5% slower, q8's 4-row
+    tile of V(4) too), nor one row (no faster), nor the other classes (their dots take
+    registers: AVX2 and AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r)."""
+    return target.name == "x86-avx512vnni" and (rows >= 5 or (rows == 2 and kind != "q8"))
 
 
 # software prefetch in a thread's weights (one sequential stream a thread): L2_PREFETCH bytes
