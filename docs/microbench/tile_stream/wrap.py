@@ -31,6 +31,7 @@ out += [f"\tleaq {off}(%rbp), %{r}" for r, off in small.items()]
 out += [f"\tmovq ${v}, %{r}" for r, v in strides.items()]
 out += ["\tmovq $256, %r13", f"\txorq %{index}, %{index}", f"\tmovq $64, %{count}",
         f"\tmovq 24(%rsp), %{scales}", ".Linner:"] + body  # fmt: skip
-out += ["\tjne .Linner", "\taddq $2048, 24(%rsp)", "\tdecq %rbx", "\tjne .Louter", "\tadd $256, %rsp"]
+out += ["\tjne .Linner", "\taddq $2048, 24(%rsp)", "\tdecq %rbx", "\tjne .Louter"]
+out += ["\tadd $256, %rsp"]
 out += [f"\tpop %{r}" for r in reversed(saved)] + ["\tret"]
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
