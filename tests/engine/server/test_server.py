@@ -469,3 +469,19 @@ def test_queue_bounds_waiting_jobs_and_skips_cancelled_ones():
 
     asyncio.run(main())
     assert ran == ["a"]
+
+
+def test_an_image_path_that_is_no_file_says_what_it_is(tmp_path):
+    import os
+
+    from merlin.engine.server.errors import ApiError
+    from merlin.engine.server.images import ImageResolver
+
+    os.mkfifo(tmp_path / "pipe.png")
+    (tmp_path / "folder.png").mkdir()
+    resolver = ImageResolver(tmp_path, 1000, folder=tmp_path / "cache")
+    for url, says in (("pipe.png", "not a regular file"), ("folder.png", "not a regular file"),
+                      ("missing.png", "no such file")):  # fmt: skip
+        with pytest.raises(ApiError) as e:
+            resolver.resolve(url, "p")
+        assert e.value.status == 400 and says in e.value.message, e.value.message

@@ -109,8 +109,10 @@ class ImageResolver:
             )
         with _unusable_path(param):
             size = real.stat().st_size if real.is_file() else None
+            exists = size is not None or real.exists()
         if size is None:
-            raise ApiError(f"'{param}': {path}: no such image file.", param)
+            what = "not a regular file (a folder, a pipe or a device)" if exists else "no such file"
+            raise ApiError(f"'{param}': {path}: {what}; give an image file.", param)
         if size > self.max_image_bytes:
             raise ApiError(self._too_big(param, size), param, status=413)
         return real
