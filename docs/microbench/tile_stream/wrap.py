@@ -1,7 +1,8 @@
 """Wraps a tile loop listing (loop1.s or loop5.s, the loop body up to its jne) into
 `run(groups, weights, scales, small)` for stream.c: per group of 64 blocks the loop's index
 and counter restart, its weights pointer runs on through `weights`, its scales base moves
-2 KB. The register roles are those of the two listings (LLVM's allocation at 4592f5f).
+2 KB. The register roles are those LLVM gave the two listings stored beside this script
+(a fresh listing may use other registers: its roles would have to be read off it).
 
     python wrap.py LOOP.s OUT.S 1|5
 """

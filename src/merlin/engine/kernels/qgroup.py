@@ -98,12 +98,11 @@ def own_row_pointers(target, kind: str, rows: int) -> bool:
     so that its dots' broadcast operands are register + displacement? On x86 AVX-512 VNNI, for
     tiles of 5+ rows and, for the int8-activation formats (q4, q8a8), of 2: left to LLVM, the
     rows share one index register, and on Intel a dot with a base + index operand is
-    un-laminated into two uops. In-model A/Bs on a Sapphire Rapids-class Xeon (docs/kernels.md):
-    q4 V(4) 53.1 -> 49.9 ms, V(1) 44.1 -> 42.5, prefill of 512 tokens 2.33 -> 2.18 s; q8 (128
-    int16 dots a block in its 8-row tile) prefill 4.84 -> 3.30 s, V(5) 99 -> 90 ms. Not tiles
-    of 3-4 rows (faster in cache, but from DRAM q4's V(2) and V(3) 1-5% slower, q8's 4-row
-    tile of V(4) too), nor one row (no faster), nor the other classes (their dots take
-    registers: AVX2 and AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r)."""
+    un-laminated into two uops, which slows the verify and prefill tiles (q8's 8-row tile most:
+    128 int16 dots a block). Not tiles of 3-4 rows nor q8's 2-4 (slower from DRAM in the
+    model, though faster in cache), nor one row (no faster), nor the other classes (their dots
+    take registers: AVX2 and AVX-VNNI have no embedded broadcast, aarch64 no indexed ld1r).
+    The A/Bs behind each choice: docs/kernels.md, "The verify tile against DRAM"."""
     return target.name == "x86-avx512vnni" and (rows >= 5 or (rows == 2 and kind != "q8"))
 
 
