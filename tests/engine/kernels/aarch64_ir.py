@@ -64,4 +64,5 @@ asm = machine.emit_assembly(parsed)
 for kind in ("q4", "q8a8", "q8", "span_scores", "span_values"):
     body = asm.split(f"tile_{kind}:")[1].split(".Lfunc_end")[0]
     counts[kind] = Counter(m.group(1) for m in re.finditer(r"^\s+([a-z][a-z0-9.]*)\s", body, re.M))
+    counts[kind]["sdot by element"] = len(re.findall(r"^\s+sdot\s.*\.4b\[\d\]", body, re.M))
 print(json.dumps({"class": qgroup.TARGET.name, "counts": counts}))

@@ -33,6 +33,9 @@ def test_dotprod_class_is_sdot(tmp_path):
     rows = 4  # qgroup.TILE_ROWS with 8-row groups
     assert counts["q4"].get("sdot") == 16 * rows and counts["q8a8"].get("sdot") == 8 * rows * 2
     assert counts["q4"].get("and") and counts["q4"].get("ushr")  # nibbles unpacked once
+    for kind in ("q4", "q8a8"):  # activation words as lanes of the block (qgroup._BlockWords)
+        assert counts[kind]["sdot by element"] == counts[kind]["sdot"], (kind, counts[kind])
+        assert not counts[kind].get("ld1r"), (kind, counts[kind])
     for kind in ("span_scores", "span_values"):  # 4 vectors of 8 lanes: 8 sdot of 4 lanes
         assert counts[kind].get("sdot") == 8, (kind, counts[kind])
 

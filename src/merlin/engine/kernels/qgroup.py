@@ -52,7 +52,9 @@ from .irtools import (
     bf16_vector_to_f32,
     call,
     emit_prefetch,
+    load_vector,
     opaque,
+    pick,
     scale_to_f32,
     splat,
     stack_f32,
@@ -77,6 +79,10 @@ Q8_GROUPED = TARGET.name in ("x86-avx512vnni",)
 LAYOUT = f"{TARGET.name}-g{GROUP}" + ("q8g" if Q8_GROUPED else "") + f"b{Q8A8_BIAS}"
 # high nibbles by a 16-bit shift and a mask instead of vgf2p8affineqb on Zen 4 (docs/kernels.md)
 _SHIFT_IN_WORDS = DOT == "vnni" and TARGET.cpu_name.startswith("znver")
+# activation words as lanes of a loaded block (sdot's by-element form) rather than one ld1r
+# each: an ld1r also takes a vector pipe on the Cortex-A76 and needs an address add of its own
+# (it has no offset form); llvm-mca's cycles a block, docs/kernels.md
+BY_LANE = DOT == "sdot"
 # activation rows per register tile: 8 x 16 lanes of accumulators with AVX-512's 32 registers,
 # 4 x 8 lanes elsewhere
 TILE_ROWS = 8 if GROUP == 16 else 4
@@ -132,10 +138,26 @@ _VI16 = vec(I16, SLICE // 2)
 _VF = vec(ir.FloatType(), GROUP)
 
 
-def _broadcast_word(builder, words, index):
-    """The i32 at words[index] (4 int8 or 2 int16 activations) in every lane, as bytes."""
-    word = builder.load(builder.gep(words, [I32(index)]), align=1)
-    return splat(builder, word, _VI32)
+class _BlockWords:
+    """One activation row's 8 words (4 int8 each) of a block, a word wanted in every lane of a
+    dot: a broadcast load each (x86's dots take it as an embedded broadcast) or, where BY_LANE,
+    the block loaded once as two 128-bit vectors and a word taken as a lane of one, which LLVM
+    folds into sdot's by-element form."""
+
+    def __init__(self, builder, words):
+        self.builder, self.words = builder, words
+        self.vectors = None
+        if BY_LANE:
+            self.vectors = [
+                load_vector(builder, builder.gep(words, [I32(4 * i)]), I32, 4) for i in range(2)
+            ]
+
+    def word(self, index):
+        """Word `index` in every lane (GROUP lanes)."""
+        if self.vectors is None:
+            word = self.builder.load(self.builder.gep(self.words, [I32(index)]), align=1)
+            return splat(self.builder, word, _VI32)
+        return pick(self.builder, self.vectors[index // 4], [index % 4] * GROUP)
 
 
 def _high_nibbles(builder, w, low):
@@ -157,13 +179,14 @@ def _q4_tile_ints(builder, w_base, x_words, corrs):
     """The int32 block dots of the group's rows with each activation row r (x_words[r]), q4:
     per slice the nibbles are unpacked once and go to every row (dots.NibbleSums)."""
     rows = [dots.NibbleSums(builder, corr, GROUP, _chains(len(x_words))) for corr in corrs]
+    blocks = [_BlockWords(builder, words) for words in x_words]
     low = ir.Constant(_VI8, [15] * SLICE)
     for j in range(4):
         w = _load_slice(builder, w_base, SLICE * j, _VI8)
         halves = (builder.and_(w, low), _high_nibbles(builder, w, low))
-        for words, row in zip(x_words, rows):
+        for words, row in zip(blocks, rows):
             for nibbles, word in zip(halves, (j, 4 + j)):
-                xs = builder.bitcast(_broadcast_word(builder, words, word), _VI8)
+                xs = builder.bitcast(words.word(word), _VI8)
                 row.add(nibbles, xs)
     return [row.total() for row in rows]
 
@@ -192,10 +215,11 @@ def _q8a8_tile_ints(builder, w_base, x_words, corrs):
     """The q8a8 twin of _q4_tile_ints: 8 slices of 4 (biased) weights a row, no unpacking;
     chains start from corr (the bias taken out)."""
     chains = _chain_starts(builder, corrs, len(x_words))
+    blocks = [_BlockWords(builder, words) for words in x_words]
     for j in range(BLOCK // 4):
         w = _load_slice(builder, w_base, SLICE * j, _VI8)
-        for words, row in zip(x_words, chains):
-            xs = builder.bitcast(_broadcast_word(builder, words, j), _VI8)
+        for words, row in zip(blocks, chains):
+            xs = builder.bitcast(words.word(j), _VI8)
             row[j % len(row)] = dots.dot4(builder, row[j % len(row)], w, xs)
     return [_sum(builder, row) for row in chains]
 
