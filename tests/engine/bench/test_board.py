@@ -58,6 +58,8 @@ f:
 	sdot	v3.4s, v0.16b, v4.16b
 	scvtf	v5.4s, v1.4s
 	scvtf	v6.4s, v3.4s
+	smlal	v7.4s, v8.4h, v9.4h
+	smlal2	v7.4s, v8.8h, v9.8h
 	add	x8, x8, #16
 	cmp	x8, x9
 	b.ne	.LBB0_2
@@ -75,7 +77,7 @@ def test_loops_found_and_described():
     loop = found[0]
     assert loop.mnemonics[0] == "ldr" and loop.mnemonics[-1] == "b.ne"
     assert "#16" in loop.text()  # an AArch64 immediate is not a comment
-    assert loop.converts == 8 and loop.products == 2 * 4 * 4
+    assert loop.converts == 8 and loop.products == 2 * 4 * 4 + 4 + 4  # smlal2: 4 products
     assert loops.tile_loops(ASM, 8) == {1: loop} and loops.tile_loops(ASM, 4) == {2: loop}
 
 

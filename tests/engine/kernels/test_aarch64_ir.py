@@ -36,6 +36,12 @@ def test_dotprod_class_is_sdot(tmp_path):
     for kind in ("q4", "q8a8"):  # activation words as lanes of the block (qgroup._BlockWords)
         assert counts[kind]["sdot by element"] == counts[kind]["sdot"], (kind, counts[kind])
         assert not counts[kind].get("ld1r"), (kind, counts[kind])
+    # int16 pair dots (dots.dot2: the grouped q8, the int8-cache attention): widening
+    # multiply-adds by a broadcast int16, 4 a dot of 8 lanes, no pair sums gathered by uzp
+    q8 = counts["q8"]
+    multiplies = sum(q8.get(m, 0) for m in ("smlal", "smlal2", "smull", "smull2"))
+    assert multiplies == 4 * 16 * rows and q8.get("smlal", 0) > multiplies // 3, q8
+    assert not q8.get("uzp1") and not q8.get("uzp2"), q8
     for kind in ("span_scores", "span_values"):  # 4 vectors of 8 lanes: 8 sdot of 4 lanes
         assert counts[kind].get("sdot") == 8, (kind, counts[kind])
 

@@ -9,8 +9,9 @@ kernel's innermost loop once everything in it is inlined and unrolled). Per loop
             convert one GROUP-lane vector per activation row and 32-weight block, so
             converts / GROUP is the tile's row count;
   products  integer multiply lanes (dot instructions count each product: vpdpbusd 4 a lane,
-            vpdpwssd / vpmaddwd 2, sdot 4; plain multiplies 1 a lane): the attention's loops
-            are scaled by these.
+            vpdpwssd / vpmaddwd 2, sdot 4; plain multiplies 1 a lane of their destination,
+            so a widening smull2 / smlal2 of 8 halfwords into 4 words counts 4): the
+            attention's loops are scaled by these.
 """
 
 from __future__ import annotations
@@ -65,15 +66,15 @@ class Loop:
 
 def _lanes(line: str, widest: bool = False) -> int:
     """Vector lanes of an instruction's destination (x86: its last operand, AT&T; AArch64:
-    the first), in elements of that operand; a scalar instruction counts 1."""
+    the first), in elements of that operand (widest: x86's vpmullw in its 16-bit lanes); a
+    scalar instruction counts 1."""
     if "\t" in line or " " in line:
         operands = line.split(None, 1)[1]
     else:
         return 1
     arm = _ARM_ARRANGEMENT.findall(operands)
     if arm:
-        lanes = [int(n) for n, _ in arm]
-        return max(lanes) if widest else lanes[0]
+        return int(arm[0][0])
     regs = re.findall(r"%([xyz]mm)\d+", operands)
     if regs:
         width = _VEC_X86[regs[-1]]

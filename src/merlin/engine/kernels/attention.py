@@ -26,7 +26,8 @@ times V's row scales are quantized to int16 per query the same way and the outpu
 int32 sums over pairs of keys, moved to float every FLUSH_PAIRS pairs. Integer sums do not
 depend on their order, so verify rows again equal decode rows bit for bit. (Converting every
 int8 value to float instead cost a conversion and a sign extension per 16 values on top of
-the fmas: docs/kernels.md.) The pair dots come from dots.dot2, per CPU class.
+the fmas: docs/kernels.md.) The pair dots come from dots.dot2 and dots.dot2_split, per CPU
+class.
 
 Key layout: K is stored in tiles of 64 keys, V row-major (engine/kernels/kv_layout.py).
 
@@ -41,8 +42,8 @@ from numba.extending import intrinsic, overload
 
 from . import FASTMATH
 from .actquant import INV_LEVEL16
-from .dots import dot2
-from .irtools import prefetch, stack_f32, stack_i32
+from .dots import SPLIT_PAIRS, dot2, dot2_split
+from .irtools import pick, prefetch, stack_f32, stack_i32
 from .kv_layout import KEY_BLOCK, KEY_PAIRS
 from .mathfn import fast_exp
 from .target import TARGET
@@ -265,13 +266,16 @@ def _value_pair_dots(typingctx, acc, lane0, v, a_off, b_off, wq, w_off, lanes):
         w_ptr = builder.gep(context.make_array(sig[5])(context, builder, wq_v).data, [w_v])
         wword = builder.load(builder.bitcast(w_ptr, i32.as_pointer()), align=2)
         for j in range(n // GROUP):
-            pick = ir.Constant(
-                ir.VectorType(i32, 2 * GROUP), list(range(2 * GROUP * j, 2 * GROUP * (j + 1)))
-            )
-            part = builder.shuffle_vector(pairs, pairs, pick)
             lane = builder.add(lane0_v, ir.Constant(lane0_v.type, GROUP * j))
             a_ptr = builder.bitcast(builder.gep(acc_p, [lane]), lanes_vec.as_pointer())
-            builder.store(dot2(builder, builder.load(a_ptr, align=4), part, wword), a_ptr, align=4)
+            acc = builder.load(a_ptr, align=4)
+            if SPLIT_PAIRS:  # the two rows' parts as they are (dots.dot2_split)
+                a, b = (pick(builder, r, range(GROUP * j, GROUP * (j + 1))) for r in rows)
+                acc = dot2_split(builder, acc, a, b, wword)
+            else:
+                part = pick(builder, pairs, range(2 * GROUP * j, 2 * GROUP * (j + 1)))
+                acc = dot2(builder, acc, part, wword)
+            builder.store(acc, a_ptr, align=4)
         return context.get_dummy_value()
 
     return types.void(acc, lane0, v, a_off, b_off, wq, w_off, lanes), codegen

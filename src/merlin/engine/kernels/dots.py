@@ -11,7 +11,9 @@ Operands (n = the number of int32 lanes of `acc`):
                       SIGNED_QUADS is False (vpdpbusd, plain IR), signed where it is True
                       (sdot, the AVX2 and NEON forms of q8a8).
     dot2(acc, w, x)   lane r += w[2r] x[0] + w[2r + 1] x[1], w <2n x i8> (sign-extended
-                      here), x an i32 holding two int16 (broadcast to every lane).
+                      here), x an i32 holding two int16 (broadcast to every lane); on
+                      aarch64 (SPLIT_PAIRS) w's even and odd bytes go apart to dot2_split.
+    dot2_split(acc, a, b, x)   lane r += a[r] x[0] + b[r] x[1], a and b <n x i8>.
     Nibbles           a q4 block's 8 nibble products a row (NibbleSums): on VNNI, sdot and
                       generic a chain of dot4; on AVX2 vpmaddubsw (u8 x s8 -> adjacent pairs
                       in int16) summed in int16 and widened once by vpmaddwd with ones; on
@@ -31,6 +33,9 @@ from .target import TARGET
 
 DOT = TARGET.dot
 SIGNED_QUADS = DOT in ("sdot", "avx2", "neon")
+# int16 pair dots (dot2) as two multiply-adds by a broadcast int16 (aarch64's smlal), not as
+# pair products gathered by shuffles (smull, uzp1/uzp2, add: llvm-mca, docs/kernels.md)
+SPLIT_PAIRS = DOT in ("sdot", "neon")
 
 
 def _join(builder, parts):
@@ -129,6 +134,9 @@ def dot2(builder, acc, w, xword):
     """acc + w[2r] x0 + w[2r + 1] x1 per lane r: w <2n x i8> int8 weights (sign-extended here),
     xword an i32 of two int16 broadcast to every lane."""
     n = acc.type.count
+    if SPLIT_PAIRS:
+        evens, odds = (pick(builder, w, range(i, 2 * n, 2)) for i in (0, 1))
+        return dot2_split(builder, acc, evens, odds, xword)
     v16 = vec(I16, 2 * n)
     w16 = builder.sext(w, v16)
     xs = builder.bitcast(splat(builder, xword, vec(I32, n)), v16)
@@ -143,6 +151,25 @@ def dot2(builder, acc, w, xword):
     pairs = vec(I32, 2 * n)
     prod = builder.mul(builder.sext(w16, pairs), builder.sext(xs, pairs))
     return builder.add(acc, lane_sums(builder, prod, 2, n))
+
+
+def dot2_split(builder, acc, a, b, xword):
+    """acc + a[r] x0 + b[r] x1 per lane r: dot2 with the pairs' two int8 vectors apart (<n x
+    i8> each). Where SPLIT_PAIRS: two widening multiply-adds by a broadcast int16, which
+    aarch64 emits as smlal/smlal2 (int16 x int16 into int32 lanes: no pair sums to gather, and
+    a, b need no interleaving). Elsewhere a and b are interleaved into dot2's pairs."""
+    n = acc.type.count
+    if not SPLIT_PAIRS:
+        return dot2(builder, acc, builder.shuffle_vector(a, b, _INTERLEAVE[n]), xword)
+    v16, v32 = vec(I16, n), vec(I32, n)
+    for half, v in ((xword, a), (builder.lshr(xword, I32(16)), b)):  # x0: the low half
+        x = splat(builder, builder.trunc(half, I16), v16)
+        prod = builder.mul(builder.sext(builder.sext(v, v16), v32), builder.sext(x, v32))
+        acc = builder.add(acc, prod)
+    return acc
+
+
+_INTERLEAVE = {n: const_vec(I32, [u // 2 + n * (u % 2) for u in range(2 * n)]) for n in (8, 16)}
 
 
 class NibbleSums:
