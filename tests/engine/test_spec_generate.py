@@ -156,3 +156,21 @@ def test_cancel_during_speculation_keeps_session_consistent(demo_dir):
     ref = model.text.forward(seq, text_positions(0, len(seq)), fresh)
     cont = model.text.forward(seq[-1:], text_positions(len(seq) - 1, 1), cache)
     np.testing.assert_allclose(cont, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_ignore_eos_counts_end_of_turn_tokens_but_never_shows_them(shapes_dir):
+    """Past an end-of-turn token (ignore_eos) generation goes on, and the token is in the ids
+    but not in the text (vLLM's skip of special tokens; StreamDecoder never gets one). The
+    trained demo model, which ends its answers."""
+    model = load_model(shapes_dir)
+    prompt = chat_prompt_ids(model.tokenizer, "Hello!")
+    options = AnswerOptions(GREEDY, max_new_tokens=200)
+    natural = list(generate(model, text_prompt(prompt), options))[-1]
+    assert natural.reason == "stop_token", "the demo model ends its answer within 200 tokens"
+    n = len(natural.token_ids) + 6
+    done, _ = run(model, prompt, n=n)
+    eos = [t for t in done.token_ids if t in model.eos_ids]
+    assert done.token_ids[: len(natural.token_ids)] == natural.token_ids and eos
+    assert done.text.startswith(natural.text)
+    for t in set(eos):
+        assert model.tokenizer.decode([t]) not in done.text

@@ -447,7 +447,9 @@ def generate(
                 break
             emit.append(chosen)
             replaced = chosen != token  # a closing id replaced the decided one
-            a, r = steer.feed(stream.push(chosen))
+            # an end-of-turn token kept by ignore_eos counts as generated but is never text
+            # (StreamDecoder is never given one; vLLM skips special tokens in its text too)
+            a, r = steer.feed("" if chosen in model.eos_ids else stream.push(chosen))
             answer.append(a)
             reasoning.append(r)
             n_reasoning += steer.last_was_reasoning()
