@@ -155,21 +155,17 @@ def dot2(builder, acc, w, xword):
 
 def dot2_split(builder, acc, a, b, xword):
     """acc + a[r] x0 + b[r] x1 per lane r: dot2 with the pairs' two int8 vectors apart (<n x
-    i8> each). Where SPLIT_PAIRS: two widening multiply-adds by a broadcast int16, which
-    aarch64 emits as smlal/smlal2 (int16 x int16 into int32 lanes: no pair sums to gather, and
-    a, b need no interleaving). Elsewhere a and b are interleaved into dot2's pairs."""
+    i8> each), for the SPLIT_PAIRS classes: two widening multiply-adds by a broadcast int16,
+    which aarch64 emits as smlal/smlal2 (int16 x int16 into int32 lanes: no pair sums to
+    gather, and a, b need no interleaving). The x86 classes interleave into dot2's pairs."""
+    assert SPLIT_PAIRS, "x86's pair dots take the pairs interleaved (dot2)"
     n = acc.type.count
-    if not SPLIT_PAIRS:
-        return dot2(builder, acc, builder.shuffle_vector(a, b, _INTERLEAVE[n]), xword)
     v16, v32 = vec(I16, n), vec(I32, n)
     for half, v in ((xword, a), (builder.lshr(xword, I32(16)), b)):  # x0: the low half
         x = splat(builder, builder.trunc(half, I16), v16)
         prod = builder.mul(builder.sext(builder.sext(v, v16), v32), builder.sext(x, v32))
         acc = builder.add(acc, prod)
     return acc
-
-
-_INTERLEAVE = {n: const_vec(I32, [u // 2 + n * (u % 2) for u in range(2 * n)]) for n in (8, 16)}
 
 
 class NibbleSums:
