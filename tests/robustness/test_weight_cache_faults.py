@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -114,12 +115,12 @@ def fresh_cache(demo_dir, tmp_path, monkeypatch):
 
 
 def test_disk_full_while_saving(demo_dir, fresh_cache, caplog):
-    """The cache file is written to <key>.safetensors.part; making that a link to /dev/full
-    gives the real ENOSPC from the kernel mid-write."""
+    """The cache file is written to checkpoint.part_path (this process's own .part file);
+    making that a link to /dev/full gives the real ENOSPC from the kernel mid-write."""
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full")
     folder, key, previous, previous_bytes = fresh_cache
-    part = folder / f"{key}.safetensors.part"
+    part = checkpoint.part_path(folder / f"{key}.safetensors")
     part.symlink_to("/dev/full")
     with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
         model = load_model(demo_dir, weights="q8")
@@ -233,3 +234,44 @@ def test_cache_folder_vanishes_during_eviction(demo_dir, fresh_cache, monkeypatc
         model = load_model(demo_dir, weights="q8")
     assert np.isfinite(run_logits(model.text)).all()
     assert "could not trim the weight cache" in caplog.text
+
+
+def test_two_writers_of_one_file_never_share_its_part(tmp_path):
+    """Two writers of the same file at once (the app and `merlin-cli serve` converting one
+    checkpoint): each writes its own .part, so the file that ends up in place is one whole
+    write and a reader that mapped the first finished file still reads it whole after the
+    second rename (one shared .part had truncated it under the mapping: SIGBUS)."""
+    import threading
+
+    path = tmp_path / "w.safetensors"
+    second_may_finish = threading.Event()
+    values = {}
+
+    def writer(tag, wait_for=None):
+        def make(n):
+            if wait_for is not None:
+                wait_for.wait(30)
+            return np.full(n, tag, np.float32)
+
+        tensors = {"x": ((1 << 16,), lambda: make(1 << 16)), "y": ((4,), lambda: make(4))}
+        checkpoint.save_safetensors(path, tensors, "F32")
+
+    slow = threading.Thread(target=writer, args=(2.0, second_may_finish))
+    slow.start()  # opens its .part and waits inside the first tensor
+    time.sleep(0.2)
+    writer(1.0)  # finishes first and renames into place
+    f = checkpoint.SafetensorsFile(path)
+    try:
+        mapped = f.raw("x")
+        second_may_finish.set()
+        slow.join(30)
+        values["first"] = float(np.frombuffer(mapped, np.float32).sum())
+    finally:
+        f.close()
+    f = checkpoint.SafetensorsFile(path)
+    try:
+        values["second"] = float(np.frombuffer(f.raw("x"), np.float32).sum())
+    finally:
+        f.close()
+    assert values == {"first": 1.0 * (1 << 16), "second": 2.0 * (1 << 16)}
+    assert not list(tmp_path.glob("*.part"))

@@ -12,6 +12,7 @@ import json
 import mmap
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -411,10 +412,19 @@ def _stored_dtype(value, dtype: str | None) -> str:
     raise ValueError(f"no safetensors dtype for {value.dtype}")
 
 
+def part_path(path: Path) -> Path:
+    """Where save_safetensors writes `path` before renaming it: named for this process and
+    thread (`<name>.<pid>-<thread>.part`), so concurrent writers of one file each have theirs."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.{os.getpid()}-{threading.get_native_id()}.part")
+
+
 def save_safetensors(
     path: Path, tensors: dict, dtype: str | None = "BF16", metadata: dict[str, str] | None = None
 ) -> None:
-    """Write tensors, one at a time, atomically (a .part file renamed at the end).
+    """Write tensors, one at a time, atomically (a .part file of this writer's own, part_path,
+    renamed at the end: two processes writing the same file never write into one file, and a
+    reader that mapped the finished one keeps it whole).
 
     dtype: BF16, F16 or F32 converts float tensors; None stores each array as it is (uint16
     arrays as BF16 bits). tensors: name -> array, or name -> (shape, make) where make()
@@ -439,7 +449,7 @@ def save_safetensors(
         entries["__metadata__"] = metadata
     header = json.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
-    tmp = Path(str(path) + ".part")
+    tmp = part_path(path)
     try:
         with open(tmp, "wb") as f:
             f.write(len(header).to_bytes(8, "little"))

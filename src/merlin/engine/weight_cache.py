@@ -269,7 +269,7 @@ def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) ->
 
 def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
     now = time.time()
-    for p in folder.glob("*.safetensors.part"):
+    for p in folder.glob("*.part"):  # checkpoint.part_path's files (and older <name>.part)
         try:
             if now - p.stat().st_mtime > STALE_PART_SECONDS:
                 p.unlink()
