@@ -97,6 +97,26 @@ def test_mis_shaped_cache_is_rejected(cache_env):
         path.write_bytes(good)
 
 
+@pytest.mark.parametrize("field", ["crc32", "formats"])
+def test_deeply_nested_cache_metadata_is_rejected(cache_env, field):
+    """A metadata value nested deeper than the JSON parser's stack (RecursionError, not a
+    ValueError) is a damaged cache like any other: deleted, converted again."""
+    folder, key, cfg, _ = cache_env
+    path = folder / f"{key}.safetensors"
+    good = path.read_bytes()
+    n = int.from_bytes(good[:8], "little")
+    header = json.loads(good[8 : 8 + n])
+    header["__metadata__"][field] = "[" * 100_000 + "]" * 100_000
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + good[8 + n :])
+    try:
+        assert weight_cache.load(key, cfg) is None
+        assert not path.exists()
+    finally:
+        path.write_bytes(good)
+
+
 # ---- full disk, read-only folder -----------------------------------------------------------------
 
 

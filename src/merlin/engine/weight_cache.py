@@ -220,7 +220,7 @@ def load(key: str, cfg: ModelConfig, map_experts: bool = False) -> TextWeights |
             _check_weights(weights, cfg)
         finally:
             f.close()  # the arrays are copies
-    except (CheckpointError, KeyError, ValueError, TypeError, AttributeError) as e:
+    except (CheckpointError, KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
         log.warning("weight cache %s is unusable (%s); rebuilding it", path, e)
         try:
             for p in path.parent.glob(f"{key}-L*.safetensors"):

@@ -76,7 +76,7 @@ def load_layer(
             raise CheckpointError(f"{path.name} belongs to another model or layer")
         try:
             crcs = json.loads(meta["crc32"])
-        except (KeyError, ValueError):
+        except (KeyError, ValueError, RecursionError):  # RecursionError: nested too deeply
             raise CheckpointError(f"{path.name}: the metadata is damaged") from None
         arrays = {}
         for name in f.tensors:
