@@ -211,3 +211,26 @@ def test_corrupt_config_json(tmp_path):
     (folder / "config.json").write_text("{oops")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         load_config(folder)
+
+
+@pytest.mark.parametrize("tensor", ["layers.0.self_attn.q_proj.weight", "embed_tokens.weight"])
+def test_integer_decoder_matrix_is_named(tmp_path, tensor):
+    """A decoder matrix stored as integers (same byte size: BF16 relabelled I16) is refused
+    before anything loads, naming the file and the tensor."""
+    folder = copy_fixture(tmp_path)
+    f = folder / "model.safetensors"
+    raw = f.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8 : 8 + n])
+    name = next(k for k in header if k.endswith(tensor) and "visual" not in k)
+    assert header[name]["dtype"] == "BF16"
+    header[name]["dtype"] = "I16"
+    body = json.dumps(header, separators=(",", ":")).encode()
+    assert len(body) <= n
+    write_raw(f, body + b" " * (n - len(body)), raw[8 + n :])
+    cfg = load_config(folder)
+    with Checkpoint(folder) as ckpt, pytest.raises(CheckpointError) as e:
+        check_text_tensors(ckpt, cfg)
+    assert (
+        "dtype I16" in str(e.value) and name in str(e.value) and "model.safetensors" in str(e.value)
+    )

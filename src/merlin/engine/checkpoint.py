@@ -339,20 +339,27 @@ class Checkpoint:
                 f"{info.file}: tensor {name!r} has shape {list(info.shape)} but config.json "
                 f"implies {list(shape)}. The config does not match the weights."
             )
-        if info.dtype not in FLOAT_DTYPES:
-            raise CheckpointError(
-                f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
-            )
+        self.float_info(name)
         raw = self.raw(name)
         check_tensor(raw, info.dtype, name, info.file)  # NaN/inf refused, with the name
         out = to_f32(raw, info.dtype)
         self.files[info.file].release(name)
         return out
 
+    def float_info(self, name: str) -> TensorInfo:
+        """info(name) of a tensor read as float weights: CheckpointError naming the file and
+        the tensor if its dtype is not BF16, F16 or F32."""
+        info = self.info(name)
+        if info.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r} has dtype {info.dtype}, expected BF16, F16 or F32."
+            )
+        return info
+
     def read_f32_rows(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows start..stop-1 of a matrix as float32: lets a loader convert a large tensor
         (the 151936-row embedding) in chunks instead of holding it whole in f32."""
-        info = self.info(name)
+        info = self.float_info(name)
         raw = self.raw(name)[start:stop]
         check_tensor(raw, info.dtype, name, info.file)  # NaN/inf refused, with the name
         return to_f32(raw, info.dtype)

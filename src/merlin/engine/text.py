@@ -114,7 +114,8 @@ def expected_text_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
-    """Fail before loading anything if a text tensor is missing or has the wrong shape."""
+    """Fail before loading anything if a text tensor is missing or has the wrong shape or a
+    dtype that is not a float."""
     layers = cfg.text.num_hidden_layers
     if f"{cfg.text_prefix}layers.{layers - 1}.input_layernorm.weight" not in ckpt:
         # checked first: listing every expected name of a config that claims 10**12 layers
@@ -129,7 +130,7 @@ def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
             if name == "lm_head.weight":
                 hint = " (config.json says tie_word_embeddings is false)"
             raise CheckpointError(f"{ckpt.folder}: tensor {name!r} is missing{hint}.")
-        info = ckpt.info(name)
+        info = ckpt.float_info(name)
         if info.shape not in accepted_shapes(name, shape):
             raise CheckpointError(
                 f"{info.file}: tensor {name!r} has shape {list(info.shape)} but config.json "

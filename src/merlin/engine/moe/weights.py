@@ -202,7 +202,7 @@ class _Stacker:
 
 def _fused_reader(ckpt: Checkpoint, name: str, memory_shape: tuple[int, int]):
     """expert e -> its f32 [O, K] matrix from a fused 3D tensor in either layout."""
-    info = ckpt.info(name)
+    info = ckpt.float_info(name)
     transposed = tuple(info.shape[1:]) != memory_shape
     raw = ckpt.raw(name)
 
