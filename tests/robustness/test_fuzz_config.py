@@ -124,7 +124,21 @@ def test_generation_config_edits(ws, demo_dir, data):
     if out.ok:
         defaults = out.result
         assert defaults.eos_ids and all(isinstance(i, int) for i in defaults.eos_ids)
+        vocab = _tokenizer(demo_dir).vocab_size
+        assert all(0 <= i < vocab and not isinstance(i, bool) for i in defaults.eos_ids)
         defaults.sampling.validate()  # never an invalid default
+
+
+@pytest.mark.parametrize("eos", [-1, [2, 999_999_999], True, [True]])
+def test_generation_config_eos_outside_the_vocabulary(ws, demo_dir, eos):
+    """An end-of-sequence id no token has (or a boolean) would let the model never stop."""
+    raw = json.loads((demo_dir / "generation_config.json").read_text())
+    (ws / "generation_config.json").write_text(json.dumps({**raw, "eos_token_id": eos}))
+    try:
+        with pytest.raises(CheckpointError, match="eos_token_id"):
+            read_generation_defaults(ws, _tokenizer(demo_dir))
+    finally:
+        shutil.copy(demo_dir / "generation_config.json", ws / "generation_config.json")
 
 
 _tokenizers = {}

@@ -65,10 +65,18 @@ def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDe
     path = Path(folder) / "generation_config.json"
     raw = read_json(path, "generation_config.json") if path.exists() else {}
     eos = raw.get("eos_token_id")
-    if isinstance(eos, int) and not isinstance(eos, bool):
-        eos_ids = {eos}
-    elif isinstance(eos, list) and all(isinstance(e, int) for e in eos):
-        eos_ids = set(eos)
+
+    def is_id(e) -> bool:
+        return isinstance(e, int) and not isinstance(e, bool)
+
+    if is_id(eos) or (isinstance(eos, list) and all(is_id(e) for e in eos)):
+        eos_ids = set(eos) if isinstance(eos, list) else {eos}
+        outside = sorted(e for e in eos_ids if not 0 <= e < tokenizer.vocab_size)
+        if outside:  # the model could never stop
+            raise CheckpointError(
+                f"{path}: eos_token_id {outside[0]} is not a token of the tokenizer (ids 0 to "
+                f"{tokenizer.vocab_size - 1}). Fix the value or remove the file."
+            )
     elif eos is None:
         eos_ids = {
             tokenizer.special_tokens[t]
