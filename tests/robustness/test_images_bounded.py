@@ -69,6 +69,65 @@ def test_large_16_bit_png_peak(tmp_path):
     assert peak < 1 << 30, f"peak {peak / 1e9:.2f} GB"
 
 
+MAKE_ALPHA = """
+import sys
+from PIL import Image
+Image.new(sys.argv[2], (10000, 10000)).save(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA"])
+def test_large_image_with_alpha_peak(tmp_path, mode):
+    """Shrinking a decoded image with alpha goes a band at a time (Pillow's reduce of RGBA
+    or LA first makes a premultiplied copy of the whole image: twice the decoded bytes)."""
+    path = tmp_path / "alpha.png"
+    subprocess.run([sys.executable, "-c", MAKE_ALPHA, str(path), mode], check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    peak = int(out.stdout.split()[-1])
+    # 0.96 GB before (whole-image reduce and alpha composite); 0.71 GB with bands, most of it
+    # the 400 MB decode and the patches of the 16.7-megapixel budget
+    assert peak < 800 << 20, f"peak {peak / 1e9:.2f} GB"
+
+
+def _random_image(mode: str) -> Image.Image:
+    rng = np.random.default_rng(3)
+    if mode in ("P", "P+t", "RGB+t"):
+        base = mode[0] if mode != "RGB+t" else "RGB"
+        a = rng.integers(0, 256, (301, 257, 3), dtype=np.uint8)
+        im = Image.fromarray(a, "RGB")
+        if base == "P":
+            im = im.quantize(64)
+        if mode.endswith("+t"):
+            im.info["transparency"] = 5 if base == "P" else tuple(int(v) for v in a[0, 0])
+        return im
+    a = rng.integers(0, 256, (301, 257, len(mode)), dtype=np.uint8)
+    return Image.fromarray(a[..., 0] if len(mode) == 1 else a, mode)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "RGB", "L"])
+def test_band_reduction_equals_whole_image_reduction(mode, monkeypatch):
+    im = _random_image(mode)
+    k = 5
+    target = im.size[0] * im.size[1] // (k * k)
+    monkeypatch.setattr(image_file, "REDUCE_ABOVE", 0)  # reduce this small image too
+    assert image_file._reduction(im.size, target) == k
+    monkeypatch.setattr(image_file, "_BAND_PIXELS", 2000)  # many bands
+    banded = image_file._reduce_after_decode(im, target)
+    assert np.array_equal(np.asarray(banded), np.asarray(im.reduce(k)))
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "PA", "P+t", "RGB+t"])
+def test_alpha_composite_in_bands_equals_whole_image(mode, monkeypatch):
+    im = _random_image(mode)
+    whole = image_file._on_white(im)
+    monkeypatch.setattr(image_file, "_BAND_PIXELS", 2000)
+    banded = image_file.to_rgb(im)
+    assert banded.mode == "RGB" and np.array_equal(np.asarray(banded), np.asarray(whole))
+
+
 def _reference_to_l(a: np.ndarray, mode: str) -> np.ndarray:
     """The whole-array conversion the band-wise one must reproduce."""
     if mode == "F":

@@ -93,8 +93,8 @@ def _reduce_after_decode(im: Image.Image, target_pixels: int | None) -> Image.Im
         return _high_depth_to_l(im, k)
     if im.mode in ("P", "PA", "1"):  # palette / bilevel: averaged as RGBA, a band at a time
         return _in_bands(im, k, "RGBA", lambda band: band.convert("RGBA"))
-    try:
-        return im.reduce(k)
+    try:  # a band at a time too: Pillow reduces RGBA / LA through a premultiplied full copy
+        return _in_bands(im, k, im.mode, lambda band: band)
     except (ValueError, NotImplementedError):
         return im
 
@@ -196,10 +196,8 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
         mode = image.mode
     try:
         has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
-        if has_alpha:
-            rgba = image.convert("RGBA")
-            background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-            return Image.alpha_composite(background, rgba).convert("RGB")
+        if has_alpha:  # a band at a time: four full-size copies otherwise
+            return _in_bands(image, 1, "RGB", _on_white)
         return image.convert("RGB")
     except Exception as e:
         raise InputError(
@@ -209,6 +207,13 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
 
 
 _BAND_PIXELS = 1 << 20  # pixels converted at a time (bounded temporaries for big images)
+
+
+def _on_white(image: Image.Image) -> Image.Image:
+    """An image with alpha (or a transparency entry) composited on white, as RGB."""
+    rgba = image.convert("RGBA")
+    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert("RGB")
 
 
 def _band_rows(width: int, k: int = 1) -> int:
