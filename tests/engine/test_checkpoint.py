@@ -157,6 +157,12 @@ def test_missing_folder_and_files(tmp_path):
         load_config(tmp_path)
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         Checkpoint(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="is a file, not a folder"):
+        load_config(tmp_path / "model.safetensors")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(CheckpointError, match="loop of links"):
+        load_config(tmp_path / "loop")
 
 
 def edit_config(folder, edit):
@@ -197,6 +203,7 @@ def test_untied_config_without_lm_head(tmp_path):
         (lambda c: c["text_config"].update(num_key_value_heads=3), "not a multiple"),
         (lambda c: c["text_config"]["rope_scaling"].update(mrope_section=[1, 1, 1]), "add up"),
         (lambda c: c.pop("text_config"), "text_config"),
+        (lambda c: c["vision_config"].update(hidden_act="relu"), "vision hidden_act 'relu'"),
     ],
 )
 def test_bad_config_values(tmp_path, edit, match):

@@ -97,6 +97,21 @@ def test_mis_shaped_cache_is_rejected(cache_env):
         path.write_bytes(good)
 
 
+def test_damaged_cache_file_is_said_to_be_rebuilt(cache_env, caplog):
+    """The log line of a damaged cache file says it is converted again (a checkpoint file's
+    message says to download it again: not something to do about a cache)."""
+    folder, key, cfg, _ = cache_env
+    path = folder / f"{key}.safetensors"
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])
+    try:
+        with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
+            assert weight_cache.load(key, cfg) is None
+        assert "converted again" in caplog.text and "download" not in caplog.text
+    finally:
+        path.write_bytes(good)
+
+
 @pytest.mark.parametrize("field", ["crc32", "formats"])
 def test_deeply_nested_cache_metadata_is_rejected(cache_env, field):
     """A metadata value nested deeper than the JSON parser's stack (RecursionError, not a

@@ -71,10 +71,12 @@ def _reject_duplicates(pairs):
 
 
 class SafetensorsFile:
-    """One .safetensors file: header parsed and validated at open, data mapped lazily."""
+    """One .safetensors file: header parsed and validated at open, data mapped lazily.
+    remedy: what a damaged file's error tells the person to do (a cache file: that it is
+    rebuilt)."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def __init__(self, path: Path, remedy: str = "download it again"):
+        self.path, self._remedy = Path(path), remedy
 
         try:
             if not os.path.lexists(self.path):
@@ -95,7 +97,7 @@ class SafetensorsFile:
     def _fail(self, problem: str) -> CheckpointError:
         return CheckpointError(
             f"{self.path}: {problem}. The file is damaged or not a safetensors file; "
-            "download it again."
+            f"{self._remedy}."
         )
 
     def _read_header(self):

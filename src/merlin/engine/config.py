@@ -85,6 +85,11 @@ class TextConfig:
         return total
 
 
+# vision_config.hidden_act values the encoder computes: gelu in its tanh form (two names of
+# one formula in transformers: GELUTanh, NewGELU)
+VISION_ACTS = ("gelu_pytorch_tanh", "gelu_new")
+
+
 @dataclass(frozen=True)
 class VisionConfig:
     depth: int
@@ -346,6 +351,12 @@ def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
         raise CheckpointError(
             f"{path}: deepstack_visual_indexes must be block indexes below depth {depth}."
         )
+    act = vision.get("hidden_act", "gelu_pytorch_tanh")
+    if act not in VISION_ACTS:  # the encoder's blocks compute gelu's tanh form only
+        raise CheckpointError(
+            f"{path}: vision hidden_act {act!r} is not supported (expected "
+            f"{' or '.join(VISION_ACTS)})."
+        )
     return VisionConfig(
         depth=depth,
         hidden_size=hidden,
@@ -358,7 +369,7 @@ def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
         out_hidden_size=_need(vision, "out_hidden_size", int, w, path),
         num_position_embeddings=_opt_int(vision, "num_position_embeddings", 2304, w, path),
         deepstack_visual_indexes=tuple(indexes),
-        hidden_act=str(vision.get("hidden_act", "gelu_pytorch_tanh")),
+        hidden_act=act,
         rope_theta=_vision_theta(vision, path),
     )
 
@@ -403,8 +414,14 @@ def read_json(path: Path, what: str) -> dict:
 def load_config(folder: Path) -> ModelConfig:
     folder = Path(folder)
     if not folder.is_dir():
+        if folder.is_file():
+            problem = "is a file, not a folder"
+        elif os.path.lexists(folder):
+            problem = "cannot be opened as a folder (a broken link or a loop of links)"
+        else:
+            problem = "no such folder"
         raise CheckpointError(
-            f"{folder}: no such folder. Give the folder of a Qwen3-VL checkpoint "
+            f"{folder}: {problem}. Give the folder of a Qwen3-VL checkpoint "
             "(with config.json, model.safetensors and tokenizer.json)."
         )
     path = folder / "config.json"

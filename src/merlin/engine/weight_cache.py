@@ -189,7 +189,7 @@ def load(key: str, cfg: ModelConfig, map_experts: bool = False) -> TextWeights |
     if not path.is_file():
         return None
     try:
-        f = SafetensorsFile(path)
+        f = SafetensorsFile(path, remedy="it is converted again")
         try:
             meta = f.metadata
             if meta.get("key") != key:

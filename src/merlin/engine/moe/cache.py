@@ -69,7 +69,7 @@ def load_layer(
     path = layer_path(folder, key, i)
     if not path.is_file():
         raise CheckpointError(f"{path.name} is missing")
-    f = SafetensorsFile(path)
+    f = SafetensorsFile(path, remedy="it is converted again")
     try:
         meta = f.metadata
         if meta.get("key") != key or meta.get("layer") != str(i) or meta.get("kind") != kind:
