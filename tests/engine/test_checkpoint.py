@@ -241,3 +241,23 @@ def test_integer_decoder_matrix_is_named(tmp_path, tensor):
     assert (
         "dtype I16" in str(e.value) and name in str(e.value) and "model.safetensors" in str(e.value)
     )
+
+
+def test_unreadable_folder_is_not_a_missing_config(tmp_path, monkeypatch):
+    """A folder this user may not search (chmod 000 by another user: root, who runs these
+    tests, is never refused, so the refusal is simulated) gives permission denied, not
+    'config.json is missing'."""
+    import errno
+    import os
+
+    folder = copy_fixture(tmp_path)
+    real_lstat = os.lstat
+
+    def lstat(path, *a, **k):
+        if str(path).startswith(str(folder)):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_lstat(path, *a, **k)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    with pytest.raises(CheckpointError, match="Permission denied.*permissions"):
+        load_config(folder)

@@ -392,10 +392,16 @@ def read_json(path: Path, what: str) -> dict:
     """Read a JSON object from a checkpoint file with a clear error for each way it can fail."""
     from .safe_open import read_bytes
 
-    if not os.path.lexists(path):
+    try:
+        os.lstat(path)  # not lexists: a folder that cannot be read is no missing file
+    except FileNotFoundError:
         raise CheckpointError(
             f"{path}: {what} is missing. Choose a Hugging Face checkpoint folder."
-        )
+        ) from None
+    except OSError as e:
+        raise CheckpointError(
+            f"{path}: cannot read {what} ({e.strerror}). Check the folder's permissions."
+        ) from None
     try:
         # a FIFO or device is refused with what it is (never opened blocking); real config
         # and index files are well under MAX_JSON_BYTES
