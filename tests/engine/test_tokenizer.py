@@ -634,3 +634,10 @@ def test_stream_decoder_window_stays_small(tok: Tokenizer) -> None:
     out.append(sd.flush())
     assert "".join(out) == STREAM_TEXT * 20
     assert longest <= 8
+
+
+def test_tokenizer_json_as_a_loop_of_links_is_not_missing(tmp_path):
+    (tmp_path / "tokenizer.json").symlink_to(tmp_path / "tokenizer.json")
+    with pytest.raises(TokenizerError) as e:
+        Tokenizer.from_folder(tmp_path)
+    assert "missing" not in str(e.value) and "tokenizer.json" in str(e.value)

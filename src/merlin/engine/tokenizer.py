@@ -21,6 +21,7 @@ decoding (stream_decoder.py), image pads (prompt_pads.py), all re-exported here.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -208,7 +209,7 @@ class Tokenizer:
                 f"{TOKENIZER_FILE}."
             )
         tok_path = folder / TOKENIZER_FILE
-        if not tok_path.exists():
+        if not os.path.lexists(tok_path):  # a broken link or a loop: _read_json says so
             raise TokenizerError(
                 f"{tok_path} is missing. Merlin needs the Hugging Face fast-tokenizer file; "
                 "download the complete model folder (including tokenizer.json)."
