@@ -174,3 +174,16 @@ def test_ignore_eos_counts_end_of_turn_tokens_but_never_shows_them(shapes_dir):
     assert done.text.startswith(natural.text)
     for t in set(eos):
         assert model.tokenizer.decode([t]) not in done.text
+
+
+def test_prompt_longer_than_the_context_says_what_can_be_done(demo_dir):
+    """Raising the context budget is offered only while the model reads more than it."""
+    from merlin.engine.errors import InputError
+    from merlin.engine.generate import check_prompt
+
+    model = model_for(demo_dir)
+    limit = model.config.text.max_position_embeddings
+    with pytest.raises(InputError, match="shorten it or raise the context budget"):
+        check_prompt(model, [1] * 10, 8)
+    with pytest.raises(InputError, match=r"all the model reads\); shorten it\.$"):
+        check_prompt(model, [1] * (limit + 1), limit)
