@@ -118,3 +118,65 @@ def test_in_memory_store_works(tmp_path):
     cid = store.create_conversation("t")
     store.add_message(cid, "user", "x")
     assert store.messages(cid)[0].text == "x"
+
+
+OPEN_AND_WRITE = """
+import sys
+from merlin.app.model.store import Store
+s = Store(sys.argv[1])
+s.add_message(s.create_conversation(sys.argv[2]), "user", "from " + sys.argv[2])
+s.close()
+print("ok")
+"""
+
+
+def test_two_merlins_opening_one_new_data_folder_both_save(tmp_path):
+    """Both set up the new database at once: one had failed ('duplicate column name' from a
+    migration the other had just done, or 'database is locked') and kept its chats in memory
+    only, so everything it was told was lost."""
+    import subprocess
+    import sys
+
+    for round_ in range(12):
+        folder = tmp_path / f"d{round_}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPEN_AND_WRITE, str(folder), name],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in ("a", "b", "c", "d")
+        ]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, _) in zip(procs, outs)), (
+            outs
+        )
+        s = Store(folder)
+        assert sorted(r.title for r in s.conversations()) == ["a", "b", "c", "d"]
+        assert s.schema_version == SCHEMA_VERSION
+        s.close()
+
+
+def test_damaged_page_is_refused_at_open(tmp_path):
+    """A page of the database overwritten (disk damage): refused when opening, with the
+    offer of a new history, never a DatabaseError out of a later read (that aborted the app
+    at every start)."""
+    import os
+
+    s = Store(tmp_path)
+    for i in range(50):
+        s.add_message(s.create_conversation(f"chat {i}"), "user", "x" * 500)
+    s.close()
+    path = tmp_path / DB_NAME
+    assert (
+        not (tmp_path / f"{DB_NAME}-wal").exists()
+        or (tmp_path / f"{DB_NAME}-wal").stat().st_size == 0
+    )
+    data = bytearray(path.read_bytes())
+    data[4096:8192] = os.urandom(4096)
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="cannot be opened") as e:
+        Store(tmp_path)
+    assert e.value.can_start_new
+    assert path.read_bytes() == bytes(data)  # left as it is

@@ -123,11 +123,26 @@ class ConversationRow:
     created: float = 0.0
 
 
+OPEN_TRIES, OPEN_RETRY_S = 4, 0.5
+
+
 class Store:
     """The chat database of one data folder. Use from one thread (the GUI thread)."""
 
     def __init__(self, folder: Path | str | None):
-        """folder: the data folder; None keeps everything in memory (nothing is saved)."""
+        """folder: the data folder; None keeps everything in memory (nothing is saved). Two
+        Merlins opening one new data folder at once may find it busy while the other sets it
+        up: opening is tried OPEN_TRIES times, OPEN_RETRY_S apart."""
+        for attempt in range(OPEN_TRIES):
+            try:
+                self._open(folder)
+                return
+            except StoreError as e:
+                if not e.busy or attempt == OPEN_TRIES - 1:
+                    raise
+            time.sleep(OPEN_RETRY_S)
+
+    def _open(self, folder: Path | str | None) -> None:
         self.folder = Path(folder) if folder is not None else None
         self.image_dir = (
             self.folder / IMAGE_DIR
@@ -144,6 +159,10 @@ class Store:
             self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
             # before anything is written (WAL mode included): is this a Merlin database?
             schema.check_ours(self._db, self.folder, StoreError)
+            if self.folder:  # a damaged page would fail a later read (SIGABRT in a slot)
+                problems = self._db.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if problems != "ok":
+                    raise self._open_error(sqlite3.DatabaseError(problems))
             if self._db.execute("PRAGMA user_version").fetchone()[0] > SCHEMA_VERSION:
                 self._migrate()  # refuses a newer schema, before WAL mode changes the file
             self._db.execute("PRAGMA foreign_keys = ON")
@@ -167,7 +186,8 @@ class Store:
             self._close_quietly()
             code = sqlite_code(e)
             if code in (SQLITE_BUSY, SQLITE_LOCKED):  # another process holds it: not damage
-                raise StoreError(why_not_saved(self.folder, code, str(e), sqlite=True)) from None
+                message = why_not_saved(self.folder, code, str(e), sqlite=True)
+                raise StoreError(message, busy=True) from None
             if code not in (SQLITE_FULL, SQLITE_READONLY, SQLITE_PERM, SQLITE_CANTOPEN):
                 raise self._open_error(e) from None
             if code == SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
@@ -213,12 +233,17 @@ class Store:
                 "was left as it is.",
                 can_start_new=True,
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
+        while version < SCHEMA_VERSION:
             with self._transaction():
-                for statement in _MIGRATIONS[target].split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {target}")
+                # read again under the write lock: another Merlin opening the same new data
+                # folder may have migrated meanwhile (its ALTER TABLE again would fail)
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version < SCHEMA_VERSION:
+                    for statement in _MIGRATIONS[version + 1].split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    version += 1
+                    self._db.execute(f"PRAGMA user_version = {version}")
         # columns an older or partial layout lacks are added (with their defaults)
         with self._transaction():
             schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1 + schema.CHOICES_TABLE)
@@ -244,8 +269,10 @@ class Store:
                         self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as e:
+            code = sqlite_code(e)
             raise StoreError(
-                why_not_saved(self.folder, sqlite_code(e), str(e), sqlite=True)
+                why_not_saved(self.folder, code, str(e), sqlite=True),
+                busy=code in (SQLITE_BUSY, SQLITE_LOCKED),
             ) from None
 
     def _recover(self) -> int:

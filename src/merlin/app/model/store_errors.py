@@ -15,11 +15,14 @@ from pathlib import Path
 class StoreError(Exception):
     """The chat store cannot be used or could not save; the message is meant for the user.
     can_start_new: the database file itself is unusable (damaged, foreign, newer, unknown
-    schema), so the app may offer to start a new one beside it (Store.start_new_beside)."""
+    schema), so the app may offer to start a new one beside it (Store.start_new_beside).
+    busy: another connection held the database (SQLITE_BUSY / SQLITE_LOCKED): a later try
+    may succeed."""
 
-    def __init__(self, message: str, can_start_new: bool = False):
+    def __init__(self, message: str, can_start_new: bool = False, busy: bool = False):
         super().__init__(message)
         self.can_start_new = can_start_new
+        self.busy = busy
 
 
 # SQLite result codes (the primary code, the low byte of sqlite_errorcode). They are not
