@@ -113,6 +113,28 @@ def test_export_without_a_chat_says_so(qtbot, make_window, tmp_path):
     assert w.notice_banner.isVisible()
 
 
+def test_export_never_replaces_a_file_under_a_name_it_added(qtbot, make_window, tmp_path):
+    """The dialog asked about the name as typed ("backup"); the suffix added after it must not
+    replace an existing backup.json / report.md without asking."""
+    w = make_window()
+    send(qtbot, w, "hello")
+    for typed, existing, action in (
+        ("backup", "backup.json", chat_files.export_all),
+        ("report", "report.md", chat_files.export_chat),
+        ("notes.txt", "notes.txt.md", chat_files.export_chat),
+    ):
+        (tmp_path / existing).write_text("the user's own file")
+        assert action(w, str(tmp_path / typed)) is None
+        assert (tmp_path / existing).read_text() == "the user's own file"
+        assert "already exists" in w.notice_banner.label.text()
+        (tmp_path / existing).unlink()
+        out = action(w, str(tmp_path / typed))  # free: written under the added name
+        assert out == tmp_path / existing and out.stat().st_size > 0
+    replaced = tmp_path / "asked.json"  # typed with its suffix: the dialog asked
+    replaced.write_text("old")
+    assert chat_files.export_all(w, str(replaced)) == replaced and replaced.read_text() != "old"
+
+
 def test_every_action_with_a_shortcut_is_listed_in_help(qtbot, make_window):
     w = make_window(wait=False)
     rows = dict(w.shortcut_rows())

@@ -4,6 +4,7 @@ the store changes unless an import succeeds whole."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QFileDialog
@@ -39,11 +40,15 @@ def export_chat(window, path: str | None = None) -> Path | None:
         if not path:
             return None
     target = Path(path)
+    as_json = target.suffix.lower() == ".json"
+    target = _named(window, target, ".json" if as_json else ".md")
+    if target is None:
+        return None
     try:
-        if target.suffix.lower() == ".json":
+        if as_json:
             out = chat_export.write_json(window.store, [cid], target)
         else:
-            out = chat_export.write_markdown(window.store, cid, target.with_suffix(".md"))
+            out = chat_export.write_markdown(window.store, cid, target)
     except (OSError, ChatFileError, StoreError) as e:
         window.on_notice("error", tr("The chat was not exported: {why}").format(why=_why(e)))
         return None
@@ -63,7 +68,9 @@ def export_all(window, path: str | None = None) -> Path | None:
         )
         if not path:
             return None
-    target = Path(path).with_suffix(".json")
+    target = _named(window, Path(path), ".json")
+    if target is None:
+        return None
     try:
         out = chat_export.write_json(window.store, ids, target)
     except (OSError, ChatFileError, StoreError) as e:
@@ -100,6 +107,24 @@ def copy_markdown(window) -> str:
         return ""
     QApplication.clipboard().setText(text)
     return text
+
+
+def _named(window, typed: Path, suffix: str) -> Path | None:
+    """The file to write: the name as typed, or with `suffix` added when it has another. The
+    file dialog asked before replacing only the typed name, so a file under the added name is
+    never replaced: a notice asks for another name instead (None)."""
+    if typed.suffix.lower() == suffix:
+        return typed
+    target = typed.with_name(typed.name + suffix)
+    if os.path.lexists(target):
+        window.on_notice(
+            "error",
+            tr("{path} already exists; nothing was exported. Choose another name.").format(
+                path=target
+            ),
+        )
+        return None
+    return target
 
 
 def _why(e: Exception) -> str:
