@@ -289,3 +289,18 @@ def test_any_json_is_imported_or_refused_with_a_message(tmp_path, value):
         assert str(e)
     else:
         assert isinstance(convs, list)
+
+
+def test_lone_surrogates_and_a_bom_import(store, tmp_path):
+    """A text escape of half a character (\\ud800) is imported as U+FFFD (the database cannot
+    store it: a UnicodeEncodeError had escaped the import), and a file saved with a UTF-8 BOM
+    (Windows editors) is read."""
+    doc = (
+        '{"format": "merlin-chats", "version": 2, "conversations": [{"title": "half \\ud800", '
+        '"messages": [{"role": "user", "text": "hi \\udc00 there"}]}]}'
+    )
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + doc.encode("ascii"))
+    (cid,) = chat_export.import_conversations(store, read_json(path))
+    assert store.conversation(cid).title == "half \ufffd"
+    assert store.messages(cid)[0].text == "hi \ufffd there"

@@ -22,7 +22,14 @@ def test_shipped_and_own_presets(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content", [b"not json", b'{"version": 9, "presets": {}}', b"[1, 2]", b"\xff\xfe"]
+    "content",
+    [
+        b"not json",
+        b'{"version": 9, "presets": {}}',
+        b"[1, 2]",
+        b"\xff\xfe",
+        b'{"version": 1, "presets": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # too deep
+    ],
 )
 def test_an_unreadable_file_is_never_written_over(tmp_path, content):
     (tmp_path / "presets.json").write_bytes(content)
@@ -31,6 +38,19 @@ def test_an_unreadable_file_is_never_written_over(tmp_path, content):
     with pytest.raises(PresetError, match="left as it is"):
         p.save("x", "y")
     assert (tmp_path / "presets.json").read_bytes() == content
+
+
+def test_a_lone_surrogate_in_a_preset_never_stops_saving(tmp_path):
+    """A JSON escape of half a character (\\ud800) loads as U+FFFD; saving then works (it had
+    raised UnicodeEncodeError, no PresetError)."""
+    (tmp_path / "presets.json").write_text(
+        '{"version": 1, "presets": {"Half \\ud800": "a \\udc00 b"}}', encoding="utf-8"
+    )
+    p = Presets(tmp_path)
+    assert not p.problem and p.prompt("Half \ufffd") == "a \ufffd b"
+    p.save("new", "typed \ud800 too")
+    again = Presets(tmp_path)
+    assert again.prompt("new") == "typed \ufffd too" and "Half \ufffd" in again.names()
 
 
 def test_bad_names_and_sizes(tmp_path):

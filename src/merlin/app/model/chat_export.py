@@ -46,6 +46,7 @@ from pathlib import Path
 
 from merlin.app.model.markdown import literal_html
 from merlin.app.model.store import MESSAGE_STATES, ImageRef, Store
+from merlin.engine.tokenizer import clean_text
 
 FORMAT = "merlin-chats"
 VERSION = 2  # 2: a thinking answer's "reasoning"; 1 files still import
@@ -244,7 +245,7 @@ def read_json(path: Path | str) -> list[ImportedConversation]:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8-sig"))  # a BOM, as Windows editors save
     except UnicodeDecodeError:
         raise ChatFileError(f"{path} is not a Merlin chat export (not UTF-8 text).") from None
     except json.JSONDecodeError as e:
@@ -376,11 +377,13 @@ def _seconds(value, where: str) -> float:
 
 
 def _text(value, where: str, limit: int) -> str:
+    """A text field; a lone surrogate (an escape like \\ud800 that is no character, which the
+    database cannot store) becomes U+FFFD (tokenizer.clean_text, as typed text)."""
     if not isinstance(value, str):
         raise ChatFileError(f"{where} must be text.")
     if len(value) > limit:
         raise ChatFileError(f"{where} is {len(value):,} characters; at most {limit:,}.")
-    return value
+    return clean_text(value)
 
 
 def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from merlin.app.model.chat_export import write_atomically
+from merlin.engine.tokenizer import clean_text
 
 FILE = "presets.json"
 VERSION = 1
@@ -55,12 +56,12 @@ class Presets:
             presets = doc.get("presets")
             if not isinstance(presets, dict):
                 raise ValueError("'presets' is not an object")
-            self.user = {
-                str(k)[:MAX_NAME]: v[:MAX_PROMPT]
+            self.user = {  # lone surrogates (JSON escapes) as U+FFFD: saving encodes UTF-8
+                clean_text(str(k)[:MAX_NAME]): clean_text(v[:MAX_PROMPT])
                 for k, v in list(presets.items())[:MAX_PRESETS]
                 if isinstance(v, str) and str(k).strip()
             }
-        except (OSError, ValueError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
             self.user = {}
             self.problem = f"{self.path} could not be read ({e}); it is left as it is."
 
@@ -85,7 +86,7 @@ class Presets:
             )
         if name not in self.user and len(self.user) >= MAX_PRESETS:
             raise PresetError(f"There are already {MAX_PRESETS} presets; delete one first.")
-        self._write({**self.user, name: prompt})
+        self._write({**self.user, clean_text(name): clean_text(prompt)})
 
     def delete(self, name: str) -> None:
         if name in self.user:
