@@ -46,6 +46,42 @@ def test_settings_roundtrip_and_bad_values(tmp_path):
     assert AppSettings().generation_options().sampling is None  # the checkpoint's defaults
 
 
+def test_settings_that_cannot_be_written_say_so(tmp_path):
+    """A settings.ini that is a folder: save_settings says why (QSettings never raises, and
+    the system prompt just written was silently gone at the next start)."""
+    from merlin.app.settings import AppSettings, save_settings
+
+    (tmp_path / "s.ini").mkdir()
+    problem = save_settings(
+        AppSettings(system_prompt="mine"), QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
+    )
+    assert "could not be saved" in problem and "s.ini" in problem
+    assert (
+        save_settings(AppSettings(), QSettings(str(tmp_path / "t.ini"), QSettings.IniFormat)) == ""
+    )
+
+
+def test_closing_one_merlin_keeps_what_another_saved(tmp_path):
+    """Two windows read the settings; A saves a system prompt; B, closing, writes only what B
+    changed (its stale copy of the system prompt had replaced A's)."""
+    import dataclasses
+
+    from merlin.app.settings import AppSettings, load_settings, save_settings
+
+    def ini():
+        return QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
+
+    save_settings(AppSettings(), ini())
+    a, b = load_settings(ini()), load_settings(ini())
+    a_read, b_read = dataclasses.replace(a), dataclasses.replace(b)
+    a.system_prompt = "My carefully written system prompt"
+    assert save_settings(a, ini(), since=a_read) == ""
+    b.top_k = 3
+    assert save_settings(b, ini(), since=b_read) == ""
+    back = load_settings(ini())
+    assert back.system_prompt == "My carefully written system prompt" and back.top_k == 3
+
+
 def test_settings_dialog_edits_a_copy(qtbot):
     from merlin.app.settings import AppSettings, SettingsDialog
 

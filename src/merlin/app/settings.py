@@ -153,11 +153,25 @@ def valid_cpus(text: str) -> bool:
     return True
 
 
-def save_settings(s: AppSettings, qs: QSettings | None = None) -> None:
+def save_settings(
+    s: AppSettings, qs: QSettings | None = None, since: AppSettings | None = None
+) -> str:
+    """Write the settings; "" when written, else why not (a sentence for the window's notice:
+    QSettings itself never raises). since: the values this process last read or wrote; only
+    fields changed from them are written, so closing one Merlin never puts back its stale copy
+    of what another Merlin saved meanwhile (a system prompt written in the other window)."""
     qs = qs or settings_file()
     for f in dataclasses.fields(AppSettings):
-        qs.setValue(f.name, getattr(s, f.name))
+        value = getattr(s, f.name)
+        if since is None or value != getattr(since, f.name):
+            qs.setValue(f.name, value)
     qs.sync()
+    if qs.status() == QSettings.Status.NoError:
+        return ""
+    return (
+        f"The settings could not be saved to {qs.fileName()} (it cannot be written); they "
+        "apply until Merlin closes. Check that file and its folder."
+    )
 
 
 class SettingsDialog(QDialog):

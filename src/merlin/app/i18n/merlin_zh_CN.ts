@@ -587,6 +587,11 @@ Applies at the next model load.</source>
       <translation>请先打开一个对话再复制。</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>{path} already exists; nothing was exported. Choose another name.</source>
+      <translation>{path} 已存在；未导出任何内容。请换一个文件名。</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/chat_view.py" />
       <source>[image missing]</source>
       <translation>[图片缺失]</translation>

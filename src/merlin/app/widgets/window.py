@@ -8,6 +8,7 @@ them), so that no part module has to know another.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 
@@ -107,6 +108,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self._closed = False  # closeEvent ran: the store is closed, nothing may read it
         self.settings = settings or load_settings()
+        self._settings_read = dataclasses.replace(self.settings)  # what save_settings compares
         self.translations = translations or shared_translations()
         self._base_font = QFont(QApplication.font())
         self.setWindowIcon(app_icon())
@@ -350,7 +352,7 @@ class MainWindow(QMainWindow):
         if source not in (SOURCE_DEMO, SOURCE_RANDOM_2B, REMOTE_SOURCE):
             recent = [source] + [f for f in s.recent_folders.split("\n") if f and f != source]
             s.recent_folders = "\n".join(recent[:8])
-        save_settings(s)
+        self._save_settings()
         self.controller.load_model(source, weights, kv, remote=remote)
 
     def on_load_progress(self, fraction: float, phase: str) -> None:
@@ -538,7 +540,7 @@ class MainWindow(QMainWindow):
             self.controller.set_session_cap(new.session_cap_mb)
         for name, value in vars(new).items():
             setattr(self.settings, name, value)
-        save_settings(self.settings)
+        self._save_settings()
         self.stats.spec_mode, self.stats.spec_k = new.spec_mode, new.spec_k
         self.panel.refresh(force=True)
         if language_changed:
@@ -606,8 +608,17 @@ class MainWindow(QMainWindow):
 
     # ---- closing -------------------------------------------------------------------------
 
+    def _save_settings(self) -> None:
+        """The settings this window changed since it read or saved them; a notice if the
+        file cannot be written."""
+        problem = save_settings(self.settings, since=self._settings_read)
+        if problem:
+            self.on_notice("error", problem)
+        else:
+            self._settings_read = dataclasses.replace(self.settings)
+
     def closeEvent(self, event):  # noqa: N802
-        save_settings(self.settings)
+        self._save_settings()
         self.controller.shutdown()
         self.panel.timer.stop()
         self.store.close()
