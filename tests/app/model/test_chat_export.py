@@ -155,7 +155,8 @@ def bad_documents(good: dict) -> dict:
         "image data not base64": edit(lambda d: img(d).update(data="***")),
         "image sha bad": edit(lambda d: img(d).update(sha256="zz")),
         "image ext path": edit(lambda d: img(d).update(ext="../../x")),
-        "image missing data": edit(lambda d: img(d).update(data=None)),
+        "image without data": edit(lambda d: img(d).pop("data")),  # null: gone at export
+        "image data a number": edit(lambda d: img(d).update(data=5)),
         "title huge": edit(lambda d: d["conversations"][0].update(title="t" * 5000)),
         "second chat bad": edit(lambda d: d["conversations"][1]["messages"].append({"role": 1})),
         "created NaN": edit(lambda d: d["conversations"][0].update(created=float("nan"))),
@@ -304,3 +305,27 @@ def test_lone_surrogates_and_a_bom_import(store, tmp_path):
     (cid,) = chat_export.import_conversations(store, read_json(path))
     assert store.conversation(cid).title == "half \ufffd"
     assert store.messages(cid)[0].text == "hi \ufffd there"
+
+
+def test_a_backup_with_a_picture_gone_at_export_still_imports(store, tmp_path):
+    """Export all wrote "data": null for a picture whose file was gone; the import refused the
+    whole backup. Now that picture is left out and counted, and everything else imports."""
+    ids = fill(store)
+    ref = store.messages(ids[0])[0].images[0]
+    store.image_path(ref).unlink()
+    path = chat_export.write_json(store, ids, tmp_path / "all.json")
+    convs = read_json(path)
+    assert [m.missing_images for m in convs[0].messages] == [1, 0]
+    new = Store(tmp_path / "other")
+    try:
+        got = chat_export.import_conversations(new, convs)
+        assert len(got) == 2 and new.conversation(got[0]).title == "Shapes"
+        first = new.messages(got[0])
+        assert first[0].text == "What colour is the dot?" and first[0].images == []
+        assert new.messages(got[1])[-1].reasoning == REASONING
+    finally:
+        new.close()
+    bad = json.loads(path.read_text(encoding="utf-8"))
+    bad["conversations"][0]["messages"][0]["images"][0]["data"] = 5  # not ours: refused
+    with pytest.raises(ChatFileError, match="must be base64 text"):
+        read_json(_write(tmp_path, bad))

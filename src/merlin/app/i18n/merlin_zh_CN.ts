@@ -583,6 +583,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/chat_files.py" />
+      <source>{n} pictures were already missing when the chats were exported; they are left out.</source>
+      <translation>{n} 张图片在导出时就已缺失，已略去。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
       <source>Open a chat to copy it.</source>
       <translation>请先打开一个对话再复制。</translation>
     </message>

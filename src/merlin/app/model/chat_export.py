@@ -80,6 +80,7 @@ class ImportedMessage:
     stats: dict = field(default_factory=dict)
     images: list[ImportedImage] = field(default_factory=list)
     reasoning: str | None = None  # a thinking model's (assistant messages only)
+    missing_images: int = 0  # pictures whose file was gone at export ("data": null): left out
 
 
 @dataclass
@@ -326,17 +327,14 @@ def _message(m, where: str) -> ImportedMessage:
         reasoning = _text(reasoning, f"{where}: reasoning", MAX_TEXT_CHARS)
         if role != "assistant":
             raise ChatFileError(f"{where}: only an answer can have reasoning.")
-    return ImportedMessage(
-        role,
-        text,
-        state,
-        stats,
-        [_image(im, f"{where}, image {k + 1}") for k, im in enumerate(images)],
-        reasoning,
-    )
+    found = [_image(im, f"{where}, image {k + 1}") for k, im in enumerate(images)]
+    kept = [im for im in found if im is not None]
+    return ImportedMessage(role, text, state, stats, kept, reasoning, len(found) - len(kept))
 
 
-def _image(im, where: str) -> ImportedImage:
+def _image(im, where: str) -> ImportedImage | None:
+    """The picture, or None for one whose file was already gone when it was exported (export
+    writes "data": null): the rest of the chat still imports."""
     if not isinstance(im, dict):
         raise ChatFileError(f"{where}: must be an object.")
     name = _text(im.get("name", "image"), f"{where}: name", 255)
@@ -347,10 +345,10 @@ def _image(im, where: str) -> ImportedImage:
     if not isinstance(sha, str) or not _SHA.match(sha):
         raise ChatFileError(f'{where}: "sha256" must be 64 hexadecimal digits.')
     data = im.get("data")
+    if data is None and "data" in im:
+        return None
     if not isinstance(data, str):
-        raise ChatFileError(
-            f"{where}: the picture's data is missing (it was missing when the chat was exported)."
-        )
+        raise ChatFileError(f"{where}: the picture's data must be base64 text.")
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):

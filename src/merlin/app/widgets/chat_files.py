@@ -89,12 +89,19 @@ def import_chats(window, path: str | None = None) -> list[int]:
         if not path:
             return []
     try:
-        ids = chat_export.import_conversations(window.store, chat_export.read_json(path))
+        convs = chat_export.read_json(path)
+        ids = chat_export.import_conversations(window.store, convs)
     except (ChatFileError, StoreError, OSError) as e:
         window.on_notice("error", tr("Nothing was imported: {why}").format(why=_why(e)))
         return []
     window.refresh_conversations()
-    window.on_notice("info", tr("Imported {n} chats from {path}").format(n=len(ids), path=path))
+    message = tr("Imported {n} chats from {path}").format(n=len(ids), path=path)
+    missing = sum(m.missing_images for c in convs for m in c.messages)
+    if missing:
+        message += " " + tr(
+            "{n} pictures were already missing when the chats were exported; they are left out."
+        ).format(n=missing)
+    window.on_notice("info", message)
     return ids
 
 
