@@ -92,10 +92,66 @@ def test_images_are_content_addressed_and_collected(tmp_path):
     store.add_message(cid, "user", "look", [ref, ImageRef(ref.sha256, ref.ext, "again.png")])
     assert [i.name for i in store.messages(cid)[0].images] == ["pic.png", "again.png"]
     orphan = store.import_image_bytes(b"never used", "png", "orphan.png")
+    assert store.collect_images() == 0  # just written: another Merlin may be committing it
+    age(store.image_dir)
     assert store.collect_images() == 1
     assert not store.image_path(orphan).exists() and store.image_path(ref).exists()
+    age(store.image_dir)
     store.delete_conversation(cid)
     assert not store.image_path(ref).exists()
+
+
+def age(folder, seconds=3600.0):
+    import os
+    import time
+
+    old = time.time() - seconds
+    for p in folder.iterdir():
+        os.utime(p, (old, old))
+
+
+def test_a_fresh_picture_of_a_deleted_chat_goes_at_the_next_start(tmp_path, monkeypatch):
+    from merlin.app.model import store as store_module
+
+    store = Store(tmp_path)
+    ref = store.import_image_bytes(b"sent and deleted at once", "png", "p.png")
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "look", [ref])
+    store.delete_conversation(cid)
+    assert store.image_path(ref).exists()  # within the grace period
+    store.close()
+    monkeypatch.setattr(store_module, "IMAGE_GRACE_S", 0.0)  # ... which has passed
+    again = Store(tmp_path)
+    try:
+        assert not again.image_path(ref).exists()
+    finally:
+        again.close()
+
+
+def test_pictures_another_merlin_is_importing_are_spared(tmp_path):
+    """One Merlin deletes a chat (collecting unused pictures) while another has written the
+    pictures of an import and not yet committed its rows: those files stay (they had been
+    deleted, leaving the imported messages without their pictures). A picture imported again
+    (same content) counts as new too."""
+    a, b = Store(tmp_path), Store(tmp_path)
+    try:
+        old = a.import_image_bytes(b"an old orphan", "png", "old.png")
+        age(a.image_dir)
+        fresh = b.import_image_bytes(b"being imported", "png", "new.png")  # rows not yet in
+        again = b.import_image_bytes(b"an old orphan", "png", "again.png")  # reused: fresh
+        cid = a.create_conversation("to delete")
+        a.delete_conversation(cid)
+        assert b.image_path(fresh).exists() and b.image_path(again).exists()
+        c = b.create_conversation("imported")
+        b.add_message(c, "user", "look", [fresh, again])
+        assert [i.name for i in b.messages(c)[0].images] == ["new.png", "again.png"]
+        age(a.image_dir)
+        a.collect_images()
+        assert a.image_path(fresh).exists()  # referenced now
+        assert old == ImageRef(again.sha256, again.ext, "old.png")
+    finally:
+        a.close()
+        b.close()
 
 
 def test_newer_schema_is_refused_with_a_message(tmp_path):

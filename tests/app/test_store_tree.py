@@ -6,9 +6,11 @@ larger database made with the schema-1 layout kept here, word for word as that c
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -194,6 +196,8 @@ def test_deleting_a_conversation_removes_every_branch_and_its_images(tmp_path):
     store.select_version(q)
     store.select_version(a)
     assert store.message_count(cid) == 4
+    old = time.time() - 3600  # written long ago (a fresh picture waits: store.IMAGE_GRACE_S)
+    os.utime(store.image_path(ref), (old, old))
     store.delete_conversation(cid)
     db = store._db
     assert store.message_count(cid) == 0

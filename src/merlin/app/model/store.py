@@ -124,6 +124,7 @@ class ConversationRow:
 
 
 OPEN_TRIES, OPEN_RETRY_S = 4, 0.5
+IMAGE_GRACE_S = 120.0  # collect_images leaves image files this recent alone
 
 
 class Store:
@@ -176,6 +177,8 @@ class Store:
                 self._db.execute("PRAGMA wal_autocheckpoint = 0")
             self._migrate()
             self.interrupted = self._recover()
+            if self.folder:  # pictures of chats deleted within IMAGE_GRACE_S of their writing
+                self.collect_images()
             if self.folder:
                 self._syncer = Syncer(path)
                 self._syncer.request()  # what opening wrote
@@ -544,6 +547,8 @@ class Store:
         ref = ImageRef(sha, ext, name)
         target = self.image_path(ref)
         if target.is_file() and target.stat().st_size == len(data):
+            with contextlib.suppress(OSError):
+                os.utime(target)  # in use again: collect_images spares it for a while
             return ref
         tmp = None
         try:
@@ -564,15 +569,20 @@ class Store:
         return ref
 
     def collect_images(self) -> int:
-        """Delete image files no message refers to (and leftovers of interrupted writes)."""
+        """Delete image files no message refers to (and leftovers of interrupted writes),
+        except those written or reused in the last IMAGE_GRACE_S seconds: another Merlin on
+        the same data folder may be about to commit the rows that refer to them (an import
+        writes its pictures before its transaction). Those go at a later collection."""
         used = {
             f"{sha}.{ext}"
             for sha, ext in self._db.execute("SELECT DISTINCT sha256, ext FROM message_images")
         }
-        removed = 0
+        removed, now = 0, time.time()
         for path in self.image_dir.iterdir():
             if path.name not in used:
                 with contextlib.suppress(OSError):
+                    if now - path.stat().st_mtime < IMAGE_GRACE_S:
+                        continue
                     path.unlink()
                     removed += 1
         return removed
