@@ -177,9 +177,8 @@ class Store:
                 self._db.execute("PRAGMA wal_autocheckpoint = 0")
             self._migrate()
             self.interrupted = self._recover()
-            if self.folder:  # pictures of chats deleted within IMAGE_GRACE_S of their writing
-                self.collect_images()
             if self.folder:
+                self.collect_images()  # pictures of chats deleted within IMAGE_GRACE_S
                 self._syncer = Syncer(path)
                 self._syncer.request()  # what opening wrote
         except StoreError:
