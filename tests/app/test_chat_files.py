@@ -2,13 +2,22 @@
 a thinking answer's reasoning in them (never in the copied answer), and the shortcut list in
 Help covering every action that has a shortcut."""
 
+import base64
 import json
+import os
+import threading
+import time
 
+import pytest
 from gui_helpers import data_dir, make_window, send  # noqa: F401 (fixtures)
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from test_thinking_app import _fake_engine, _feed, _tokens
 
+from merlin.app.model import chat_export
+from merlin.app.model.store import Store
 from merlin.app.widgets import chat_files
+from merlin.app.widgets.background import BackgroundJob
 from merlin.engine.generate import Finished
 
 
@@ -18,22 +27,22 @@ def test_export_import_and_copy_a_chat(qtbot, make_window, tmp_path):
     cid = w.controller.current_id
     answer = w.store.messages(cid)[-1].text
 
-    out = chat_files.export_chat(w, str(tmp_path / "chat.json"))
+    out = chat_files.export_chat(w, str(tmp_path / "chat.json")).wait()
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["conversations"][0]["messages"][-1]["text"] == answer
-    md = chat_files.export_chat(w, str(tmp_path / "chat.md"))
+    md = chat_files.export_chat(w, str(tmp_path / "chat.md")).wait()
     assert "What is in the picture?" in md.read_text(encoding="utf-8")
     assert "What is in the picture?" in chat_files.copy_markdown(w)
     assert "What is in the picture?" in QApplication.clipboard().text()
 
     before = len(w.store.conversations())
-    ids = chat_files.import_chats(w, str(out))
+    ids = chat_files.import_chats(w, str(out)).wait()
     assert len(ids) == 1 and len(w.store.conversations()) == before + 1
     assert w.store.messages(ids[0])[-1].text == answer
     assert w.conversations.list.count() == before + 1
     assert w.notice_banner.isVisible() and "Imported 1" in w.notice_banner.label.text()
 
-    every = chat_files.export_all(w, str(tmp_path / "all.json"))
+    every = chat_files.export_all(w, str(tmp_path / "all.json")).wait()
     assert len(json.loads(every.read_text(encoding="utf-8"))["conversations"]) == before + 1
 
 
@@ -54,14 +63,14 @@ def test_reasoning_goes_with_the_chat_never_with_the_copied_answer(qtbot, make_w
     block = "<details>\n<summary>Thinking</summary>\n\n> Light \\<b>scatters\\</b>; \\</details>"
     assert block in copied
     assert copied.index("</details>\n\nRayleigh scattering.") > copied.index(block)
-    md = chat_files.export_chat(w, str(tmp_path / "sky.md"))
+    md = chat_files.export_chat(w, str(tmp_path / "sky.md")).wait()
     assert md.read_text(encoding="utf-8") == copied
     # JSON: out and back in, the imported chat shows the reasoning apart from its answer
-    out = chat_files.export_chat(w, str(tmp_path / "sky.json"))
+    out = chat_files.export_chat(w, str(tmp_path / "sky.json")).wait()
     assert json.loads(out.read_text("utf-8"))["conversations"][0]["messages"][1]["reasoning"] == (
         reasoning
     )
-    (new,) = chat_files.import_chats(w, str(out))
+    (new,) = chat_files.import_chats(w, str(out)).wait()
     assert w.store.messages(new)[-1].reasoning == reasoning
     w.controller.open_conversation(new)
     qtbot.waitUntil(lambda: len(w.chat.messages()) == 2)
@@ -79,7 +88,7 @@ def test_a_bad_import_is_a_notice_and_changes_nothing(qtbot, make_window, tmp_pa
     bad.write_text(
         '{"format": "merlin-chats", "version": 1, "conversations": [{"title": 1', "utf-8"
     )
-    assert chat_files.import_chats(w, str(bad)) == []
+    assert chat_files.import_chats(w, str(bad)).wait() == []
     assert (
         w.notice_banner.kind == "error" and "Nothing was imported" in w.notice_banner.label.text()
     )
@@ -99,7 +108,7 @@ def test_an_import_with_an_enormous_number_is_a_notice(qtbot, make_window, tmp_p
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text, "utf-8")
-        assert chat_files.import_chats(w, str(tmp_path / name)) == [], name
+        assert chat_files.import_chats(w, str(tmp_path / name)).wait() == [], name
         shown = w.notice_banner.label.text()
         assert w.notice_banner.kind == "error" and "Nothing was imported" in shown, name
     assert [(c.id, c.title) for c in w.store.conversations()] == before
@@ -128,11 +137,112 @@ def test_export_never_replaces_a_file_under_a_name_it_added(qtbot, make_window, 
         assert (tmp_path / existing).read_text() == "the user's own file"
         assert "already exists" in w.notice_banner.label.text()
         (tmp_path / existing).unlink()
-        out = action(w, str(tmp_path / typed))  # free: written under the added name
+        out = action(w, str(tmp_path / typed)).wait()  # free: written under the added name
         assert out == tmp_path / existing and out.stat().st_size > 0
     replaced = tmp_path / "asked.json"  # typed with its suffix: the dialog asked
     replaced.write_text("old")
-    assert chat_files.export_all(w, str(replaced)) == replaced and replaced.read_text() != "old"
+    assert chat_files.export_all(w, str(replaced)).wait() == replaced
+    assert replaced.read_text() != "old"
+
+
+def _gated(monkeypatch, module, name):
+    """module.name waits for the returned event before it runs (on the job's thread)."""
+    gate, entered = threading.Event(), threading.Event()
+    real = getattr(module, name)
+
+    def gated(*args, **kwargs):
+        entered.set()
+        assert gate.wait(30), "the test never opened the gate"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, gated)
+    return gate, entered
+
+
+def _import_held_up(qtbot, make_window, tmp_path, monkeypatch):
+    """A window that imports its own export (one chat), held up on the job's thread while it
+    reads the file: (window, chats before, the gate that lets it go on, the job)."""
+    w = make_window()
+    send(qtbot, w, "hello")
+    out = chat_files.export_all(w, str(tmp_path / "all.json")).wait()
+    before = len(w.store.conversations())
+    gate, entered = _gated(monkeypatch, chat_export, "read_json")
+    job = chat_files.import_chats(w, str(out))
+    assert entered.wait(10)
+    return w, before, gate, job
+
+
+def test_an_import_runs_beside_a_responsive_window(qtbot, make_window, tmp_path, monkeypatch):
+    """Reading a big backup (hundreds of MB of pictures: seconds) no longer freezes the window:
+    the GUI thread keeps handling events while the file is read, one file job at a time."""
+    w, before, gate, job = _import_held_up(qtbot, make_window, tmp_path, monkeypatch)
+    assert job.running
+    assert "Importing chats from" in w.notice_banner.label.text()
+    ticks = []
+    QTimer.singleShot(0, lambda: ticks.append(1))
+    qtbot.waitUntil(lambda: ticks == [1])  # the event loop runs while the file is read
+    assert not w.act_import.isEnabled() and not w.act_export_all.isEnabled()
+    assert chat_files.export_all(w, str(tmp_path / "again.json")) is None  # one at a time
+    assert "still running" in w.notice_banner.label.text()
+    assert len(w.store.conversations()) == before
+    gate.set()
+    qtbot.waitUntil(lambda: not job.running)
+    assert len(job.result) == before and len(w.store.conversations()) == 2 * before
+    assert w.act_import.isEnabled() and "Imported" in w.notice_banner.label.text()
+
+
+def test_closing_the_window_finishes_a_running_import(qtbot, make_window, tmp_path, monkeypatch):
+    w, before, gate, job = _import_held_up(qtbot, make_window, tmp_path, monkeypatch)
+    threading.Timer(0.3, gate.set).start()
+    w.close()  # waits for the import, adds its chats, then closes the store
+    assert not job.running and len(job.result) == before
+    store = Store(w.store.folder)
+    try:
+        assert len(store.conversations()) == 2 * before
+    finally:
+        store.close()
+
+
+def test_a_chat_deleted_during_its_export_keeps_its_pictures_in_the_file(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    w = make_window()
+    ref = w.store.import_image_bytes(b"\x89PNG a picture", "png", "p.png")
+    cid = w.store.create_conversation("pictures")
+    w.store.add_message(cid, "user", "look", [ref])
+    w.controller.open_conversation(cid)
+    qtbot.waitUntil(lambda: w.controller.current_id == cid)
+    old = time.time() - 3600  # long past the image collection's grace period
+    os.utime(w.store.image_path(ref), (old, old))
+    gate, entered = _gated(monkeypatch, chat_export, "_embedded")
+    job = chat_files.export_chat(w, str(tmp_path / "p.json"))
+    assert entered.wait(10)
+    w.store.delete_conversation(cid)
+    assert w.store.image_path(ref).exists()  # held while the export reads it
+    gate.set()
+    out = job.wait()
+    image = json.loads(out.read_text("utf-8"))["conversations"][0]["messages"][0]["images"][0]
+    assert base64.b64decode(image["data"]) == b"\x89PNG a picture"
+    assert not w.store.image_path(ref).exists()  # collected once the export was over
+
+
+def test_a_background_job_raises_what_it_does_not_handle(qtbot, make_window):
+    """A bug in the work is not swallowed: failed() returning NotImplemented re-raises it on
+    the GUI thread (as if it had run there); done() runs once however it is delivered."""
+    w = make_window(wait=False)
+    done = []
+
+    def broken():
+        raise KeyError("a bug")
+
+    job = BackgroundJob(w, broken, done.append, lambda e: NotImplemented)
+    with pytest.raises(KeyError):
+        job.wait()
+    job = BackgroundJob(w, lambda: 7, done.append, lambda e: None)
+    qtbot.waitUntil(lambda: not job.running)
+    job.wait()
+    QApplication.processEvents()
+    assert done == [7]
 
 
 def test_every_action_with_a_shortcut_is_listed_in_help(qtbot, make_window):

@@ -110,6 +110,27 @@ def age(folder, seconds=3600.0):
         os.utime(p, (old, old))
 
 
+def test_held_image_collection_waits_for_the_last_release(tmp_path):
+    """While an export reads pictures on another thread (hold_images), deleting the chat they
+    belong to leaves them; the last release collects them."""
+    store = Store(tmp_path)
+    ref = store.import_image_bytes(b"a picture being exported", "png", "p.png")
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "look", [ref])
+    age(store.image_dir)
+    store.hold_images()
+    store.hold_images()
+    store.delete_conversation(cid)
+    assert store.image_path(ref).exists()
+    store.hold_images(False)
+    assert store.collect_images() == 0 and store.image_path(ref).exists()
+    store.hold_images(False)  # the last one
+    assert not store.image_path(ref).exists()
+    with pytest.raises(RuntimeError):
+        store.hold_images(False)
+    store.close()
+
+
 def test_a_fresh_picture_of_a_deleted_chat_goes_at_the_next_start(tmp_path, monkeypatch):
     from merlin.app.model import store as store_module
 

@@ -538,6 +538,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/chat_files.py" />
+      <source>Exporting to {path}…</source>
+      <translation>正在导出到 {path}…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
       <source>The chat was not exported: {why}</source>
       <translation>对话未导出：{why}</translation>
     </message>
@@ -588,6 +593,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/chat_files.py" />
+      <source>Importing chats from {path}…</source>
+      <translation>正在从 {path} 导入对话…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
       <source>Open a chat to copy it.</source>
       <translation>请先打开一个对话再复制。</translation>
     </message>
@@ -595,6 +605,11 @@ Applies at the next model load.</source>
       <location filename="../../app/widgets/chat_files.py" />
       <source>{path} already exists; nothing was exported. Choose another name.</source>
       <translation>{path} 已存在；未导出任何内容。请换一个文件名。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>An import or export is still running; wait for it.</source>
+      <translation>导入或导出仍在进行，请等待其完成。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/chat_view.py" />

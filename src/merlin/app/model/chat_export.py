@@ -93,11 +93,53 @@ class ImportedConversation:
 # ---- export ------------------------------------------------------------------------------
 
 
-def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
-    """The conversations (in the order given) as a "merlin-chats" document: of each, the
-    messages it shows (the selected version at each fork)."""
-    from merlin.engine.version import __version__
+@dataclass
+class JsonExport:
+    """A JSON export as read from the store (rows and the picture files' paths: fast, on the
+    store's thread); document() and write() read the pictures, on any thread. A picture whose
+    file is gone by then is exported as missing ("data": null), as at export time."""
 
+    conversations: list[dict]  # the document's, each image with its file's "path"
+
+    def document(self) -> dict:
+        from merlin.engine.version import __version__
+
+        convs = []
+        for conv in self.conversations:
+            messages = []
+            for m in conv["messages"]:
+                images = [_embedded(im) for im in m["images"]]
+                messages.append({**m, "images": images})
+            convs.append({**conv, "messages": messages})
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "exported": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "app": f"Merlin {__version__}",
+            "conversations": convs,
+        }
+
+    def write(self, path: Path | str) -> Path:
+        path = Path(path)
+        doc = self.document()
+        write_atomically(path, json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8"))
+        return path
+
+
+def _embedded(image: dict) -> dict:
+    path = image["path"]
+    data = path.read_bytes() if path.is_file() else b""
+    return {
+        "name": image["name"],
+        "ext": image["ext"],
+        "sha256": hashlib.sha256(data).hexdigest() if data else image["sha256"],
+        "data": base64.b64encode(data).decode("ascii") if data else None,
+    }
+
+
+def json_export(store: Store, conversation_ids: Sequence[int]) -> JsonExport:
+    """The conversations (in the order given) to export: of each, the messages it shows (the
+    selected version at each fork)."""
     convs = []
     for cid in conversation_ids:
         row = store.conversation(cid)
@@ -105,18 +147,10 @@ def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
             continue
         messages = []
         for m in store.messages(cid):
-            images = []
-            for ref in m.images:
-                path = store.image_path(ref)
-                data = path.read_bytes() if path.is_file() else b""
-                images.append(
-                    {
-                        "name": ref.name,
-                        "ext": ref.ext,
-                        "sha256": hashlib.sha256(data).hexdigest() if data else ref.sha256,
-                        "data": base64.b64encode(data).decode("ascii") if data else None,
-                    }
-                )
+            images = [
+                {"name": r.name, "ext": r.ext, "sha256": r.sha256, "path": store.image_path(r)}
+                for r in m.images
+            ]
             message = {
                 "role": m.role,
                 "text": m.text,
@@ -135,13 +169,12 @@ def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
                 "messages": messages,
             }
         )
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "exported": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "app": f"Merlin {__version__}",
-        "conversations": convs,
-    }
+    return JsonExport(convs)
+
+
+def export_json(store: Store, conversation_ids: Sequence[int]) -> dict:
+    """The conversations as a "merlin-chats" document (json_export, then its pictures)."""
+    return json_export(store, conversation_ids).document()
 
 
 def conversation_markdown(store: Store, conversation_id: int, image_folder: str = "") -> str:
@@ -174,32 +207,48 @@ def reasoning_markdown(reasoning: str, seconds=None) -> list[str]:
     return ["<details>", f"<summary>{label}</summary>", "", *quoted, "", "</details>", ""]
 
 
-def write_markdown(store: Store, conversation_id: int, path: Path | str) -> Path:
-    """Write the chat to `path` (a .md file) and its images into `<stem>_images/` beside it.
-    Returns the Markdown file's path."""
+@dataclass
+class MarkdownExport:
+    """A Markdown export as read from the store (fast, on the store's thread); write() copies
+    the pictures into `<stem>_images/` beside the file and writes it, on any thread."""
+
+    path: Path
+    text: str
+    pictures: list[tuple[Path, str]]  # (the store's file, its name in the pictures' folder)
+
+    def write(self) -> Path:
+        folder = self.path.with_name(f"{self.path.stem}_images")
+        if self.pictures:
+            folder.mkdir(parents=True, exist_ok=True)
+        for source, name in self.pictures:
+            if source.is_file():
+                write_atomically(folder / name, source.read_bytes())
+        write_atomically(self.path, self.text.encode("utf-8"))
+        return self.path
+
+
+def markdown_export(store: Store, conversation_id: int, path: Path | str) -> MarkdownExport:
+    """The chat to write to `path` (a .md file), its pictures to `<stem>_images/` beside it."""
     path = Path(path)
-    row = store.conversation(conversation_id)
-    if row is None:
+    if store.conversation(conversation_id) is None:
         raise ChatFileError(f"There is no chat {conversation_id} to export.")
-    folder = path.with_name(f"{path.stem}_images")
-    messages = store.messages(conversation_id)
-    if any(m.images for m in messages):
-        folder.mkdir(parents=True, exist_ok=True)
-        for m in messages:
-            for ref, name in zip(m.images, _image_file_names(m.images)):
-                source = store.image_path(ref)
-                if source.is_file():
-                    write_atomically(folder / name, source.read_bytes())
-    text = conversation_markdown(store, conversation_id, image_folder=folder.name)
-    write_atomically(path, text.encode("utf-8"))
-    return path
+    pictures = [
+        (store.image_path(ref), name)
+        for m in store.messages(conversation_id)
+        for ref, name in zip(m.images, _image_file_names(m.images))
+    ]
+    folder = path.with_name(f"{path.stem}_images").name
+    text = conversation_markdown(store, conversation_id, image_folder=folder)
+    return MarkdownExport(path, text, pictures)
+
+
+def write_markdown(store: Store, conversation_id: int, path: Path | str) -> Path:
+    """Write the chat to `path` and its images beside it; returns the Markdown file's path."""
+    return markdown_export(store, conversation_id, path).write()
 
 
 def write_json(store: Store, conversation_ids: Sequence[int], path: Path | str) -> Path:
-    path = Path(path)
-    doc = export_json(store, conversation_ids)
-    write_atomically(path, json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8"))
-    return path
+    return json_export(store, conversation_ids).write(path)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -384,10 +433,11 @@ def _text(value, where: str, limit: int) -> str:
     return clean_text(value)
 
 
-def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:
-    """Add the checked conversations to the store in one transaction; returns their ids. The
-    images are written first (content-addressed files: harmless if the transaction then
-    fails; the store's image collection removes files no message refers to)."""
+def store_images(store: Store, convs: Sequence[ImportedConversation]) -> list:
+    """Write the checked conversations' images into the store (content-addressed files, no
+    rows: any thread; Store.import_image_bytes) and return what Store.add_conversations
+    takes. Harmless if nothing is added after: the store's image collection removes files no
+    message refers to."""
     prepared = []
     for conv in convs:
         messages = []
@@ -395,4 +445,10 @@ def import_conversations(store: Store, convs: Sequence[ImportedConversation]) ->
             refs = [store.import_image_bytes(im.data, im.ext, im.name) for im in m.images]
             messages.append((m.role, m.text, m.state, m.stats, refs, m.reasoning))
         prepared.append((conv.title, conv.created, messages))
-    return store.add_conversations(prepared)
+    return prepared
+
+
+def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:
+    """Add the checked conversations to the store in one transaction, their images written
+    first (store_images); returns their ids."""
+    return store.add_conversations(store_images(store, convs))

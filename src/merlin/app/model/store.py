@@ -128,7 +128,9 @@ IMAGE_GRACE_S = 120.0  # collect_images leaves image files this recent alone
 
 
 class Store:
-    """The chat database of one data folder. Use from one thread (the GUI thread)."""
+    """The chat database of one data folder. Use from one thread (the GUI thread), except
+    image_path and import_image_bytes, which touch files only (an import or export writes and
+    reads pictures on a thread of its own while holding the collection: hold_images)."""
 
     def __init__(self, folder: Path | str | None):
         """folder: the data folder; None keeps everything in memory (nothing is saved). Two
@@ -151,6 +153,7 @@ class Store:
             else Path(tempfile.mkdtemp(prefix="merlin-images-"))
         )
         self.interrupted = 0  # answers found half-written when the store opened
+        self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
         try:
             if self.folder:
@@ -567,11 +570,24 @@ class Store:
             raise StoreError(f"The image {name} was not saved. {why}") from None
         return ref
 
+    def hold_images(self, held: bool = True) -> None:
+        """Hold (or, held=False, release) image collection: while an import or export reads or
+        writes pictures on another thread, a deleted chat's pictures stay until the next
+        collection, which the last release runs."""
+        self._image_holds += 1 if held else -1
+        if self._image_holds < 0:
+            raise RuntimeError("image collection released more often than held")
+        if not held and not self._image_holds:
+            self.collect_images()
+
     def collect_images(self) -> int:
         """Delete image files no message refers to (and leftovers of interrupted writes),
         except those written or reused in the last IMAGE_GRACE_S seconds: another Merlin on
         the same data folder may be about to commit the rows that refer to them (an import
-        writes its pictures before its transaction). Those go at a later collection."""
+        writes its pictures before its transaction). Those go at a later collection. Nothing
+        while held (hold_images)."""
+        if self._image_holds:
+            return 0
         used = {
             f"{sha}.{ext}"
             for sha, ext in self._db.execute("SELECT DISTINCT sha256, ext FROM message_images")

@@ -1,6 +1,13 @@
 """The Chat menu's export, import and copy actions: file dialogs and notices around the
 Qt-free merlin.app.model.chat_export. Every failure is a notice in the window; nothing in
-the store changes unless an import succeeds whole."""
+the store changes unless an import succeeds whole.
+
+Reading and writing the file (pictures embedded: hundreds of MB) runs on a thread of its own
+(widgets/background.py), one import or export at a time, the window responsive meanwhile:
+only reading the store's rows and adding the imported ones, in one transaction, run on the
+GUI thread. The store's image collection is held while a job runs. export_chat, export_all
+and import_chats return the job (None when nothing started); job.wait() gives what the
+synchronous form would have returned: the file written, the imported chats' ids."""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from merlin.app.i18n import tr
 from merlin.app.model import chat_export
 from merlin.app.model.chat_export import ChatFileError
 from merlin.app.model.store import StoreError
+from merlin.app.widgets.background import BackgroundJob
 
 JSON_FILTER = "JSON (*.json)"
 MARKDOWN_FILTER = "Markdown (*.md)"
@@ -23,7 +31,7 @@ def _safe_name(title: str) -> str:
     return keep[:60] or "chat"
 
 
-def export_chat(window, path: str | None = None) -> Path | None:
+def export_chat(window, path: str | None = None) -> BackgroundJob | None:
     """The chat on screen to JSON or Markdown (by the file's suffix)."""
     cid = window.controller.current_id
     row = window.store.conversation(cid) if cid else None
@@ -44,19 +52,28 @@ def export_chat(window, path: str | None = None) -> Path | None:
     target = _named(window, target, ".json" if as_json else ".md")
     if target is None:
         return None
+
+    started = tr("Exporting to {path}…").format(path=target)
+
+    def failed(e):
+        return _failed(window, e, tr("The chat was not exported: {why}"))
+
+    def done(out):
+        window.on_notice("info", tr("Exported to {path}").format(path=out))
+        return out
+
     try:
         if as_json:
-            out = chat_export.write_json(window.store, [cid], target)
-        else:
-            out = chat_export.write_markdown(window.store, cid, target)
-    except (OSError, ChatFileError, StoreError) as e:
-        window.on_notice("error", tr("The chat was not exported: {why}").format(why=_why(e)))
+            plan = chat_export.json_export(window.store, [cid])
+            return _start(window, started, lambda: plan.write(target), done, failed)
+        plan = chat_export.markdown_export(window.store, cid, target)
+        return _start(window, started, plan.write, done, failed)
+    except (ChatFileError, StoreError) as e:
+        failed(e)
         return None
-    window.on_notice("info", tr("Exported to {path}").format(path=out))
-    return out
 
 
-def export_all(window, path: str | None = None) -> Path | None:
+def export_all(window, path: str | None = None) -> BackgroundJob | None:
     """Every chat to one JSON file (images embedded)."""
     ids = [row.id for row in window.store.conversations()]
     if not ids:
@@ -71,38 +88,62 @@ def export_all(window, path: str | None = None) -> Path | None:
     target = _named(window, Path(path), ".json")
     if target is None:
         return None
+
+    started = tr("Exporting to {path}…").format(path=target)
+
+    def failed(e):
+        return _failed(window, e, tr("The chats were not exported: {why}"))
+
+    def done(out):
+        message = tr("Exported {n} chats to {path}").format(n=len(ids), path=out)
+        window.on_notice("info", message)
+        return out
+
     try:
-        out = chat_export.write_json(window.store, ids, target)
-    except (OSError, ChatFileError, StoreError) as e:
-        window.on_notice("error", tr("The chats were not exported: {why}").format(why=_why(e)))
+        plan = chat_export.json_export(window.store, ids)
+    except StoreError as e:
+        failed(e)
         return None
-    window.on_notice("info", tr("Exported {n} chats to {path}").format(n=len(ids), path=out))
-    return out
+    return _start(window, started, lambda: plan.write(target), done, failed)
 
 
-def import_chats(window, path: str | None = None) -> list[int]:
+def import_chats(window, path: str | None = None) -> BackgroundJob | None:
     """Chats from a JSON export, added beside the existing ones (never merged or replaced)."""
     if path is None:
         path, _ = QFileDialog.getOpenFileName(
             window, tr("Import chats"), str(Path.home()), JSON_FILTER
         )
         if not path:
-            return []
-    try:
+            return None
+    store = window.store
+
+    def work():
         convs = chat_export.read_json(path)
-        ids = chat_export.import_conversations(window.store, convs)
-    except (ChatFileError, StoreError, OSError) as e:
-        window.on_notice("error", tr("Nothing was imported: {why}").format(why=_why(e)))
+        return convs, chat_export.store_images(store, convs)
+
+    def failed(e):
+        if _failed(window, e, tr("Nothing was imported: {why}")) is NotImplemented:
+            return NotImplemented
         return []
-    window.refresh_conversations()
-    message = tr("Imported {n} chats from {path}").format(n=len(ids), path=path)
-    missing = sum(m.missing_images for c in convs for m in c.messages)
-    if missing:
-        message += " " + tr(
-            "{n} pictures were already missing when the chats were exported; they are left out."
-        ).format(n=missing)
-    window.on_notice("info", message)
-    return ids
+
+    def done(read):
+        convs, prepared = read
+        try:
+            ids = store.add_conversations(prepared)
+        except StoreError as e:
+            return failed(e)
+        window.refresh_conversations()
+        message = tr("Imported {n} chats from {path}").format(n=len(ids), path=path)
+        missing = sum(m.missing_images for c in convs for m in c.messages)
+        if missing:
+            message += " " + tr(
+                "{n} pictures were already missing when the chats were exported; they are left out."
+            ).format(n=missing)
+        window.on_notice("info", message)
+        return ids
+
+    started = tr("Importing chats from {path}…").format(path=path)
+    return _start(window, started, work, done, failed)
 
 
 def copy_markdown(window) -> str:
@@ -132,6 +173,43 @@ def _named(window, typed: Path, suffix: str) -> Path | None:
         )
         return None
     return target
+
+
+def _start(window, started: str, work, done, failed) -> BackgroundJob | None:
+    """Run work() off the GUI thread (the notice `started` shown), then done(result) or
+    failed(error) on it: one job at a time (window.file_job), its actions disabled and the
+    store's image collection held meanwhile."""
+    if window.file_job is not None and window.file_job.running:
+        window.on_notice("info", tr("An import or export is still running; wait for it."))
+        return None
+
+    def finish(handler):
+        def over(value):
+            window.store.hold_images(False)
+            _enable_file_actions(window, True)
+            return handler(value)
+
+        return over
+
+    window.store.hold_images()
+    _enable_file_actions(window, False)
+    window.on_notice("info", started)
+    window.file_job = BackgroundJob(window, work, finish(done), finish(failed), "merlin-chat-files")
+    return window.file_job
+
+
+def _enable_file_actions(window, enabled: bool) -> None:
+    for action in (window.act_export, window.act_export_all, window.act_import):
+        action.setEnabled(enabled)
+
+
+def _failed(window, e: BaseException, message: str):
+    """The notice for an export or import that failed as files and stores do; anything else
+    is a bug, raised (NotImplemented: background.py)."""
+    if not isinstance(e, (OSError, ChatFileError, StoreError)):
+        return NotImplemented
+    window.on_notice("error", message.format(why=_why(e)))
+    return None
 
 
 def _why(e: Exception) -> str:

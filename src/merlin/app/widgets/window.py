@@ -107,6 +107,7 @@ class MainWindow(QMainWindow):
     ):
         super().__init__()
         self._closed = False  # closeEvent ran: the store is closed, nothing may read it
+        self.file_job = None  # the running chat import or export (widgets/chat_files.py)
         self.settings = settings or load_settings()
         self._settings_read = dataclasses.replace(self.settings)  # what save_settings compares
         self.translations = translations or shared_translations()
@@ -618,6 +619,8 @@ class MainWindow(QMainWindow):
             self._settings_read = dataclasses.replace(self.settings)
 
     def closeEvent(self, event):  # noqa: N802
+        if self.file_job is not None:
+            self.file_job.wait()  # an export's file complete, an import's chats added
         self._save_settings()
         self.controller.shutdown()
         self.panel.timer.stop()
