@@ -110,6 +110,29 @@ def age(folder, seconds=3600.0):
         os.utime(p, (old, old))
 
 
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_a_folder_in_place_of_the_database_or_its_logs_is_named(tmp_path, suffix):
+    """SQLite reports a folder named chats.sqlite3-wal (or -shm, or the database itself) as a
+    read-only data folder; the message names the entry to move instead, and nothing changes."""
+    if suffix:
+        store = Store(tmp_path)
+        store.create_conversation("kept")
+        store.close()
+    blocker = tmp_path / f"{DB_NAME}{suffix}"
+    blocker.mkdir()
+    (blocker / "inside").write_text("the user's")
+    with pytest.raises(StoreError) as e:
+        Store(tmp_path)
+    assert str(blocker) in str(e.value) and "is not a file" in str(e.value)
+    assert "read-only" not in str(e.value)
+    assert (blocker / "inside").read_text() == "the user's"
+    blocker.joinpath("inside").unlink()
+    blocker.rmdir()
+    store = Store(tmp_path)
+    assert [c.title for c in store.conversations()] == (["kept"] if suffix else [])
+    store.close()
+
+
 def test_held_image_collection_waits_for_the_last_release(tmp_path):
     """While an export reads pictures on another thread (hold_images), deleting the chat they
     belong to leaves them; the last release collects them."""

@@ -197,7 +197,7 @@ class Store:
                 raise self._open_error(e) from None
             if code == SQLITE_CANTOPEN:  # a folder we may not write: -wal/-shm cannot be made
                 code = SQLITE_READONLY
-            raise StoreError(why_not_saved(self.folder, code, str(e), sqlite=True)) from None
+            raise StoreError(self._why_not_saved(code, str(e))) from None
         except sqlite3.DatabaseError as e:
             self._close_quietly()
             raise self._open_error(e) from None
@@ -276,9 +276,22 @@ class Store:
         except sqlite3.Error as e:
             code = sqlite_code(e)
             raise StoreError(
-                why_not_saved(self.folder, code, str(e), sqlite=True),
+                self._why_not_saved(code, str(e)),
                 busy=code in (SQLITE_BUSY, SQLITE_LOCKED),
             ) from None
+
+    def _why_not_saved(self, code: int | None, detail: str) -> str:
+        """store_errors.why_not_saved for a SQLite error, or, when the database, its -wal or
+        its -shm is there but is not a file (SQLite then reports a read-only folder), that."""
+        for suffix in ("", "-wal", "-shm"):
+            path = self.folder / f"{DB_NAME}{suffix}" if self.folder else None
+            if path is not None and os.path.lexists(path) and not path.is_file():
+                return (
+                    f"{path} is not a file (a folder or a device?), and Merlin keeps its chats "
+                    "there. Move it out of the data folder, then start Merlin again; nothing "
+                    "was changed."
+                )
+        return why_not_saved(self.folder, code, detail, sqlite=True)
 
     def _recover(self) -> int:
         with self._transaction() as db:
