@@ -90,6 +90,8 @@ def test_projection_arithmetic():
     for fmt in ("q4", "q8", "q8a8"):
         model[fmt] = {n: 10.0 * n for n in range(1, 5)}
     assert board.tiles(5, 4) == [4, 1] and board.tiles(4, 4) == [4]
+    assert board.tiles(5, 8) == [5] and board.tiles(5, 8, "q8") == [4, 1]  # qgroup._group_rows
+    assert board.tiles(13, 8, "q8") == [8, 4, 1] and board.tiles(13, 8, "q8a8") == [8, 5]
     assert board.cycles_per_block(model, "q4", 5) == 50.0
     p = board.project(model, text, "q8", 1, 100, ghz=1.0, cores=2, read_gbs=1.0)
     weights = 2 * (128 * 64 + 64 * 64 + 256 * 64 + 64 * 128) + 256 * 64  # O x K per token
@@ -102,3 +104,40 @@ def test_projection_arithmetic():
     compute_only = board.project(model, text, "q4", 5, 100, ghz=1.0, cores=2, read_gbs=None)
     assert compute_only["bandwidth_ms"] is None and compute_only["bound"] == "compute"
     assert not math.isnan(compute_only["projected_ms"])
+
+
+def test_the_host_check_times_the_tiles_per_block_and_reports_each_part():
+    """The weight check's harness times the real tiles: more activation rows cost more per
+    block, and its seconds are plausible (a block is at least one cycle at 6 GHz and not a
+    microsecond); the report says per part (weights, attention) whether it is trusted."""
+    import numba
+
+    from merlin.engine.kernels.qgroup import GROUP
+
+    clock = board._Clock(2.0)
+    numba.set_num_threads(1)
+    try:
+        one = board._weight_seconds_per_block("q4", 1, GROUP, clock, 3)
+        five = board._weight_seconds_per_block("q4", 5, GROUP, clock, 3)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert 1 / 6e9 < one < 1e-6 and one < five < 1e-6
+    checks = [
+        {"kernel": "q4", "N": 1, "model_cycles": 10.0, "measured_cycles": 11.0, "ratio": 0.91,
+         "ok": True},
+        {"kernel": "attention_q8", "N": 1, "model_cycles": 0.03, "measured_cycles": 0.05,
+         "ratio": 0.6, "ok": False},
+    ]  # fmt: skip
+    result = {
+        "llvm_mca": "llvm-mca",
+        "host": {
+            "cpu": "host",
+            "mca_cpu": "host",
+            "check": {"ghz": 3.0, "checks": checks, "trusted": {"weights": True,
+                                                                 "attention": False}},
+        },
+        "boards": [],
+    }  # fmt: skip
+    text = board.report(result)
+    assert "weights: model TRUSTED, all 1 host checks within 25%" in text
+    assert "attention: model NOT TRUSTED, 1 of 1 host checks outside 25%" in text
