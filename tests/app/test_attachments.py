@@ -164,3 +164,31 @@ def test_load_can_be_cancelled_and_the_previous_model_stays(qtbot, make_window, 
     assert w.controller.model is first or w.controller.model.weights == "q8"
     send(qtbot, w, "still works?")
     assert stored(w)[-1].state == "done"
+
+
+def test_engine_formats_are_attached_as_they_are(qtbot, data_dir, tmp_path):  # noqa: F811
+    """A JPEG or PNG goes to the engine as the user's own file (it had been re-encoded as a PNG
+    on the GUI thread: a 12 Mpx photo took a second and stored a file several times larger)."""
+    from PIL import Image
+
+    from merlin.app.widgets.attachments import load_attachment
+
+    for name in ("photo.jpg", "drawing.png", "scan.webp"):
+        path = tmp_path / name
+        Image.new("RGB", (400, 300), (30, 90, 200)).save(path)
+        a = load_attachment(path)
+        assert a.path == str(path) and a.size == (400, 300) and not a.thumbnail.isNull()
+
+
+def test_an_image_over_qts_default_limit_but_within_the_engines_attaches(qtbot, data_dir, tmp_path):  # noqa: F811
+    """8200 x 8200 RGB: 269 MB decoded, over Qt's default 256 MB allocation limit (refused as
+    "could not be read"), within the engine's MAX_PIXELS."""
+    from PIL import Image
+
+    from merlin.app.widgets.attachments import MAX_PIXELS, load_attachment
+
+    path = tmp_path / "panorama.png"
+    Image.new("RGB", (8200, 8200), (200, 120, 40)).save(path, compress_level=1)
+    assert 8200 * 8200 * 4 > 256 << 20 and 8200 * 8200 <= MAX_PIXELS
+    a = load_attachment(path)
+    assert a.path == str(path) and a.size == (8200, 8200) and not a.thumbnail.isNull()

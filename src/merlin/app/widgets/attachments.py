@@ -65,6 +65,7 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
                 name=name, mb=MAX_FILE_BYTES >> 20
             )
         )
+    _allow_engine_sized_images()
     reader = QImageReader(str(path))
     reader.setAutoTransform(True)
     if not reader.canRead():
@@ -79,6 +80,7 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
                 "{name} is not an image Merlin can use. Attach PNG, JPEG, WebP, GIF, BMP or TIFF."
             ).format(name=name)
         )
+    fmt = bytes(reader.format()).decode("ascii", "replace").lower()  # empty after read()
     size = reader.size()
     if size.isValid() and size.width() * size.height() > MAX_PIXELS:
         raise AttachmentError(
@@ -102,7 +104,6 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
             )
         )
     thumb = QPixmap.fromImage(image)
-    fmt = bytes(reader.format()).decode("ascii", "replace").lower()
     if fmt not in ENGINE_FORMATS:
         # Qt reads it (SVG, ICO, PPM...) but the engine decodes only ENGINE_FORMATS: convert
         # it to PNG now, so the chat never holds an image no later question could use
@@ -110,6 +111,15 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
     return Attachment(
         str(path), name, thumb, (size.width(), size.height()) if size.isValid() else (0, 0)
     )
+
+
+def _allow_engine_sized_images() -> None:
+    """Qt refuses to decode images over 256 MB (64 Mpx at 4 bytes a pixel), a PNG even for a
+    thumbnail (it has no scaled decoding); the engine takes up to MAX_PIXELS: raise Qt's
+    process-wide limit to that (an image past it is refused by its size, with a message)."""
+    needed = -(-MAX_PIXELS * 4 // (1 << 20)) + 1
+    if 0 < QImageReader.allocationLimit() < needed:
+        QImageReader.setAllocationLimit(needed)
 
 
 def _converted_png(path: Path, name: str) -> Path:
