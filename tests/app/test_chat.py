@@ -176,3 +176,31 @@ def test_a_closed_window_ignores_a_language_switch(qtbot, make_window):
     finally:
         translations.switch("en")
     assert w._closed
+
+
+def test_a_long_chat_opens_at_its_end_and_keeps_the_view_while_older_messages_come(
+    qtbot, make_window
+):
+    """The last messages are shown at once, the older ones in batches between events (the
+    window had frozen for seconds on a long chat); a reader who scrolled up keeps the message
+    in view where it is while those go in above it."""
+    from merlin.app.model.conversation import SHOWN_AT_OPEN
+
+    w = make_window()
+    cid = w.store.create_conversation("long")
+    for i in range(40):
+        w.store.add_message(cid, "user", f"question {i}\n\nwith a second paragraph")
+        w.store.add_message(cid, "assistant", f"answer {i}: " + "words " * 40)
+    ids = [r.id for r in w.store.messages(cid)]
+    w.controller.open_conversation(cid)
+    assert [m.message_id for m in w.chat.messages()] == ids[-SHOWN_AT_OPEN:]
+    qtbot.waitUntil(lambda: len(w.chat.messages()) > SHOWN_AT_OPEN)  # a batch or more
+    bar = w.chat.verticalScrollBar()
+    bar.setValue(bar.minimum() + 5)  # the reader scrolls up to the oldest shown so far
+    top = w.chat._top_visible()
+    assert top is not None
+    held, offset = top
+    qtbot.waitUntil(lambda: len(w.chat.messages()) == len(ids), timeout=10_000)
+    assert [m.message_id for m in w.chat.messages()] == ids
+    qtbot.wait(50)  # the layout's last adjustments
+    assert held.message_id > ids[0] and abs(held.y() - bar.value() - offset) <= 2

@@ -75,9 +75,11 @@ class FakeView:
         self.items: list[FakeMessage] = []
         self.busy = None
 
-    def add_message(self, mid, role, text, paths=(), names=(), state="done", stats=None, error=""):
+    def add_message(
+        self, mid, role, text, paths=(), names=(), state="done", stats=None, error="", at_top=False
+    ):
         m = FakeMessage(mid, role, text, state)
-        self.items.append(m)
+        self.items.insert(0, m) if at_top else self.items.append(m)
         return m
 
     def message(self, mid):
@@ -283,6 +285,40 @@ def test_too_long_message_stays_in_the_composer(world):
     m.on_loaded(INFO)
     m.submit("x" * 200_000, [])
     assert composer.notices and composer.cleared == 0 and m.current_id is None
+
+
+def test_a_long_chat_opens_with_its_last_messages_then_the_older_in_batches(world):
+    """Rendering every message of a long chat at once froze the window: the last
+    SHOWN_AT_OPEN go at once, the older OLDER_BATCH at a time through later(), newest first
+    above them; opening another chat meanwhile drops the rest of the first one's."""
+    from merlin.app.model import conversation
+
+    m, store, engine, view, composer, events = world
+    queued = []
+    m.later = queued.append
+    long = store.create_conversation("long")
+    for i in range(30):
+        store.add_message(long, "user", f"q{i}")
+        store.add_message(long, "assistant", f"a{i}")
+    ids = [r.id for r in store.messages(long)]
+    m.open_conversation(long)
+    assert [v.id for v in view.items] == ids[-conversation.SHOWN_AT_OPEN :]
+    assert view.busy is False
+    turns = 0
+    while queued:
+        before = len(view.items)
+        queued.pop(0)()
+        turns += 1
+        assert len(view.items) - before <= conversation.OLDER_BATCH
+        assert [v.id for v in view.items] == ids[-len(view.items) :]  # in order, newest kept
+    assert [v.id for v in view.items] == ids and turns > 1
+    short = store.create_conversation("short")
+    store.add_message(short, "user", "hello")
+    m.open_conversation(long)
+    m.open_conversation(short)  # before the long chat's batches ran
+    while queued:
+        queued.pop(0)()
+    assert [v.text for v in view.items] == ["hello"]
 
 
 def test_the_conversation_model_imports_without_qt():

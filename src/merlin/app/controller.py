@@ -143,6 +143,7 @@ class ChatController(QObject):
         m.notice = self.sig_notice.emit
         m.session = self.sig_session.emit
         m.loaded_hook = freeze_heap  # the model and its kernels live until the next load
+        m.later = lambda action: QTimer.singleShot(0, self, action)  # after waiting events
 
         freeze_heap()  # the modules are imported: keep them out of full collections
         self.thread = QThread()

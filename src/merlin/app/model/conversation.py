@@ -16,15 +16,16 @@ turned off) are shown on the answer they concern and stored with it.
 Ports (duck-typed, so fakes are easy):
     engine:   load(LoadRequest), generate(GenerationJob), prepare(SessionJob), forget(id),
               set_session_cap(bytes); its results come back through on_* methods here.
-    view:     the chat view: add_message(...) -> message handle (stream, finish, set_state,
-              set_notices, set_versions) or None, message(id), remove_from(id), clear(),
-              scroll_to_bottom(), update_actions(busy=).
+    view:     the chat view: add_message(..., at_top=) -> message handle (stream, finish,
+              set_state, set_notices, set_versions) or None, message(id), remove_from(id),
+              clear(), scroll_to_bottom(), update_actions(busy=).
     composer: set_busy(bool), show_notice(text), end_edit(restore_draft=), clear().
     settings: app settings (generation_options(), spec_mode, spec_k, last_conversation,
               map_experts).
 Callbacks (attributes, no-ops by default): model_ready(), model_changed(ModelInfo),
 load_progress(fraction, phase), load_failed(message), busy_changed(busy), answer_finished(state),
-conversations_changed(), notice(kind, text), session(report), confirm(title, text) -> bool.
+conversations_changed(), notice(kind, text), session(report), confirm(title, text) -> bool,
+later(action) (runs action after the waiting events; by default at once).
 
 One class of ~500 lines on purpose: loading, sending, streaming, edits, conversations and
 saved sessions all read and change the same few things (the answer in flight, the chat shown,
@@ -124,6 +125,13 @@ def _answer_ids(done: Finished | None) -> list[int] | None:
     return list(ids) if ids else None
 
 
+# opening a chat shows its last SHOWN_AT_OPEN messages at once, then the older ones
+# OLDER_BATCH an event-loop turn (a message with code blocks renders in ~10 ms here: a
+# 600-message chat had held the window 3-4 s)
+SHOWN_AT_OPEN = 24
+OLDER_BATCH = 8
+
+
 class ConversationModel(Branching):
     """The turn state machine of the chat window. Everything runs on one thread (the GUI's).
     Regenerate, edit and switching versions: branching.py."""
@@ -160,6 +168,11 @@ class ConversationModel(Branching):
         # the thinking switch of the chat shown ("on", "off", None: the template's default)
         self.thinking_switch: str | None = None
         self.thinking_changed: Callable[[str | None], None] = _nothing
+        # later(action): run action after the events waiting now (the Qt binding: a 0 ms
+        # timer); a chat's older messages are shown in batches through it (open_conversation)
+        self.later: Callable[[Callable[[], None]], None] = lambda action: action()
+        self._opened = itertools.count(1)  # which opening of a chat a batch belongs to
+        self._opening = 0
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -505,15 +518,34 @@ class ConversationModel(Branching):
             self.thinking_switch = self.store.thinking(conversation_id) if conversation_id else None
             self.thinking_changed(self.thinking_switch)
             self.view.clear()
+            self._opening = next(self._opened)
             if conversation_id is not None:
-                for r in self.store.messages(conversation_id):
+                rows = self.store.messages(conversation_id)
+                for r in rows[-SHOWN_AT_OPEN:]:
                     self._show_row(r)
                 self.view.scroll_to_bottom()
+                opening, older = self._opening, rows[:-SHOWN_AT_OPEN]
+                if older:
+                    self.later(lambda: self._show_older(opening, older))
             self._update_actions()
             self._prepare_session()
             self._answer_waiting()
 
         self.when_idle(do)
+
+    def _show_older(self, opening: int, rows: list[MessageRow]) -> None:
+        """Show `rows` (the chat's older messages, oldest first) above those shown, the newest
+        OLDER_BATCH at a time, one batch an event-loop turn (later): rendering a long chat's
+        every message at once had frozen the window for seconds. Stops if the chat shown
+        changed (another opening) meanwhile."""
+        if opening != self._opening:
+            return
+        for r in reversed(rows[-OLDER_BATCH:]):
+            self._show_row(r, at_top=True)
+        self._update_actions()
+        rest = rows[:-OLDER_BATCH]
+        if rest:
+            self.later(lambda: self._show_older(opening, rest))
 
     def new_conversation(self) -> None:
         self.open_conversation(None)
@@ -539,7 +571,7 @@ class ConversationModel(Branching):
         if self.current_id is not None:
             self.store.set_thinking(self.current_id, self.thinking_switch)
 
-    def _show_row(self, r: MessageRow):
+    def _show_row(self, r: MessageRow, at_top: bool = False):
         widget = self.view.add_message(
             r.id,
             r.role,
@@ -549,6 +581,7 @@ class ConversationModel(Branching):
             state=r.state,
             stats=r.stats,
             error=r.stats.get("error", "") if r.state == "error" else "",
+            at_top=at_top,
         )
         self.show_versions(widget, r)
         if r.reasoning is not None and widget is not None:  # a thinking model's answer

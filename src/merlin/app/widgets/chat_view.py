@@ -290,6 +290,10 @@ class ChatView(QScrollArea):
         self.empty.setWordWrap(True)
         self._messages: list[MessageWidget] = []
         self._stick = True
+        # scrolled up: the first message in view and its offset, kept in place when the
+        # column's height changes above it (older messages going in, text re-wrapping)
+        self._anchor: tuple[QWidget, int] | None = None
+        self._adjusting = False
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_scrolled)
         bar.rangeChanged.connect(self._on_range)
@@ -304,6 +308,7 @@ class ChatView(QScrollArea):
             w.deleteLater()
         self._messages = []
         self._stick = True
+        self._anchor = None
         self._update_empty()
 
     def add_message(
@@ -316,7 +321,10 @@ class ChatView(QScrollArea):
         state: str = "done",
         stats: dict | None = None,
         error: str = "",
+        at_top: bool = False,
     ) -> MessageWidget:
+        """A message at the end, or at_top (an older one of the chat shown, added while the
+        user reads: the part of the chat in view stays where it is, _keep_anchor)."""
         w = MessageWidget(message_id, role, self.column)
         w.sig_edit_requested.connect(self.sig_edit_requested)
         w.sig_regenerate_requested.connect(self.sig_regenerate_requested)
@@ -327,11 +335,23 @@ class ChatView(QScrollArea):
             w.set_state("streaming")
         else:
             w.finish(text, state, stats, error)
-        self.layout_.insertWidget(self.layout_.count() - 1, w)
-        self._messages.append(w)
+        if at_top:
+            self.layout_.insertWidget(0, w)
+            self._messages.insert(0, w)
+        else:
+            self.layout_.insertWidget(self.layout_.count() - 1, w)
+            self._messages.append(w)
+            self.scroll_to_bottom()
         self._update_empty()
-        self.scroll_to_bottom()
         return w
+
+    def _top_visible(self) -> tuple[QWidget, int] | None:
+        """The first message in view and its distance below the view's top edge."""
+        top = self.verticalScrollBar().value()
+        for w in self._messages:
+            if w.y() + w.height() > top:
+                return w, w.y() - top
+        return None
 
     def remove_from(self, message_id: int) -> None:
         """Remove the message and every later one."""
@@ -390,10 +410,27 @@ class ChatView(QScrollArea):
     def _on_scrolled(self, value: int) -> None:
         bar = self.verticalScrollBar()
         self._stick = value >= bar.maximum() - 4
+        if not self._adjusting:
+            self._anchor = None if self._stick else self._top_visible()
 
     def _on_range(self, _min: int, maximum: int) -> None:
         if self._stick:
             self.verticalScrollBar().setValue(maximum)
+        elif self._anchor is not None:  # once the layout has placed the messages
+            QTimer.singleShot(0, self, self._keep_anchor)
+
+    def _keep_anchor(self) -> None:
+        if self._stick or self._anchor is None:
+            return
+        w, offset = self._anchor
+        if w not in self._messages:
+            self._anchor = None
+            return
+        self._adjusting = True
+        try:
+            self.verticalScrollBar().setValue(w.y() - offset)
+        finally:
+            self._adjusting = False
 
     # ---- layout --------------------------------------------------------------------------
 
