@@ -461,14 +461,17 @@ def test_queue_bounds_waiting_jobs_and_skips_cancelled_ones():
         with pytest.raises(ApiError) as full:
             q.submit(start("c"))
         assert full.value.status == 429 and int(full.value.headers["Retry-After"]) >= 1
-        b.cancel.set()  # its client left while it waited
+        b.cancel.set()  # its client left while it waited: its place is free at once
+        assert q.waiting == 0
+        d = q.submit(start("d"))
         release.set()
         assert await a.next() == ("event", "a") and await a.next() == ("end", None)
         assert await b.next() == ("end", None)
+        assert await d.next() == ("event", "d")
         q.close()
 
     asyncio.run(main())
-    assert ran == ["a"]
+    assert ran == ["a", "d"]
 
 
 def test_an_image_path_that_is_no_file_says_what_it_is(tmp_path):

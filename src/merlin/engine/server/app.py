@@ -30,8 +30,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..generate import Finished, PrefillDone, Tokens
@@ -54,13 +54,87 @@ class ServerConfig:
     cors_origins: list[str] = field(default_factory=list)
     max_waiting: int = 8  # requests waiting behind the running one
     engine_lock: Any = None  # held while a request computes (a model shared in-process)
+    # bound to a loopback address: only requests naming a loopback host are served (a web
+    # page that rebinds its own name to 127.0.0.1 is refused: _check_host)
+    loopback_only: bool = False
 
 
 def _error(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
+# seconds a request's body may take to arrive (its headers: transport.HEADER_TIMEOUT_S)
+BODY_TIMEOUT_S = 60.0
+# JSON objects and arrays a body may hold: parsed, each costs ~60-100 bytes of Python objects
+# (a 32 MB body of "{}," was ~0.9 GB), while a real request holds a few per message
+MAX_JSON_CONTAINERS = 200_000
+# what a web page can POST without asking (a CORS "simple request"): refused, so that no page
+# drives a server on this machine by a form or a no-cors fetch
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class ClientGone(Exception):
+    """The client closed the connection while sending its request."""
+
+
+def _check_host(request: Request) -> None:
+    """With loopback_only: the Host header names this machine (DNS rebinding: a page whose
+    name resolves to 127.0.0.1 would otherwise read the answers)."""
+    host = request.headers.get("host")
+    if host is None:
+        return
+    name = host[1 : host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+    if name.lower() in _LOOPBACK_HOSTS or name.startswith("127."):
+        return
+    raise ApiError(
+        f"this server listens on a loopback address and serves only requests to it (Host: "
+        f"{host[:100]!r}); use http://127.0.0.1 or http://localhost.",
+        None,
+        status=421,
+        code="misdirected_request",
+    )
+
+
+def _check_content_type(request: Request) -> None:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind in _FORM_TYPES:
+        raise ApiError(
+            f"the request body is sent as {kind}; send JSON with 'Content-Type: "
+            "application/json' (curl: -H 'Content-Type: application/json').",
+            None,
+            status=415,
+        )
+
+
 async def _read_json(request: Request, limit: int):
+    _check_content_type(request)
+    try:
+        raw = await asyncio.wait_for(_read_body(request, limit), BODY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ApiError(
+            f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s.", None, status=408
+        ) from None
+    except ClientDisconnect:
+        raise ClientGone() from None
+    if not raw.strip():
+        raise ApiError("the request body is empty; send a JSON object.", None)
+    if raw.count(b"{") + raw.count(b"[") > MAX_JSON_CONTAINERS:
+        raise ApiError(
+            f"the request body holds over {MAX_JSON_CONTAINERS:,} JSON objects and arrays.", None
+        )
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(f"the request body is not valid JSON ({e}).", None) from None
+    except ValueError:  # Python's limit on an int's digits (sys.get_int_max_str_digits)
+        msg = "the request body is not valid JSON: a number in it is too long."
+        raise ApiError(msg, None) from None
+    except RecursionError:
+        raise ApiError("the request body is nested too deeply.", None) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
     size = request.headers.get("content-length")
     if size and size.isdigit() and int(size) > limit:
         raise ApiError(
@@ -78,18 +152,7 @@ async def _read_json(request: Request, limit: int):
                 status=413,
             )
         body.append(part)
-    raw = b"".join(body)
-    if not raw.strip():
-        raise ApiError("the request body is empty; send a JSON object.", None)
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ApiError(f"the request body is not valid JSON ({e}).", None) from None
-    except ValueError:  # Python's limit on an int's digits (sys.get_int_max_str_digits)
-        msg = "the request body is not valid JSON: a number in it is too long."
-        raise ApiError(msg, None) from None
-    except RecursionError:
-        raise ApiError("the request body is nested too deeply.", None) from None
+    return b"".join(body)
 
 
 async def _watch_disconnect(request: Request, job) -> None:
@@ -109,7 +172,10 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
     gen_queue = GenerationQueue(config.max_waiting, config.engine_lock)
     created = R.now()
 
-    def check_key(request: Request) -> None:
+    def check_access(request: Request) -> None:
+        """The Host (with loopback_only) and the API key (when one is set)."""
+        if config.loopback_only:
+            _check_host(request)
         if not config.api_key:
             return
         auth = request.headers.get("authorization", "")
@@ -134,6 +200,8 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         }
 
     async def health(request: Request):
+        if config.loopback_only:
+            _check_host(request)
         return JSONResponse(
             {
                 "status": "ok",
@@ -145,14 +213,14 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         )
 
     async def models(request: Request):
-        check_key(request)
+        check_access(request)
         return JSONResponse({"object": "list", "data": [model_card()]})
 
     async def one_model(request: Request):
-        check_key(request)
+        check_access(request)
         if request.path_params["model_id"] != config.model_name:
             raise ApiError(
-                f"no model {request.path_params['model_id']!r}; this server has "
+                f"no model {request.path_params['model_id'][:100]!r}; this server has "
                 f"{config.model_name!r}.",
                 "model",
                 status=404,
@@ -162,9 +230,13 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
 
     async def chat(request: Request):
         t0 = time.perf_counter()
-        check_key(request)
-        body = await _read_json(request, config.limits.max_body_bytes)
+        check_access(request)
+        try:
+            body = await _read_json(request, config.limits.max_body_bytes)
+        except ClientGone:  # nobody to answer, nothing to log
+            return Response(status_code=499)
         req = parse_request(body, config.limits, adapter.context_budget)
+        del body  # the request holds what it needs; the parsed JSON may be large
         job = gen_queue.submit(lambda cancel: adapter.start(req, resolver, cancel))
         if req.stream:
             job.first_sent = threading.Event()
@@ -217,7 +289,8 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         name = config.model_name
         ttft = None
         try:
-            yield R.sse(R.chunk(cid, name, created_at, {"role": "assistant", "content": ""}))
+            role = {"role": "assistant", "content": ""}
+            yield R.sse(R.chunk(cid, name, created_at, role, usage=req.include_usage))
             while True:
                 kind, value = item
                 if kind == "error":
@@ -227,15 +300,16 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                     break
                 if isinstance(value, Tokens) and value.reasoning:  # thinking models
                     delta = {"reasoning_content": value.reasoning}
-                    yield R.sse(R.chunk(cid, name, created_at, delta))
+                    yield R.sse(R.chunk(cid, name, created_at, delta, usage=req.include_usage))
                 if isinstance(value, Tokens) and value.text:
-                    yield R.sse(R.chunk(cid, name, created_at, {"content": value.text}))
+                    content = {"content": value.text}
+                    yield R.sse(R.chunk(cid, name, created_at, content, usage=req.include_usage))
                     if ttft is None:  # sent: the engine may compute on (engine.server.queue)
                         ttft = (time.perf_counter() - t0) * 1e3
                         job.first_sent.set()
                 elif isinstance(value, Finished):
                     finish = R.FINISH.get(value.reason, "stop")
-                    yield R.sse(R.chunk(cid, name, created_at, {}, finish))
+                    yield R.sse(R.chunk(cid, name, created_at, {}, finish, req.include_usage))
                     if req.include_usage:
                         yield R.sse(
                             R.usage_chunk(cid, name, created_at, value.reason, value.totals, ttft)
@@ -292,6 +366,7 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         },
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # a redirect would name the Host the client sent
     app.state.adapter = adapter
     app.state.queue = gen_queue
     return app

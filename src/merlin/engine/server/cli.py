@@ -140,6 +140,7 @@ def run(args) -> int:
         import uvicorn
 
         from .app import ServerConfig, create_app
+        from .transport import uvicorn_config
     except ImportError as e:
         raise MerlinError(
             f"merlin-cli serve needs the server extra ({e.name} is missing): "
@@ -175,6 +176,7 @@ def run(args) -> int:
         allowed_images=args.allow_images,
         cors_origins=args.cors_origin,
         max_waiting=args.queue,
+        loopback_only=is_loopback(sock.getsockname()[0]),
     )
     adapter = EngineAdapter(
         model,
@@ -187,9 +189,7 @@ def run(args) -> int:
     app = create_app(model, config, adapter)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=args.log_requests, lifespan="on")
-    )
+    server = uvicorn.Server(uvicorn_config(app, access_log=args.log_requests))
 
     async def started():  # printed once uvicorn accepts connections
         while not server.started:

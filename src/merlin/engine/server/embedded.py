@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import MerlinError
-from .cli import api_key_for, bind
+from .cli import api_key_for, bind, is_loopback
 
 START_TIMEOUT_S = 30.0
 
@@ -48,6 +48,7 @@ class EmbeddedServer:
             import uvicorn
 
             from .app import ServerConfig, create_app
+            from .transport import uvicorn_config
         except ImportError as e:
             raise MerlinError(
                 f"serving the API needs the server extra ({e.name} is missing): "
@@ -60,11 +61,14 @@ class EmbeddedServer:
         key, _ = api_key_for(options.host, options.api_key)
         sock = bind(options.host, int(options.port))
         name = options.model_name or model.folder.name
-        config = ServerConfig(model_name=name, api_key=key, engine_lock=engine_lock)
-        app = create_app(model, config, EngineAdapter(model, context_budget=options.context))
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        config = ServerConfig(
+            model_name=name,
+            api_key=key,
+            engine_lock=engine_lock,
+            loopback_only=is_loopback(sock.getsockname()[0]),
         )
+        app = create_app(model, config, EngineAdapter(model, context_budget=options.context))
+        server = uvicorn.Server(uvicorn_config(app))
         failed: list[BaseException] = []
 
         def run() -> None:

@@ -59,7 +59,7 @@ class GenerationQueue:
         self._engine_lock = engine_lock if engine_lock is not None else contextlib.nullcontext()
         self._q: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
-        self._waiting = 0
+        self._line: list[Job] = []  # submitted, not yet taken by the generation thread
         self.busy = False
         self._mean_s = 5.0
         self._thread = threading.Thread(target=self._run, name="merlin-generation", daemon=True)
@@ -67,13 +67,17 @@ class GenerationQueue:
 
     @property
     def waiting(self) -> int:
-        return self._waiting
+        """Jobs in line whose client still waits (one that left is skipped when reached, and
+        holds no place meanwhile)."""
+        with self._lock:
+            return sum(not job.cancel.is_set() for job in self._line)
 
     def submit(self, start: Callable[[threading.Event], Iterator]) -> Job:
         """A job for `start(cancel) -> events`, queued (ApiError 429 when the queue is full)."""
+        waiting = self.waiting
         with self._lock:
-            if self._waiting >= self.max_waiting and (self.busy or self._waiting):
-                ahead = self._waiting + int(self.busy)
+            if waiting >= self.max_waiting and (self.busy or waiting):
+                ahead = waiting + int(self.busy)
                 retry = max(1, min(600, math.ceil(ahead * self._mean_s)))
                 raise ApiError(
                     f"the server is busy: {ahead} request(s) ahead and the queue is full "
@@ -84,7 +88,7 @@ class GenerationQueue:
                     headers={"Retry-After": str(retry)},
                 )
             job = Job(start, asyncio.get_running_loop())
-            self._waiting += 1
+            self._line.append(job)
         self._q.put(job)
         return job
 
@@ -98,7 +102,7 @@ class GenerationQueue:
             if job is None:
                 return
             with self._lock:
-                self._waiting -= 1
+                self._line.remove(job)
                 self.busy = True
             t0 = time.perf_counter()
             try:

@@ -85,14 +85,21 @@ def completion(
     }
 
 
-def chunk(cid: str, model: str, created: int, delta: dict, finish: str | None = None) -> dict:
-    return {
+def chunk(
+    cid: str, model: str, created: int, delta: dict, finish: str | None = None, usage=False
+) -> dict:
+    """A stream chunk; usage=True: it carries "usage": null, as OpenAI's chunks do when the
+    request asked for include_usage (the usage itself comes in usage_chunk)."""
+    out = {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
     }
+    if usage:
+        out["usage"] = None
+    return out
 
 
 def usage_chunk(cid: str, model: str, created: int, reason: str, totals: dict, ttft_ms) -> dict:
