@@ -488,3 +488,15 @@ def test_an_image_path_that_is_no_file_says_what_it_is(tmp_path):
         with pytest.raises(ApiError) as e:
             resolver.resolve(url, "p")
         assert e.value.status == 400 and says in e.value.message, e.value.message
+
+
+def test_the_image_size_limit_is_told_in_the_unit_of_its_option(tmp_path):
+    """--max-image-mb 20 is 20 MiB: the 413 says "up to 20.0 MB" (it said 21.0, in 10^6)."""
+    from merlin.engine.server.images import ImageResolver
+
+    resolver = ImageResolver(None, 20 << 20)
+    try:
+        text = resolver._too_big("messages[0].content[1].image_url", 22 << 20)
+    finally:
+        resolver.close()
+    assert "the image is 22.0 MB" in text and "up to 20.0 MB" in text

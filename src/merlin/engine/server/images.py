@@ -44,6 +44,9 @@ def _unusable_path(param: str):
         raise ApiError(f"'{param}': not a usable file path ({why}).", param) from None
 
 
+_MB = 1 << 20  # the unit of --max-image-mb
+
+
 class ImageResolver:
     def __init__(
         self,
@@ -119,8 +122,8 @@ class ImageResolver:
 
     def _too_big(self, param: str, size: int) -> str:
         return (
-            f"'{param}': the image is {size / 1e6:.1f} MB; this server accepts images up to "
-            f"{self.max_image_bytes / 1e6:.1f} MB. Scale it down and send it again."
+            f"'{param}': the image is {size / _MB:.1f} MB; this server accepts images up to "
+            f"{self.max_image_bytes / _MB:.1f} MB. Scale it down and send it again."
         )
 
     def _data(self, url: str, param: str) -> Path:
