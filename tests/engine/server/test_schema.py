@@ -4,7 +4,7 @@ exception), and stop strings cut a stream exactly where the whole text would be 
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from merlin.engine.server.engine_adapter import StopFilter
@@ -112,6 +112,7 @@ def test_stream_options_errors_name_the_nested_field():
     st.lists(st.text(alphabet="abc", max_size=6), max_size=8),
     st.lists(st.text(alphabet="abc", min_size=1, max_size=3), max_size=3),
 )
+@example(chunks=["cb", "a"], stops=["b", "cba"])  # "b" arrives first, "cba" starts earlier
 def test_stop_strings_cut_a_stream_like_the_whole_text(chunks, stops):
     whole = "".join(chunks)
     cuts = [whole.find(s) for s in stops if s in whole]

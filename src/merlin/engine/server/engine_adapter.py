@@ -34,7 +34,10 @@ from .schema import ChatRequest
 
 
 class StopFilter:
-    """Cuts a stream of text before the first occurrence of any stop string."""
+    """Cuts a stream of text before the first occurrence of any stop string: at the earliest
+    position where one starts in the whole text, whatever the chunks. A match found in what
+    arrived is held back while a longer stop string that starts before it may still complete
+    (stops "b" and "cba", chunks "cb" + "a": the cut is at 0, not after "c")."""
 
     def __init__(self, stops: list[str]):
         self.stops = [s for s in stops if s]
@@ -48,24 +51,36 @@ class StopFilter:
         if not self.stops:
             return text
         self.pending += text
-        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        cut, start = self._first_match(), self._first_partial()
+        if cut >= 0 and (start is None or cut <= start):
             out, self.pending, self.stopped = self.pending[:cut], "", True
             return out
-        # keep back the longest tail that may be the start of a stop string
-        keep = 0
-        for k in range(min(self.hold, len(self.pending)), 0, -1):
-            tail = self.pending[-k:]
-            if any(s.startswith(tail) for s in self.stops):
-                keep = k
-                break
-        out = self.pending[: len(self.pending) - keep]
-        self.pending = self.pending[len(self.pending) - keep :]
+        keep_from = len(self.pending) if start is None else start
+        out, self.pending = self.pending[:keep_from], self.pending[keep_from:]
         return out
 
     def flush(self) -> str:
-        out, self.pending = ("" if self.stopped else self.pending), ""
+        """The rest at the end of the stream: no stop string can complete any more."""
+        if self.stopped:
+            self.pending = ""
+            return ""
+        cut = self._first_match()
+        out = self.pending if cut < 0 else self.pending[:cut]
+        self.stopped, self.pending = cut >= 0, ""
         return out
+
+    def _first_match(self) -> int:
+        found = (i for i in (self.pending.find(s) for s in self.stops) if i >= 0)
+        return min(found, default=-1)
+
+    def _first_partial(self) -> int | None:
+        """The first position from which the rest of `pending` begins a longer stop string."""
+        n = len(self.pending)
+        for j in range(max(0, n - self.hold), n):
+            tail = self.pending[j:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in self.stops):
+                return j
+        return None
 
 
 @dataclass
