@@ -117,12 +117,12 @@ def test_form_posts_and_other_hosts_are_refused(served):
     for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
         answer = request(served, post("127.0.0.1", body, kind))
         assert answer.startswith(b"HTTP/1.1 415") and b"application/json" in answer, kind
-    for host in ("attacker.example", "attacker.example:8080", "10.0.0.2"):
+    for host in ("attacker.example", "attacker.example:8080", "10.0.0.2", "127.0.0.1.evil.test"):
         answer = request(served, post(host, body))
         assert answer.startswith(b"HTTP/1.1 421") and b"loopback" in answer, host
     health = b"GET /health HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n"
     assert request(served, health).startswith(b"HTTP/1.1 421")
-    for host in ("127.0.0.1:8080", "localhost", "[::1]:9"):
+    for host in ("127.0.0.1:8080", "localhost", "[::1]:9", "127.0.0.2"):
         ok = f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
         assert request(served, ok).startswith(b"HTTP/1.1 200"), host
 

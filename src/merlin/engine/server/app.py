@@ -17,7 +17,9 @@ the job still waiting in line is skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import threading
@@ -85,8 +87,11 @@ def _check_host(request: Request) -> None:
     if host is None:
         return
     name = host[1 : host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
-    if name.lower() in _LOOPBACK_HOSTS or name.startswith("127."):
+    if name.lower() in _LOOPBACK_HOSTS:
         return
+    with contextlib.suppress(ValueError):  # a name like 127.attacker.example is no address
+        if ipaddress.ip_address(name).is_loopback:
+            return
     raise ApiError(
         f"this server listens on a loopback address and serves only requests to it (Host: "
         f"{host[:100]!r}); use http://127.0.0.1 or http://localhost.",
