@@ -194,14 +194,21 @@ def test_a_long_chat_opens_at_its_end_and_keeps_the_view_while_older_messages_co
         w.store.add_message(cid, "user", f"question {i}\n\nwith a second paragraph")
         w.store.add_message(cid, "assistant", f"answer {i}: " + "words " * 40)
     ids = [r.id for r in w.store.messages(cid)]
+    later, real_later = [], w.controller.conversation.later
+    w.controller.conversation.later = later.append  # the batches wait for the test
     w.controller.open_conversation(cid)
     assert [m.message_id for m in w.chat.messages()] == ids[-SHOWN_AT_OPEN:]
-    qtbot.waitUntil(lambda: len(w.chat.messages()) > SHOWN_AT_OPEN)  # a batch or more
+    later.pop(0)()  # one batch, and the window shows it
+    qtbot.wait(50)
+    assert len(w.chat.messages()) > SHOWN_AT_OPEN
     bar = w.chat.verticalScrollBar()
     bar.setValue(bar.minimum() + 5)  # the reader scrolls up to the oldest shown so far
     top = w.chat._top_visible()
     assert top is not None
     held, offset = top
+    w.controller.conversation.later = real_later  # the rest between events, as in use
+    later.pop(0)()
+    assert not later
     qtbot.waitUntil(lambda: len(w.chat.messages()) == len(ids), timeout=10_000)
     assert [m.message_id for m in w.chat.messages()] == ids
     qtbot.wait(50)  # the layout's last adjustments
