@@ -185,9 +185,11 @@ def _start(window, started: str, work, done, failed) -> BackgroundJob | None:
 
     def finish(handler):
         def over(value):
-            window.store.hold_images(False)
-            _enable_file_actions(window, True)
-            return handler(value)
+            try:  # an import's rows are added before its pictures may be collected
+                return handler(value)
+            finally:
+                window.store.hold_images(False)
+                _enable_file_actions(window, True)
 
         return over
 
