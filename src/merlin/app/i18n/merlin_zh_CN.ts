@@ -538,11 +538,6 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/chat_files.py" />
-      <source>Exporting to {path}…</source>
-      <translation>正在导出到 {path}…</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/chat_files.py" />
       <source>The chat was not exported: {why}</source>
       <translation>对话未导出：{why}</translation>
     </message>
@@ -605,6 +600,11 @@ Applies at the next model load.</source>
       <location filename="../../app/widgets/chat_files.py" />
       <source>{path} already exists; nothing was exported. Choose another name.</source>
       <translation>{path} 已存在；未导出任何内容。请换一个文件名。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
+      <source>Exporting to {path}…</source>
+      <translation>正在导出到 {path}…</translation>
     </message>
     <message>
       <location filename="../../app/widgets/chat_files.py" />

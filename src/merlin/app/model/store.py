@@ -283,9 +283,9 @@ class Store:
     def _why_not_saved(self, code: int | None, detail: str) -> str:
         """store_errors.why_not_saved for a SQLite error, or, when the database, its -wal or
         its -shm is there but is not a file (SQLite then reports a read-only folder), that."""
-        for suffix in ("", "-wal", "-shm"):
-            path = self.folder / f"{DB_NAME}{suffix}" if self.folder else None
-            if path is not None and os.path.lexists(path) and not path.is_file():
+        for suffix in ("", "-wal", "-shm") if self.folder else ():
+            path = self.folder / f"{DB_NAME}{suffix}"
+            if os.path.lexists(path) and not path.is_file():
                 return (
                     f"{path} is not a file (a folder or a device?), and Merlin keeps its chats "
                     "there. Move it out of the data folder, then start Merlin again; nothing "

@@ -12,6 +12,7 @@ synchronous form would have returned: the file written, the imported chats' ids.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QFileDialog
@@ -53,24 +54,18 @@ def export_chat(window, path: str | None = None) -> BackgroundJob | None:
     if target is None:
         return None
 
-    started = tr("Exporting to {path}…").format(path=target)
-
-    def failed(e):
-        return _failed(window, e, tr("The chat was not exported: {why}"))
-
-    def done(out):
-        window.on_notice("info", tr("Exported to {path}").format(path=out))
-        return out
-
-    try:
+    def write():  # the store read here (fast), the file written on the job's thread
         if as_json:
-            plan = chat_export.json_export(window.store, [cid])
-            return _start(window, started, lambda: plan.write(target), done, failed)
-        plan = chat_export.markdown_export(window.store, cid, target)
-        return _start(window, started, plan.write, done, failed)
-    except (ChatFileError, StoreError) as e:
-        failed(e)
-        return None
+            return partial(chat_export.json_export(window.store, [cid]).write, target)
+        return chat_export.markdown_export(window.store, cid, target).write
+
+    return _export(
+        window,
+        target,
+        write,
+        tr("The chat was not exported: {why}"),
+        lambda out: tr("Exported to {path}").format(path=out),
+    )
 
 
 def export_all(window, path: str | None = None) -> BackgroundJob | None:
@@ -88,23 +83,13 @@ def export_all(window, path: str | None = None) -> BackgroundJob | None:
     target = _named(window, Path(path), ".json")
     if target is None:
         return None
-
-    started = tr("Exporting to {path}…").format(path=target)
-
-    def failed(e):
-        return _failed(window, e, tr("The chats were not exported: {why}"))
-
-    def done(out):
-        message = tr("Exported {n} chats to {path}").format(n=len(ids), path=out)
-        window.on_notice("info", message)
-        return out
-
-    try:
-        plan = chat_export.json_export(window.store, ids)
-    except StoreError as e:
-        failed(e)
-        return None
-    return _start(window, started, lambda: plan.write(target), done, failed)
+    return _export(
+        window,
+        target,
+        lambda: partial(chat_export.json_export(window.store, ids).write, target),
+        tr("The chats were not exported: {why}"),
+        lambda out: tr("Exported {n} chats to {path}").format(n=len(ids), path=out),
+    )
 
 
 def import_chats(window, path: str | None = None) -> BackgroundJob | None:
@@ -173,6 +158,25 @@ def _named(window, typed: Path, suffix: str) -> Path | None:
         )
         return None
     return target
+
+
+def _export(window, target: Path, plan, failure: str, success) -> BackgroundJob | None:
+    """plan() reads what to export from the store now and returns the writer of `target`,
+    run off the GUI thread; then the notice success(path), or failure with why."""
+
+    def failed(e):
+        return _failed(window, e, failure)
+
+    def done(out):
+        window.on_notice("info", success(out))
+        return out
+
+    try:
+        write = plan()
+    except (ChatFileError, StoreError) as e:
+        failed(e)
+        return None
+    return _start(window, tr("Exporting to {path}…").format(path=target), write, done, failed)
 
 
 def _start(window, started: str, work, done, failed) -> BackgroundJob | None:

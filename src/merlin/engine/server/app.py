@@ -177,11 +177,11 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
     gen_queue = GenerationQueue(config.max_waiting, config.engine_lock)
     created = R.now()
 
-    def check_access(request: Request) -> None:
-        """The Host (with loopback_only) and the API key (when one is set)."""
+    def check_access(request: Request, key: bool = True) -> None:
+        """The Host (with loopback_only) and, with key, the API key (when one is set)."""
         if config.loopback_only:
             _check_host(request)
-        if not config.api_key:
+        if not key or not config.api_key:
             return
         auth = request.headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
@@ -205,8 +205,7 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
         }
 
     async def health(request: Request):
-        if config.loopback_only:
-            _check_host(request)
+        check_access(request, key=False)  # no key needed
         return JSONResponse(
             {
                 "status": "ok",
