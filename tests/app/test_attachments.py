@@ -41,6 +41,7 @@ def stored(window):
 def test_dropped_image_is_attached_sent_and_answered(qtbot, make_window, tmp_path):
     w = make_window()
     drop(w, w.chat.viewport(), png(tmp_path / "lake.png"))
+    w.composer.wait_attachments()
     assert [a.name for a in w.composer.attachments()] == ["lake.png"]
     assert w.composer.chip_row.isVisibleTo(w)
     send(qtbot, w, "What is in the picture?")
@@ -62,9 +63,11 @@ def test_pasted_image_is_attached_and_removable(qtbot, make_window):
     QGuiApplication.clipboard().setImage(image)
     w.composer.edit.setFocus()
     w.composer.edit.paste()
+    w.composer.wait_attachments()
     assert len(w.composer.attachments()) == 1
     QGuiApplication.clipboard().setImage(image)
     qtbot.keyClick(w.composer.edit, Qt.Key_V, Qt.ControlModifier)
+    w.composer.wait_attachments()
     assert len(w.composer.attachments()) == 2
     chip = w.composer.chips.itemAt(0).widget()
     qtbot.mouseClick(chip.remove, Qt.LeftButton)
@@ -79,18 +82,102 @@ def test_bad_files_get_a_message_and_the_text_stays(qtbot, make_window, tmp_path
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
     drop(w, w.chat.viewport(), notes)
+    w.composer.wait_attachments()
     assert w.composer.attachments() == []
     assert "not an image" in w.composer.notice.text()
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 50)
     drop(w, w.composer.edit, broken)
+    w.composer.wait_attachments()
     assert w.composer.attachments() == []
     assert "broken.png" in w.composer.notice.text()
     assert "damaged" in w.composer.notice.text() or "could not be read" in w.composer.notice.text()
     drop(w, w.chat.viewport(), tmp_path)  # a folder
+    w.composer.wait_attachments()
     assert "folder" in w.composer.notice.text()
     assert w.composer.text() == "my question, typed before the drop"
     assert w.composer.notice.isVisibleTo(w)
+
+
+def test_files_are_read_off_the_gui_thread_and_a_send_waits_for_them(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """Reading a file (a 180 Mpx PNG's thumbnail takes over a second) runs on a worker: the
+    drop returns at once, and Enter pressed meanwhile sends the message with the image once
+    it is read, never without it."""
+    import threading
+
+    from merlin.app.widgets import composer
+
+    gate, readers = threading.Event(), []
+    real = composer.read_image
+
+    def slow_read(path, name=None):
+        readers.append(threading.current_thread())
+        assert gate.wait(60)
+        return real(path, name)
+
+    monkeypatch.setattr(composer, "read_image", slow_read)
+    w = make_window()
+    drop(w, w.chat.viewport(), png(tmp_path / "lake.png"), png(tmp_path / "sea.png"))
+    assert w.composer.attachments() == [] and not w.composer.chip_row.isVisibleTo(w)
+    send(qtbot, w, "What is in the pictures?", wait=False)
+    assert stored(w) == [] and w.composer.text() == "What is in the pictures?"
+    gate.set()
+    qtbot.waitUntil(lambda: len(stored(w)) == 2, timeout=60_000)
+    wait_idle(qtbot, w)
+    assert [i.name for i in stored(w)[0].images] == ["lake.png", "sea.png"]  # in drop order
+    assert stored(w)[1].state == "done"
+    assert readers and threading.main_thread() not in readers
+
+
+def test_files_still_being_read_are_dropped_when_the_composer_is_cleared(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    import threading
+
+    from merlin.app.widgets import composer
+
+    gate = threading.Event()
+    real = composer.read_image
+    monkeypatch.setattr(composer, "read_image", lambda p, n=None: gate.wait(60) and real(p, n))
+    w = make_window()
+    w.composer.add_paths([str(png(tmp_path / "old.png"))])
+    w.composer.clear()
+    gate.set()
+    w.composer.wait_attachments()
+    assert w.composer.attachments() == []
+    w.composer.add_paths([str(png(tmp_path / "new.png"))])
+    w.composer.wait_attachments()
+    assert [a.name for a in w.composer.attachments()] == ["new.png"]
+
+
+def test_a_bad_file_is_reported_while_another_is_still_being_read(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    import threading
+
+    from merlin.app.widgets import composer
+
+    gate = threading.Event()
+    real = composer.read_image
+
+    def read(path, name=None):
+        if "slow" in str(path):
+            assert gate.wait(60)
+        return real(path, name)
+
+    monkeypatch.setattr(composer, "read_image", read)
+    w = make_window()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    w.composer.add_paths([str(notes)])
+    w.composer.add_paths([str(png(tmp_path / "slow.png"))])
+    qtbot.wait(300)  # the text file's reading is over, the picture's is not
+    gate.set()
+    w.composer.wait_attachments()
+    assert [a.name for a in w.composer.attachments()] == ["slow.png"]
+    assert "notes.txt" in w.composer.notice.text() and "not an image" in w.composer.notice.text()
 
 
 def test_engine_error_is_shown_and_the_app_keeps_working(qtbot, make_window):

@@ -67,6 +67,7 @@ def test_a_picture_adds_its_image_tokens(qtbot, make_window, tmp_path):
     w.composer.set_text("What is in the picture?")
     text_only = counted(qtbot, w)
     w.composer.add_paths([png(tmp_path / "lake.png", 1280, 960)])  # more than the default
+    w.composer.wait_attachments()
     with_image = counted(qtbot, w)
     assert with_image.image_tokens > 0
     # the engine's own budget: the tokens the attach-time encode reported for this picture
@@ -154,6 +155,7 @@ def test_a_picture_larger_than_the_context_is_red_with_the_reason(qtbot, make_wi
     _switch(w, context_budget=64)
     w.composer.set_text("What is this?")
     w.composer.add_paths([png(tmp_path / "big.png", 1280, 960)])
+    w.composer.wait_attachments()
     r = counted(qtbot, w)
     assert not r.fits and r.level == "red" and r.problem
     # the picture's budget shrinks to what the context holds; with the text it still cannot fit

@@ -37,5 +37,6 @@ def test_gui_answers_about_a_drawn_picture(
     picture = tmp_path / "shapes.png"
     ds.draw(SCENE, 320, 240).save(picture)
     w.composer.add_paths([str(picture)])
+    w.composer.wait_attachments()
     send(qtbot, w, question)
     assert answer_text(w) == ds.answer(SCENE, kind, lang, shape), (weights, question)

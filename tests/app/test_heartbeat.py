@@ -131,6 +131,7 @@ def test_event_loop_latency_during_load_and_generation(qtbot, make_window, tmp_p
         assert "compiling kernels (first start only)" in phases
         heartbeat.begin("")
         w.composer.add_paths([str(draw_demo_image(tmp_path / "lake.png"))])
+        w.composer.wait_attachments()
         heartbeat.begin("generation")
         send(qtbot, w, "Describe the picture in detail.")
     finally:

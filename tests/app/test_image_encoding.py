@@ -42,6 +42,7 @@ def test_attached_image_is_encoded_before_send_and_not_again(qtbot, make_window,
     vision.encode = counting
     try:
         window.composer.add_paths([photo(tmp_path / "a.png")])
+        window.composer.wait_attachments()
         qtbot.waitUntil(lambda: any(s.state == "done" for s in seen), timeout=60_000)
         est = next(s for s in seen if s.state == "estimate")
         assert est.tokens > 0 and est.seconds > 0
@@ -88,6 +89,7 @@ def test_removing_the_image_cancels_its_encode(qtbot, make_window, tmp_path):
     vision.encode = _blocking_encode(vision, started)
     try:
         window.composer.add_paths([photo(tmp_path / "b.png")])
+        window.composer.wait_attachments()
         qtbot.waitUntil(started.is_set, timeout=60_000)
         chip = window.composer.chip(window.composer.attachments()[0])
         chip.remove.click()
@@ -109,6 +111,7 @@ def test_changing_the_detail_encodes_again_at_that_budget(qtbot, make_window, tm
     vision.encode = _blocking_encode(vision, started)
     try:
         window.composer.add_paths([photo(tmp_path / "c.png", 1200, 900)])
+        window.composer.wait_attachments()
         qtbot.waitUntil(started.is_set, timeout=60_000)
         first = next(s for s in seen if s.state == "estimate")
         vision.encode = encode
@@ -133,6 +136,7 @@ def test_stop_during_the_answers_encode(qtbot, make_window, tmp_path):
     window.controller.images.ready = False  # attach without encoding: the answer encodes
     try:
         window.composer.add_paths([photo(tmp_path / "d.png")])
+        window.composer.wait_attachments()
         send(qtbot, window, "Describe it.", wait=False)
         qtbot.waitUntil(started.is_set, timeout=60_000)
         window.controller.stop()
@@ -150,6 +154,7 @@ def test_two_attached_images_have_their_rows_computed_before_send(qtbot, make_wi
     window = make_window()
     seen = statuses(window)
     window.composer.add_paths([photo(tmp_path / "a.png"), photo(tmp_path / "b.png", 200, 300)])
+    window.composer.wait_attachments()
     qtbot.waitUntil(lambda: sum(s.state == "done" for s in seen) == 2, timeout=60_000)
     tokens = sum(s.tokens for s in seen if s.state == "estimate")
     worker = window.controller.worker

@@ -35,6 +35,7 @@ def test_window_renders_at_both_sizes(qtbot, make_window, tmp_path, language):
     w = make_window(language=language)
     image = draw_demo_image(tmp_path / "lake.png")
     w.composer.add_paths([str(image)])
+    w.composer.wait_attachments()
     send(qtbot, w, "What is in this picture?")
     # an answer with every kind of markdown, rendered as a finished message
     c = w.controller

@@ -27,6 +27,7 @@ def test_nothing_clips_or_overlaps(qtbot, make_window, tmp_path, language, size,
     w.resize(*size)
     w.set_demo_mode(demo)
     w.composer.add_paths([str(save_showcase(tmp_path / "shapes.png"))])
+    w.composer.wait_attachments()
     send(qtbot, w, "What colour is the circle?")
     w.composer.set_text(DRAFT[language])
     meter = w.controller.meter

@@ -140,6 +140,7 @@ def test_an_image_is_encoded_once_also_after_a_restart(qtbot, make_window, tmp_p
 
     w1 = make_window(**GREEDY)
     w1.composer.add_paths([str(draw_demo_image(tmp_path / "lake.png"))])
+    w1.composer.wait_attachments()
     send(qtbot, w1, "What is in the picture?")
     first = answers(w1)[-1].stats
     on_attach = any(st.state == "done" for st in w1.controller.images.last.values())

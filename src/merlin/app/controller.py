@@ -26,7 +26,6 @@ from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.store import Store
 from merlin.app.serving import ServeWorker
 from merlin.app.settings import AppSettings
-from merlin.app.widgets.attachments import AttachmentError, load_attachment
 from merlin.app.widgets.chat_view import ChatView
 from merlin.app.widgets.composer import Composer
 from merlin.app.worker import EngineWorker
@@ -291,15 +290,10 @@ class ChatController(QObject):
         row = self.conversation.edit_target(message_id)
         if row is None:
             return
-        attachments, missing = [], []
-        for ref in row.images:
-            try:
-                attachments.append(load_attachment(self.store.image_path(ref), ref.name))
-            except AttachmentError as e:
-                missing.append(str(e))
-        self.composer.begin_edit(row.text, attachments)
-        if missing:
-            self.composer.show_notice("\n".join(missing))
+        self.composer.begin_edit(row.text, [])
+        self.composer.add_paths(
+            [str(self.store.image_path(ref)) for ref in row.images], [r.name for r in row.images]
+        )
 
     def start_serving(self, options) -> None:
         """Serve the loaded model (engine.server.embedded.ServeOptions); sig_serving says how."""

@@ -730,6 +730,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/composer.py" />
+      <source>Sending once the images are read…</source>
+      <translation>图片读取完成后发送…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
       <source>Stop</source>
       <translation>停止</translation>
     </message>
@@ -765,18 +770,28 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/composer.py" />
-      <source>The clipboard image is empty.</source>
-      <translation>剪贴板中的图片为空。</translation>
-    </message>
-    <message>
-      <location filename="../../app/widgets/composer.py" />
       <source>At most {n} images per message.</source>
       <translation>每条消息最多 {n} 张图片。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/composer.py" />
+      <source>The clipboard image is empty.</source>
+      <translation>剪贴板中的图片为空。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
       <source>pasted image</source>
       <translation>粘贴的图片</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>The image could not be read: {why}</source>
+      <translation>无法读取图片：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/composer.py" />
+      <source>Reading the image…</source>
+      <translation>正在读取图片…</translation>
     </message>
     <message>
       <location filename="../../app/widgets/composer.py" />

@@ -80,6 +80,7 @@ def run(
         image = draw_demo_image(scratch / "lake.png")
         question, follow_up = QUESTION, FOLLOW_UP
     window.composer.add_paths([str(image)])
+    window.composer.wait_attachments()
     c.send(question, window.composer.attachments())
     window.composer.clear()
     if not wait(lambda: not c.busy):

@@ -105,6 +105,7 @@ def run(
         states: list[str] = []
         c.sig_answer_finished.connect(states.append)
         window.composer.add_paths([str(image)])
+        window.composer.wait_attachments()
         say(f"asking about an image: {question!r}")
         if not c.send(question, window.composer.attachments()):
             return fail("the question could not be sent")

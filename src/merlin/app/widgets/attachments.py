@@ -1,5 +1,11 @@
 """Images the user attaches: checked and thumbnailed when attached, so a bad file is reported
-at once, next to the composer, and never reaches the engine."""
+at once, next to the composer, and never reaches the engine.
+
+read_image does the file work (checks, decoding a thumbnail, converting a format the engine
+cannot read) and runs on any thread: the composer runs it on a worker, since decoding a
+180 Mpx PNG for its thumbnail takes over a second (a PNG has no scaled decoding). Its result
+holds a QImage; to_attachment makes the QPixmap a chip shows, on the GUI thread (Qt allows
+QImage on other threads, not QPixmap)."""
 
 from __future__ import annotations
 
@@ -35,6 +41,16 @@ IMAGE_SUFFIXES = {
 
 
 @dataclass
+class ReadImage:
+    """A checked image file and its thumbnail, from read_image (any thread)."""
+
+    path: str
+    name: str
+    thumbnail: QImage
+    size: tuple[int, int]
+
+
+@dataclass
 class Attachment:
     path: str
     name: str
@@ -47,6 +63,18 @@ class AttachmentError(Exception):
 
 
 def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
+    """read_image and to_attachment in one call, on the GUI thread."""
+    return to_attachment(read_image(path, name))
+
+
+def to_attachment(read: ReadImage) -> Attachment:
+    """The chip's pixmap from a read image (GUI thread only)."""
+    return Attachment(read.path, read.name, QPixmap.fromImage(read.thumbnail), read.size)
+
+
+def read_image(path: str | Path, name: str | None = None) -> ReadImage:
+    """Check the file and decode its thumbnail (any thread); AttachmentError says what is
+    wrong, for the user."""
     path = Path(path)
     name = name or path.name
     if path.is_dir():
@@ -103,13 +131,12 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
                 name=name, why=reader.errorString()
             )
         )
-    thumb = QPixmap.fromImage(image)
     if fmt not in ENGINE_FORMATS:
         # Qt reads it (SVG, ICO, PPM...) but the engine decodes only ENGINE_FORMATS: convert
         # it to PNG now, so the chat never holds an image no later question could use
         path = _converted_png(path, name)
-    return Attachment(
-        str(path), name, thumb, (size.width(), size.height()) if size.isValid() else (0, 0)
+    return ReadImage(
+        str(path), name, image, (size.width(), size.height()) if size.isValid() else (0, 0)
     )
 
 

@@ -5,6 +5,9 @@ candidate (pinyin) only confirms it. Images come by the attach button, by drag-a
 (anywhere on the window; the window forwards drops here) and by pasting. Nothing typed is
 dropped: the text leaves the composer only when the controller accepted the message.
 
+Attached files are read and thumbnailed on a worker thread (widgets/background.py): their
+chips appear in the order given once read; a message sent meanwhile goes when they are.
+
 Each attached image shows its cost: "N tokens, about S s to read" (from the engine: the image
 is encoded as soon as it is attached, app/image_encoding.py), then "read in S s", and a
 detail menu (fast / detailed / full, or the settings' default) that changes its budget.
@@ -13,6 +16,7 @@ detail menu (fast / detailed / full, or the settings' default) that changes its 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QImage, QKeyEvent, QPalette, QTextLayout
@@ -34,9 +38,12 @@ from merlin.app.widgets import theme
 from merlin.app.widgets.attachments import (
     Attachment,
     AttachmentError,
-    load_attachment,
+    ReadImage,
+    read_image,
     save_pasted_image,
+    to_attachment,
 )
+from merlin.app.widgets.background import BackgroundJob
 from merlin.app.widgets.icons import icon
 
 MAX_IMAGES = 8
@@ -116,6 +123,17 @@ def _line_height(font) -> int:
     line = layout.createLine()
     layout.endLayout()
     return max(QFontMetrics(font).lineSpacing(), math.ceil(line.height()))
+
+
+@dataclass
+class _Reading:
+    """Files being read for the composer: one worker job, the contents generation it was
+    started for (a later clear or edit drops its result), its outcomes once delivered."""
+
+    generation: int
+    count: int
+    job: BackgroundJob | None = None
+    outcomes: list | None = field(default=None)
 
 
 DETAIL_NAMES = {"": "default", "fast": "fast", "detailed": "detailed", "full": "full"}
@@ -216,6 +234,10 @@ class Composer(QWidget):
         self._busy = False
         self._editing = False
         self._saved_draft: tuple[str, list[Attachment]] | None = None
+        self._readings: list[_Reading] = []
+        self._generation = 0  # bumped when the contents are replaced: older reads are dropped
+        self._send_when_read = False
+        self._read_problems: list[str] = []  # shown once every reading is over
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(4)
@@ -294,6 +316,7 @@ class Composer(QWidget):
         return list(self._attachments)
 
     def clear(self) -> None:
+        self._drop_readings()
         self.edit.clear()
         for a in list(self._attachments):
             self.remove_attachment(a)
@@ -302,6 +325,10 @@ class Composer(QWidget):
     def submit(self) -> None:
         if self._busy:
             self.show_notice(tr("Merlin is still answering; press Stop or wait."), error=False)
+            return
+        if self._readings:
+            self._send_when_read = True
+            self.show_notice(tr("Sending once the images are read…"), error=False)
             return
         text = self.text()
         if not text.strip() and not self._attachments:
@@ -334,6 +361,7 @@ class Composer(QWidget):
 
     def begin_edit(self, text: str, attachments: list[Attachment]) -> None:
         if not self._editing:
+            self.wait_attachments()  # the draft keeps every image it was given
             self._saved_draft = (self.text(), self.attachments())
         self._editing = True
         self._replace_contents(text, attachments)
@@ -359,6 +387,7 @@ class Composer(QWidget):
         return self._editing
 
     def _replace_contents(self, text: str, attachments: list[Attachment]) -> None:
+        self._drop_readings()
         for a in list(self._attachments):
             self.remove_attachment(a)
         self.set_text(text)
@@ -379,36 +408,90 @@ class Composer(QWidget):
         )
         self.add_paths(paths)
 
-    def add_paths(self, paths: list[str]) -> int:
-        """Attach files; unusable ones are reported inline. Returns how many were added."""
-        added, problems = 0, []
-        for path in paths:
-            if len(self._attachments) >= MAX_IMAGES:
-                problems.append(tr("At most {n} images per message.").format(n=MAX_IMAGES))
-                break
-            try:
-                self._add_attachment(load_attachment(path))
-                added += 1
-            except AttachmentError as e:
-                problems.append(str(e))
-        self.show_notice("\n".join(problems))
-        return added
+    def add_paths(self, paths: list[str], names: list[str] | None = None) -> int:
+        """Attach files (names: what the user sees, default the file names), read on a worker
+        thread; unusable ones are reported inline once read. Returns how many are read."""
+        files = list(zip(paths, names or [None] * len(paths), strict=True))
+        if not files:
+            return 0
+        room = max(0, MAX_IMAGES - len(self._attachments) - sum(r.count for r in self._readings))
+        if len(files) > room:
+            files = files[:room]
+            too_many = tr("At most {n} images per message.").format(n=MAX_IMAGES)
+            if not files:
+                self.show_notice(too_many)
+                return 0
+            self._read_problems.append(too_many)
+        self._read([lambda p=p, n=n: read_image(p, n) for p, n in files])
+        return len(files)
 
     def add_image(self, image: QImage, name: str | None = None) -> bool:
         if image.isNull():
             self.show_notice(tr("The clipboard image is empty."))
             return False
-        if len(self._attachments) >= MAX_IMAGES:
+        if len(self._attachments) + sum(r.count for r in self._readings) >= MAX_IMAGES:
             self.show_notice(tr("At most {n} images per message.").format(n=MAX_IMAGES))
             return False
-        try:
-            path = save_pasted_image(image)
-            self._add_attachment(load_attachment(path, name or tr("pasted image")))
-        except AttachmentError as e:
-            self.show_notice(str(e))
-            return False
-        self.show_notice("")
+        name = name or tr("pasted image")
+        self._read([lambda: read_image(save_pasted_image(image), name)])
         return True
+
+    def wait_attachments(self) -> None:
+        """Block until every file being read is attached (a window closing, scripted modes,
+        tests)."""
+        while self._readings:
+            self._readings[0].job.wait()  # its delivery removes it (and any read after it)
+
+    def _read(self, reads: list) -> None:
+        """Run reads (callables returning a ReadImage or raising AttachmentError) on a worker;
+        their chips are added in the order of the calls to _read."""
+        reading = _Reading(self._generation, len(reads))
+        self._readings.append(reading)
+
+        def work() -> list:
+            outcomes = []
+            for read in reads:
+                try:
+                    outcomes.append(read())
+                except AttachmentError as e:
+                    outcomes.append(e)
+            return outcomes
+
+        def done(outcomes: list) -> None:
+            reading.outcomes = outcomes
+            self._attach_read()
+
+        def failed(e: BaseException) -> None:  # not a bad file: a fault, reported all the same
+            done([AttachmentError(tr("The image could not be read: {why}").format(why=e))])
+
+        self.show_notice(tr("Reading the image…"), error=False)
+        reading.job = BackgroundJob(self, work, done, failed, "merlin-attach")
+
+    def _attach_read(self) -> None:
+        """Attach the outcomes of the readings that are over, in order, up to the first that
+        is not; once none is left, report the problems and send if a send was waiting."""
+        while self._readings and self._readings[0].outcomes is not None:
+            reading = self._readings.pop(0)
+            if reading.generation != self._generation:
+                continue
+            for outcome in reading.outcomes:
+                if isinstance(outcome, ReadImage):
+                    self._add_attachment(to_attachment(outcome))
+                else:
+                    self._read_problems.append(str(outcome))
+        if self._readings:
+            return
+        self.show_notice("\n".join(self._read_problems))
+        self._read_problems = []
+        if self._send_when_read:
+            self._send_when_read = False
+            self.submit()
+
+    def _drop_readings(self) -> None:
+        """Files still being read will not be attached (the contents are being replaced)."""
+        self._generation += 1
+        self._send_when_read = False
+        self._read_problems = []
 
     def add_mime(self, mime: QMimeData) -> int:
         """Images or files from a drop or a paste."""
