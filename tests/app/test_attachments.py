@@ -279,3 +279,45 @@ def test_an_image_over_qts_default_limit_but_within_the_engines_attaches(qtbot, 
     assert 8200 * 8200 * 4 > 256 << 20 and 8200 * 8200 <= MAX_PIXELS
     a = load_attachment(path)
     assert a.path == str(path) and a.size == (8200, 8200) and not a.thumbnail.isNull()
+
+
+def test_chat_thumbnails_are_decoded_off_the_gui_thread_at_the_size_shown(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """A sent picture's thumbnail in the chat comes from a worker (it was a whole decode of
+    the photo on the GUI thread, again at every opening of the chat); a missing file says
+    so; a second showing comes from the kept thumbnails."""
+    import threading
+
+    from merlin.app.widgets import thumbnails as thumbs
+    from merlin.app.widgets.chat_view import THUMB_HEIGHT
+
+    readers = []
+    real = thumbs.read_thumbnail
+
+    def read(*args):
+        readers.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(thumbs, "read_thumbnail", read)
+    w = make_window()
+    w.composer.add_paths([str(png(tmp_path / "wide.png", 3000, 500))])
+    w.composer.wait_attachments()
+    send(qtbot, w, "What is this?")
+    thumbs.thumbnails().wait()
+    label = w.chat.messages()[0].thumbs.itemAt(0).widget()
+    pm = label.pixmap()
+    dpr = pm.devicePixelRatio()
+    assert round(pm.height() / dpr) == THUMB_HEIGHT and round(pm.width() / dpr) == 3 * THUMB_HEIGHT
+    assert readers and threading.main_thread() not in readers
+    seen = len(readers)
+    cid = w.controller.current_id
+    w.controller.new_conversation()
+    w.controller.open_conversation(cid)
+    thumbs.thumbnails().wait()
+    assert len(readers) == seen  # kept
+    assert not w.chat.messages()[0].thumbs.itemAt(0).widget().pixmap().isNull()
+    missing = w.chat.messages()[0]
+    missing.set_images([str(tmp_path / "gone.png")])
+    thumbs.thumbnails().wait()
+    assert missing.thumbs.itemAt(1).widget().text() == "[image missing]"

@@ -44,6 +44,7 @@ def run(
 
     from merlin.app.modes.demo_image import draw_demo_image
     from merlin.app.settings import AppSettings
+    from merlin.app.widgets.thumbnails import thumbnails
     from merlin.app.widgets.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -96,6 +97,7 @@ def run(
         wait(lambda: not meter.timer.isActive())
         wait(lambda: meter.last is not None and meter.last.serial == meter.serial)
     window.panel.refresh(force=True)
+    thumbnails().wait()
     for _ in range(5):
         app.processEvents()
     out = Path(path).expanduser()

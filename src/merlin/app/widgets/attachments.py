@@ -93,7 +93,7 @@ def read_image(path: str | Path, name: str | None = None) -> ReadImage:
                 name=name, mb=MAX_FILE_BYTES >> 20
             )
         )
-    _allow_engine_sized_images()
+    allow_engine_sized_images()
     reader = QImageReader(str(path))
     reader.setAutoTransform(True)
     if not reader.canRead():
@@ -140,7 +140,7 @@ def read_image(path: str | Path, name: str | None = None) -> ReadImage:
     )
 
 
-def _allow_engine_sized_images() -> None:
+def allow_engine_sized_images() -> None:
     """Qt refuses to decode images over 256 MB (64 Mpx at 4 bytes a pixel), a PNG even for a
     thumbnail (it has no scaled decoding); the engine takes up to MAX_PIXELS: raise Qt's
     process-wide limit to that (an image past it is refused by its size, with a message)."""

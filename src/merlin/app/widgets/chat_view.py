@@ -13,6 +13,7 @@ from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QGuiApplication,
+    QImage,
     QPainter,
     QPalette,
     QPixmap,
@@ -33,10 +34,20 @@ from merlin.app.widgets import theme
 from merlin.app.widgets.icons import icon
 from merlin.app.widgets.message_text import MessageText
 from merlin.app.widgets.reasoning_block import ReasoningBlock
+from merlin.app.widgets.thumbnails import thumbnails
 from merlin.app.widgets.version_switch import VersionSwitch
 
 MAX_COLUMN_WIDTH_EM = 58  # readable line length; wider windows get margins
 THUMB_HEIGHT = 120
+
+
+def _show(label: QLabel, image: QImage | None, dpr: float) -> None:
+    if image is None:
+        label.setText(tr("[image missing]"))
+        return
+    pm = QPixmap.fromImage(image)
+    pm.setDevicePixelRatio(dpr)
+    label.setPixmap(pm)
 
 
 class MessageWidget(QFrame):
@@ -125,22 +136,20 @@ class MessageWidget(QFrame):
     # ---- content -------------------------------------------------------------------------
 
     def set_images(self, paths: list[str], names: list[str] | None = None) -> None:
+        """Thumbnails of the message's images, decoded on a worker (widgets/thumbnails.py):
+        each label keeps its place, empty until its picture arrives."""
         self.image_paths = list(paths)
+        dpr = self.devicePixelRatioF()
+        height = round(THUMB_HEIGHT * dpr)
         for i, path in enumerate(paths):
             label = QLabel()
-            pm = QPixmap(path)
-            if pm.isNull():
-                label.setText(tr("[image missing]"))
-            else:
-                dpr = self.devicePixelRatioF()
-                pm = pm.scaledToHeight(round(THUMB_HEIGHT * dpr), Qt.SmoothTransformation)
-                if pm.width() > 3 * THUMB_HEIGHT * dpr:
-                    pm = pm.copy(0, 0, round(3 * THUMB_HEIGHT * dpr), pm.height())
-                pm.setDevicePixelRatio(dpr)
-                label.setPixmap(pm)
+            label.setMinimumHeight(THUMB_HEIGHT)
             label.setToolTip(names[i] if names and i < len(names) else path)
             label.setObjectName("thumbnail")
             self.thumbs.insertWidget(self.thumbs.count() - 1, label)
+            thumbnails().request(
+                path, height, 3 * height, label, lambda image, label=label: _show(label, image, dpr)
+            )
         self.thumb_row.setVisible(bool(paths))
 
     def set_text(self, text: str) -> None:
