@@ -4,7 +4,10 @@ compiles it (the `generation` tag, raise_exception, tojson, strftime_now), plus 
 Why a budget: a chat template is a program from the checkpoint folder. A damaged or hostile
 one must not freeze or exhaust the app: rendering stops with a SecurityError (which
 engine.tokenizer turns into a TokenizerError) after RENDER_SECONDS, after RENDER_MAX_OPS
-template operations, or when the output or a value built by `*` or `+` grows past the limits.
+template operations plus RENDER_OPS_PER_CHAR for every character of the messages' text (a
+value built is charged by its length, and a template copies each message a few times: a
+legitimate conversation of 20 MB must not read as a runaway template), or when the output or
+a value built by `*` or `+` grows past the limits.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from . import template_limits
 # value built by `*`, `+` grows past the limits below.
 RENDER_SECONDS = 10.0
 RENDER_MAX_OPS = 2_000_000
+RENDER_OPS_PER_CHAR = 1.0  # 16 copies of the text, at template_limits.CHARS_PER_OP
 RENDER_MAX_VALUE = 16 * 1024 * 1024  # chars (or items) of one value made by * or +
 RENDER_MIN_OUTPUT = 1024 * 1024  # chars of output allowed beyond twice the messages' text
 
@@ -73,9 +77,10 @@ def _strftime_now(fmt: str) -> str:
 
 
 class _RenderBudget:
-    def __init__(self, max_output: int) -> None:
+    def __init__(self, max_output: int, max_ops: int) -> None:
         self.deadline = time.perf_counter() + RENDER_SECONDS
         self.ops = 0
+        self.max_ops = max_ops
         self.max_output = max_output
         # no value built during the render may be larger than the output may be
         self.bounds = template_limits.Bounds(min(max_output, RENDER_MAX_VALUE), self.charge)
@@ -83,8 +88,8 @@ class _RenderBudget:
     def charge(self, n: int = 1) -> None:
         before = self.ops
         self.ops += n
-        if self.ops > RENDER_MAX_OPS:
-            raise SecurityError(f"it ran more than {RENDER_MAX_OPS} operations")
+        if self.ops > self.max_ops:
+            raise SecurityError(f"it ran more than {self.max_ops} operations")
         if (before ^ self.ops) >> 10 and time.perf_counter() > self.deadline:
             raise SecurityError(f"it ran longer than {RENDER_SECONDS:.0f} s")
 
@@ -163,8 +168,14 @@ class _BudgetedSandbox(ImmutableSandboxedEnvironment):
         result = super().call_binop(context, operator, left, right)
         return bounds.built(f"the operator {operator!r}", result)
 
-    def render_budgeted(self, template: jinja2.Template, max_output: int, variables: dict) -> str:
-        self._local.budget = budget = _RenderBudget(max_output)
+    def render_budgeted(
+        self,
+        template: jinja2.Template,
+        max_output: int,
+        variables: dict,
+        max_ops: int = RENDER_MAX_OPS,
+    ) -> str:
+        self._local.budget = budget = _RenderBudget(max_output, max_ops)
         try:
             parts, size = [], 0
             for chunk in template.generate(**variables):

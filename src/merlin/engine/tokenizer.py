@@ -35,6 +35,7 @@ from .chat_template import (  # noqa: F401 (the render limits are part of this A
     RENDER_MAX_OPS,
     RENDER_MAX_VALUE,
     RENDER_MIN_OUTPUT,
+    RENDER_OPS_PER_CHAR,
     RENDER_SECONDS,
     make_jinja_env,
 )
@@ -149,6 +150,7 @@ class Tokenizer:
         self._full = full
         self._plain = plain
         self._memo: dict[str, tuple[int, ...]] = {}  # text -> ids (_encode_plain)
+        self._longest: int | None = None  # longest_token_chars, once asked
         self._special = dict(special_tokens)  # content -> id, every added token
         self._special_ids = frozenset(self._special.values())
         self._vocab_size = vocab_size
@@ -355,6 +357,15 @@ class Tokenizer:
         """Number of ids including added tokens (max id + 1); the model may pad beyond it."""
         return self._vocab_size
 
+    @property
+    def longest_token_chars(self) -> int:
+        """Characters of the vocabulary's longest token string (a byte-level token's string
+        has a character per byte, at least as many as the text it stands for): a plain text
+        of n characters is at least n / this many tokens."""
+        if self._longest is None:
+            self._longest = max(map(len, self._plain.get_vocab(with_added_tokens=True)), default=1)
+        return max(1, self._longest)
+
     def token_id(self, token: str) -> int:
         """Id of a token string (special or vocabulary); TokenizerError if absent."""
         tid = self._special.get(token)
@@ -555,7 +566,12 @@ class Tokenizer:
         written = sum(len(t) for t in self._all_texts(messages, None))
         max_output = 2 * written + RENDER_MIN_OUTPUT
         try:
-            return self._template.environment.render_budgeted(self._template, max_output, variables)
+            return self._template.environment.render_budgeted(
+                self._template,
+                max_output,
+                variables,
+                RENDER_MAX_OPS + int(RENDER_OPS_PER_CHAR * written),
+            )
         except SecurityError as e:
             raise TokenizerError(
                 f"The chat template ({self.chat_template_source}) was stopped: {e}. Replace it "

@@ -83,3 +83,39 @@ def test_already_dropped_messages_stay_dropped():
     render, _ = renderer(msgs, [10] * len(msgs))
     dropped, prompt, trimmed = fit_context(msgs, {0, 1}, render, budget=200, reserve=10)
     assert dropped == {0, 1} and trimmed is None and len(prompt.ids) == SYSTEM + TAG + 70
+
+
+def test_units_far_past_the_budget_are_left_out_unrendered():
+    """With a lower bound of each message's tokens, the oldest units that cannot fit whatever
+    else goes are dropped before the first render: an API client's conversation of megabytes
+    is not rendered (tokenized) whole, repeatedly, to find what fits."""
+    msgs = chat(40)  # 81 messages of 10 tokens
+    render, calls = renderer(msgs, [10] * len(msgs))
+    floor = {id(m): 6 if m.role == "user" else 0 for m in msgs}  # 6 <= 10: a valid bound
+    dropped, prompt, trimmed = fit_context(
+        msgs, set(), render, budget=200, reserve=20, trim_fraction=0.75, system="s",
+        min_tokens=lambda m: floor[id(m)],
+    )  # fmt: skip
+    # the question and the newest 29 questions make 180 bound tokens (the limit); with the
+    # 30th newest the bound passes it: that unit and the 10 before it are never rendered
+    never = set(range(22))
+    assert all(never <= c for c in calls), calls
+    assert len(prompt.ids) <= 150 and dropped >= never
+    assert trimmed.dropped == sorted(dropped) and "oldest message(s)" in trimmed.notice
+    # the same answer as without the bound (it only skips renders)
+    render2, calls2 = renderer(msgs, [10] * len(msgs))
+    same = fit_context(msgs, set(), render2, budget=200, reserve=20, trim_fraction=0.75, system="s")
+    assert same[0] == dropped and len(same[1].ids) == len(prompt.ids)
+    assert trimmed.dropped_tokens <= same[2].dropped_tokens  # the unrendered: by their bound
+    assert set() in calls2  # without it, the whole conversation was rendered
+
+
+def test_the_bound_never_drops_the_question_or_the_latest_image():
+    msgs = chat(30, image_at=2)
+    render, _ = renderer(msgs, [10] * len(msgs))
+    dropped, prompt, trimmed = fit_context(
+        msgs, set(), render, budget=200, reserve=20, system="s",
+        min_tokens=lambda m: 10 if m.role == "user" else 0,
+    )  # fmt: skip
+    assert 4 not in dropped and 5 not in dropped and len(msgs) - 1 not in dropped
+    assert prompt.images == ["img"] and len(prompt.ids) <= 180

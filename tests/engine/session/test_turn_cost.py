@@ -58,3 +58,45 @@ def test_a_later_turn_costs_what_an_early_one_does(demo_dir):
     (decode10, bpe10), (decode40, bpe40) = calls[10], calls[40]
     assert bpe10 > 0 and bpe40 == bpe10, calls  # the new question's stretches only
     assert decode40 <= decode10 + 3, calls  # the answer's streaming (its text varies), no more
+
+
+def test_a_conversation_of_megabytes_is_fitted_without_encoding_it_whole(demo_dir):
+    """An API client may send a 20 MB conversation with a context of a few thousand tokens.
+    The turns that cannot fit are found by a lower bound (a text's characters over the
+    longest token's) and left out unrendered: before, every step of the search for what fits
+    encoded the whole conversation (12 s here), and the template's operation budget, fixed
+    whatever the text's size, stopped the first render as a runaway template."""
+    from merlin.engine.session import ContextTrimmed, Message
+
+    model = load_model(demo_dir)
+    tok = model.tokenizer
+    msgs = []
+    for i in range(220):
+        words = "river lake mountain " if i % 2 else "the blue sky over a small boat "
+        msgs.append(Message("assistant" if i % 2 else "user", words * 3800))
+    msgs.append(Message("user", "and now?"))
+    total = sum(len(m.text) for m in msgs)
+    assert total > 20_000_000
+    rendered = tok.render_chat([{"role": m.role, "content": m.text} for m in msgs])
+    assert len(rendered) > total  # the whole of it renders: no runaway-template error
+
+    encoded = []
+    plain = tok._plain
+
+    class Counting:
+        def encode(self, text, *a, **k):
+            encoded.append(len(text))
+            return plain.encode(text, *a, **k)
+
+        def __getattr__(self, name):
+            return getattr(plain, name)
+
+    tok._plain = Counting()
+    try:
+        session = Session(model, settings=SessionSettings(context_budget=4096))
+        events = list(session.respond(msgs, max_new_tokens=2, ignore_eos=True))
+    finally:
+        tok._plain = plain
+    trimmed = [e for e in events if isinstance(e, ContextTrimmed)]
+    assert trimmed and trimmed[0].context_tokens <= 4096 - 512
+    assert sum(encoded) < total // 10, sum(encoded)

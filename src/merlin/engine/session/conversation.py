@@ -118,7 +118,9 @@ class ContextTrimmed:
     """Event: older messages were left out of what the model sees (they stay in the chat)."""
 
     dropped: list[int]  # indexes into session.messages, newly left out by this turn
-    dropped_tokens: int  # tokens the conversation shrank by
+    # tokens the conversation shrank by (messages far past the budget, left out unrendered:
+    # counted by their lower bound, session.fitting)
+    dropped_tokens: int
     context_tokens: int  # tokens of the conversation the model now sees (with the question)
     notice: str  # a sentence to show in the chat
 
