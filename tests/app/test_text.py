@@ -47,6 +47,14 @@ def test_stable_length_stops_before_open_code_fence_and_formula():
     src = "intro\n\n$$\na\n\nb"
     assert stable_length(src) == len("intro\n\n")
     assert stable_length("no break yet") == 0
+    src = "a \\[ x\n\nb \\] c\n\nd"
+    assert stable_length(src) == len("a \\[ x\n\nb \\] c\n\n")  # the formula closed
+
+
+def test_formula_marks_inside_code_do_not_hold_the_stream_back():
+    """`echo $$` in a shell block is not a formula: the blocks after it are finished."""
+    src = "Run:\n\n```sh\necho $$\n```\n\nThen this.\n\nand"
+    assert stable_length(src) == len(src) - len("and")
 
 
 def test_code_blocks():
