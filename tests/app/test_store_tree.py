@@ -261,3 +261,31 @@ def test_export_writes_the_selected_path_and_import_makes_a_linear_chat(tmp_path
     assert [r.text for r in other.messages(new)] == ["q", "again"]
     store.close()
     other.close()
+
+
+def _chat(n: int) -> list[tuple]:
+    roles = ("user", "assistant")
+    return [(roles[i % 2], f"m{i}", "done", {}, [], None) for i in range(n)]
+
+
+def test_a_long_chat_and_a_long_tail_can_be_deleted(tmp_path):
+    """A chat is a chain of replies (parent_id, ON DELETE CASCADE): deleting it or an early
+    message deleted the replies one level of trigger recursion each, and SQLite stops at
+    1,000 levels ("too many levels of trigger recursion": a chat of over ~1,000 messages
+    could not be deleted). The other chats are untouched."""
+    store = Store(tmp_path)
+    keep, long_chat, tail = store.add_conversations(
+        [("keep", None, _chat(6)), ("long", None, _chat(1500)), ("tail", None, _chat(1300))]
+    )
+    store.delete_conversation(long_chat)
+    assert store.conversation(long_chat) is None and store.message_count(long_chat) == 0
+    rows = store.messages(tail)
+    assert store.delete_messages_from(tail, rows[2].id) == 1298
+    assert [r.text for r in store.messages(tail)] == ["m0", "m1"]
+    assert [r.text for r in store.messages(keep)] == [f"m{i}" for i in range(6)]
+    store.close()
+    # the indexes that keep a deletion from scanning the table for each message
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    plan = db.execute("EXPLAIN QUERY PLAN SELECT 1 FROM messages WHERE parent_id = 5").fetchall()
+    assert "USING" in str(plan) and "INDEX" in str(plan), plan
+    db.close()

@@ -252,6 +252,9 @@ class Store:
         # columns an older or partial layout lacks are added (with their defaults)
         with self._transaction():
             schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1 + schema.CHOICES_TABLE)
+            for statement in schema.INDEXES.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
 
     @property
     def schema_version(self) -> int:
@@ -326,6 +329,11 @@ class Store:
 
     def delete_conversation(self, conversation_id: int) -> None:
         with self._transaction() as db:
+            # unlinked first: the messages' parent_id cascade would otherwise delete a chat's
+            # replies one level of trigger recursion each (SQLite stops at 1,000 levels)
+            db.execute(
+                "UPDATE messages SET parent_id = NULL WHERE conversation_id = ?", (conversation_id,)
+            )
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
         self.collect_images()
 
@@ -470,9 +478,13 @@ class Store:
                 (message_id, conversation_id),
             ).fetchone():
                 return 0
-            n = tree.subtree_size(db, message_id)
-            db.execute("DELETE FROM messages WHERE id = ?", (message_id,))  # cascades below
-            return n
+            ids = tree.subtree(db, message_id)
+            # all unlinked before any is deleted (as in delete_conversation)
+            for sql in ("UPDATE messages SET parent_id = NULL", "DELETE FROM messages"):
+                for i in range(0, len(ids), 500):
+                    chunk = ids[i : i + 500]
+                    db.execute(f"{sql} WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            return len(ids)
 
     # ---- versions (the tree of a chat: store_tree.py) -------------------------------------
 

@@ -83,6 +83,13 @@ UPDATE messages SET parent_id = (
     + CHOICES_TABLE
     + "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id, id);"
 )
+# Indexes made at every opening (IF NOT EXISTS, no schema version: an older Merlin ignores
+# them). Deleting a message checks the rows that reference it (its replies, by parent_id; its
+# fork choices, by child_id): without these, every deleted message scanned the whole table.
+INDEXES = """
+CREATE INDEX IF NOT EXISTS messages_by_parent_id ON messages(parent_id);
+CREATE INDEX IF NOT EXISTS message_choices_by_child ON message_choices(child_id)
+"""
 # Thinking models (schema 3): an answer's reasoning apart from its text (NULL: the answer
 # had no thinking block), and a chat's thinking switch (NULL: the template's default; "on",
 # "off"). Nullable columns, so every row an older Merlin wrote stays as it was.

@@ -134,12 +134,12 @@ def choose(db: sqlite3.Connection, message_id: int) -> bool:
     return True
 
 
-def subtree_size(db: sqlite3.Connection, message_id: int) -> int:
-    """message_id and every message below it, in all branches."""
-    row = db.execute(
+def subtree(db: sqlite3.Connection, message_id: int) -> list[int]:
+    """message_id and the ids of every message below it, in all branches."""
+    rows = db.execute(
         "WITH RECURSIVE below(id) AS (SELECT id FROM messages WHERE id = ? "
         "UNION SELECT m.id FROM messages m JOIN below b ON m.parent_id = b.id) "
-        "SELECT COUNT(*) FROM below",
+        "SELECT id FROM below",
         (message_id,),
-    ).fetchone()
-    return int(row[0])
+    ).fetchall()
+    return [int(r[0]) for r in rows]
