@@ -219,6 +219,20 @@ def test_timeouts_and_refused_connections(scripted):
     assert fin.reason == "error" and "cannot connect" in fin.totals["notices"][0]
     with pytest.raises(RemoteError, match="cannot connect"):
         list_models(RemoteConfig(f"http://127.0.0.1:{port}"))
+    with pytest.raises(RemoteError, match="sent no model list within 0.5 s"):
+        list_models(RemoteConfig(scripted("silent"), read_timeout=0.5))
+
+
+def test_fetching_models_from_a_silent_server_leaves_the_dialog_answering(qtbot, scripted):
+    from merlin.app.widgets.remote_dialog import RemoteBox
+
+    box = RemoteBox(RemoteConfig(scripted("silent")))
+    qtbot.addWidget(box)
+    t0 = time.monotonic()
+    job = box.fetch()
+    assert time.monotonic() - t0 < 1 and job.running and "Asking" in box.status.text()
+    assert job.wait() is False and box.fetch_button.isEnabled()
+    assert box.status.text() and "Asking" not in box.status.text()
 
 
 def test_api_key_lives_in_its_own_private_file(tmp_path):
@@ -273,12 +287,15 @@ def test_model_dialog_offers_the_server(qtbot, server, data_dir):  # noqa: F811
     assert not d.buttons.button(d.buttons.StandardButton.Ok).isEnabled()  # no address yet
     d.remote.url.setText(server.url)
     assert d.buttons.button(d.buttons.StandardButton.Ok).isEnabled()
-    assert d.remote.fetch()
+    job = d.remote.fetch()
+    assert not d.remote.fetch_button.isEnabled()  # asked on a worker, the dialog answering
+    assert job.wait()
+    assert d.remote.fetch_button.isEnabled()
     assert d.remote.model.currentText() == server.health()["model"]
     choice = d.choice()
     assert choice.source == REMOTE_SOURCE and choice.remote.base_url == server.url
     d.remote.url.setText("127.0.0.1:1")
-    assert not d.remote.fetch() and "cannot connect" in d.remote.status.text()
+    assert not d.remote.fetch().wait() and "cannot connect" in d.remote.status.text()
 
 
 def test_stop_works_while_the_server_is_silent(scripted):

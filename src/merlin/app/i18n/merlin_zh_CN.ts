@@ -1300,6 +1300,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/remote_dialog.py" />
+      <source>Asking the server…</source>
+      <translation>正在询问服务器…</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/remote_dialog.py" />
       <source>{n} model(s) on the server.</source>
       <translation>服务器上有 {n} 个模型。</translation>
     </message>

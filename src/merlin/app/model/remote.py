@@ -48,6 +48,7 @@ REMOTE_SOURCE = "remote"
 DEFAULT_MAX_PIXELS = 1024 * 1024
 MAX_IMAGE_BYTES = 16 * 1024 * 1024
 KEY_FILE = "remote-api-key"
+LIST_TIMEOUT = 15.0  # s a server may take to list its models (it has nothing to compute)
 
 
 class RemoteError(MerlinError):
@@ -136,8 +137,14 @@ def list_models(config: RemoteConfig) -> list[str]:
     import httpx
 
     url = config.url
+    timeout = httpx.Timeout(min(config.read_timeout, LIST_TIMEOUT), connect=config.connect_timeout)
     try:
-        r = httpx.get(url + "/models", headers=_headers(config.api_key), timeout=_timeout(config))
+        r = httpx.get(url + "/models", headers=_headers(config.api_key), timeout=timeout)
+    except httpx.ReadTimeout:
+        raise RemoteError(
+            f"{url} accepted the connection but sent no model list within "
+            f"{timeout.read:g} s. Is it an OpenAI-compatible server, and is it busy?"
+        ) from None
     except httpx.HTTPError as e:
         raise RemoteError(_network_message(e, url, config)) from None
     if r.status_code != 200:

@@ -1,7 +1,8 @@
 """The "OpenAI-compatible server" part of the model dialog: address, API key, model.
 
-"Fetch models" asks the server (GET /v1/models, a few seconds at most) and fills the model
-list; the model can also be typed. Used by app/model_dialog.py.
+"Fetch models" asks the server (GET /v1/models) on a worker thread, the window answering
+meanwhile (a server that accepts and stays silent is given up after model.remote's listing
+timeout), and fills the model list; the model can also be typed. Used by app/model_dialog.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from merlin.app.i18n import tr
 from merlin.app.model.remote import RemoteConfig, RemoteError, list_models, normalize_url
+from merlin.app.widgets.background import BackgroundJob
 
 
 class RemoteBox(QGroupBox):
@@ -71,13 +73,25 @@ class RemoteBox(QGroupBox):
             return str(e)
         return ""
 
-    def fetch(self) -> bool:
-        """Fill the model list from the server; the status line says what happened."""
-        try:
-            models = list_models(self.config())
-        except RemoteError as e:
-            self.status.setText(str(e))
-            return False
+    def fetch(self) -> BackgroundJob:
+        """Ask the server for its models on a worker; then fill the list, and the status line
+        says what happened (the job's result: whether the list was filled)."""
+        self.fetch_button.setEnabled(False)
+        self.status.setText(tr("Asking the server…"))
+        config = self.config()
+        return BackgroundJob(
+            self, lambda: list_models(config), self._fetched, self._fetch_failed, "merlin-models"
+        )
+
+    def _fetch_failed(self, e: BaseException):
+        if not isinstance(e, RemoteError):
+            return NotImplemented
+        self.fetch_button.setEnabled(True)
+        self.status.setText(str(e))
+        return False
+
+    def _fetched(self, models: list[str]) -> bool:
+        self.fetch_button.setEnabled(True)
         keep = self.model.currentText()
         self.model.clear()
         self.model.addItems(models)
