@@ -321,3 +321,37 @@ def test_chat_thumbnails_are_decoded_off_the_gui_thread_at_the_size_shown(
     missing.set_images([str(tmp_path / "gone.png")])
     thumbs.thumbnails().wait()
     assert missing.thumbs.itemAt(1).widget().text() == "[image missing]"
+
+
+def test_an_attached_image_is_copied_into_the_store_off_the_gui_thread(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """The copy into the chat store (read, hash, write, fsync: about a second for a 10 MB
+    photo on a board's SD card) is made while the file is read, on the worker; sending then
+    only checks it is there. Had it gone meanwhile, sending copies it again."""
+    import threading
+
+    from merlin.app.model.store import Store
+
+    copies = []
+    real = Store.import_image
+
+    def import_image(self, source, name=None):
+        copies.append(threading.current_thread())
+        return real(self, source, name)
+
+    monkeypatch.setattr(Store, "import_image", import_image)
+    w = make_window()
+    drop(w, w.chat.viewport(), png(tmp_path / "lake.png"))
+    w.composer.wait_attachments()
+    send(qtbot, w, "What is in the picture?")
+    assert len(copies) == 1 and copies[0] is not threading.main_thread()
+    ref = stored(w)[0].images[0]
+    assert w.store.image_path(ref).read_bytes() == (tmp_path / "lake.png").read_bytes()
+    # its copy removed before sending (a collection after the grace period): copied again
+    drop(w, w.chat.viewport(), png(tmp_path / "sea.png", color="#119911"))
+    w.composer.wait_attachments()
+    w.store.image_path(w.composer.attachments()[0].stored).unlink()
+    send(qtbot, w, "And this one?")
+    assert len(copies) == 3 and copies[2] is threading.main_thread()
+    assert w.store.image_path(stored(w)[2].images[0]).is_file()

@@ -173,6 +173,7 @@ class ChatController(QObject):
             self.images.remember(p, a) for a, p in zip(attachments, paths)
         ]
         m.stopped = self.images.stop_sent
+        composer.store_file = lambda path, name: self.store.import_image(path, name)
         # the loaded model on the OpenAI API while the app is open (Model > Serve)
         self.serving = ServeWorker(self.worker)
         self.serving.moveToThread(self.thread)

@@ -53,7 +53,7 @@ from merlin.app.model.jobs import (
 )
 from merlin.app.model.perf_stats import PerfStats
 from merlin.app.model.prompting import Turn
-from merlin.app.model.store import AT_END, MessageRow, Store, StoreError
+from merlin.app.model.store import AT_END, ImageRef, MessageRow, Store, StoreError
 from merlin.app.model.thought import ThinkingProgress, Thought, thinking_mode
 from merlin.engine.errors import InputError
 from merlin.engine.generate import Finished, PrefillDone, Tokens
@@ -272,7 +272,7 @@ class ConversationModel(Branching):
         edited = self.editing_id if self.current_id is not None else None
         parent = self.edit_parent() if edited is not None else AT_END
         try:
-            refs = [self.store.import_image(a.path, a.name) for a in attachments]
+            refs = [self._stored_image(a) for a in attachments]
             self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])
             if self.current_id is None:
                 self.current_id = self.store.create_conversation(title(text, bool(refs), tr))
@@ -314,6 +314,14 @@ class ConversationModel(Branching):
             )
         self._update_actions()
         return True
+
+    def _stored_image(self, attachment) -> ImageRef:
+        """The attachment's copy in the store: the one made when it was attached (composer:
+        no file work here, on the GUI thread), unless it has gone since; else made now."""
+        ref = getattr(attachment, "stored", None)
+        if isinstance(ref, ImageRef) and self.store.keep_image(ref):
+            return ref
+        return self.store.import_image(attachment.path, attachment.name)
 
     def turns(self, rows: list[MessageRow]) -> list[Turn]:
         turns, dropped = prompt_turns(rows, self.store.image_path, self.image_for)

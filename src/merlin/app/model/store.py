@@ -568,6 +568,16 @@ class Store:
             data, source.suffix.lstrip(".") or "img", name or source.name
         )
 
+    def keep_image(self, ref: ImageRef) -> bool:
+        """Whether ref's file is in the store (then marked in use again, so a collection
+        spares it for IMAGE_GRACE_S more)."""
+        path = self.image_path(ref)
+        try:
+            os.utime(path)
+        except OSError:
+            return False
+        return path.is_file()
+
     def import_image_bytes(self, data: bytes, ext: str, name: str) -> ImageRef:
         ext = "".join(ch for ch in ext.lower() if ch.isalnum())[:8] or "img"
         sha = hashlib.sha256(data).hexdigest()

@@ -48,6 +48,7 @@ class ReadImage:
     name: str
     thumbnail: QImage
     size: tuple[int, int]
+    stored: object = None  # what the composer's store_file made of it (an ImageRef)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Attachment:
     name: str
     thumbnail: QPixmap
     size: tuple[int, int]
+    stored: object = None  # the image's copy in the chat store, made while it was read
 
 
 class AttachmentError(Exception):
@@ -69,7 +71,8 @@ def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
 
 def to_attachment(read: ReadImage) -> Attachment:
     """The chip's pixmap from a read image (GUI thread only)."""
-    return Attachment(read.path, read.name, QPixmap.fromImage(read.thumbnail), read.size)
+    thumbnail = QPixmap.fromImage(read.thumbnail)
+    return Attachment(read.path, read.name, thumbnail, read.size, read.stored)
 
 
 def read_image(path: str | Path, name: str | None = None) -> ReadImage:

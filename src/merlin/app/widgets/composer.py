@@ -5,8 +5,10 @@ candidate (pinyin) only confirms it. Images come by the attach button, by drag-a
 (anywhere on the window; the window forwards drops here) and by pasting. Nothing typed is
 dropped: the text leaves the composer only when the controller accepted the message.
 
-Attached files are read and thumbnailed on a worker thread (widgets/background.py): their
-chips appear in the order given once read; a message sent meanwhile goes when they are.
+Attached files are read and thumbnailed on a worker thread (widgets/background.py), and
+copied into the chat store there too (store_file, set by the controller: sending then needs no
+copy on the GUI thread); their chips appear in the order given once read; a message sent
+meanwhile goes when they are.
 
 Each attached image shows its cost: "N tokens, about S s to read" (from the engine: the image
 is encoded as soon as it is attached, app/image_encoding.py), then "read in S s", and a
@@ -16,6 +18,7 @@ detail menu (fast / detailed / full, or the settings' default) that changes its 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
@@ -238,6 +241,8 @@ class Composer(QWidget):
         self._generation = 0  # bumped when the contents are replaced: older reads are dropped
         self._send_when_read = False
         self._read_problems: list[str] = []  # shown once every reading is over
+        # (path, name) -> the image's copy in the chat store; run on the reading worker
+        self.store_file: Callable[[str, str], object] | None = None
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 4, 8, 8)
         outer.setSpacing(4)
@@ -448,6 +453,8 @@ class Composer(QWidget):
         reading = _Reading(self._generation, len(reads))
         self._readings.append(reading)
 
+        store = self.store_file
+
         def work() -> list:
             outcomes = []
             for read in reads:
@@ -455,6 +462,12 @@ class Composer(QWidget):
                     outcomes.append(read())
                 except AttachmentError as e:
                     outcomes.append(e)
+                    continue
+                if store is not None:
+                    try:
+                        outcomes[-1].stored = store(outcomes[-1].path, outcomes[-1].name)
+                    except Exception:  # noqa: BLE001 (sending copies it, and says what failed)
+                        pass
             return outcomes
 
         def done(outcomes: list) -> None:
