@@ -280,3 +280,26 @@ def test_damaged_page_is_refused_at_open(tmp_path):
         Store(tmp_path)
     assert e.value.can_start_new
     assert path.read_bytes() == bytes(data)  # left as it is
+
+
+def test_the_shown_messages_are_read_again_only_after_a_change(tmp_path):
+    """messages() keeps its last answer while nothing was written, by this Store or by
+    another connection (another Merlin on the same data folder)."""
+    store = Store(tmp_path)
+    cid = store.create_conversation("c")
+    store.add_message(cid, "user", "one")
+    reads = []
+    real = store._read_messages
+    store._read_messages = lambda c: reads.append(c) or real(c)
+    first = store.messages(cid)
+    assert [r.text for r in store.messages(cid)] == ["one"] and len(reads) == 1
+    assert store.messages(cid) == first and store.messages(cid) is not first  # a new list
+    store.add_message(cid, "assistant", "two")
+    assert [r.text for r in store.messages(cid)] == ["one", "two"] and len(reads) == 2
+    other = sqlite3.connect(tmp_path / DB_NAME)
+    other.execute("UPDATE messages SET text = 'uno' WHERE text = 'one'")
+    other.commit()
+    other.close()
+    assert [r.text for r in store.messages(cid)] == ["uno", "two"] and len(reads) == 3
+    assert store.messages(cid + 1) == [] and len(reads) == 4
+    store.close()

@@ -155,6 +155,8 @@ class Store:
         self.interrupted = 0  # answers found half-written when the store opened
         self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
+        self._writes = 0  # transactions run by this Store (messages() cache)
+        self._shown: tuple[tuple, list[MessageRow]] | None = None  # messages()'s last answer
         try:
             if self.folder:
                 self.folder.mkdir(parents=True, exist_ok=True)
@@ -264,6 +266,7 @@ class Store:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One committed transaction. A failure rolls it back (SQLite may have done so
         already, e.g. on a full disk) and a SQLite error becomes a StoreError for the user."""
+        self._writes += 1
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -512,9 +515,22 @@ class Store:
     def messages(self, conversation_id: int) -> list[MessageRow]:
         """The messages the conversation shows: the selected version at each fork, in order
         (every other caller sees a linear chat). The versions: versions() and the rows'
-        version/versions."""
+        version/versions.
+
+        The rows are shared with later calls until the database changes (a chat of thousands
+        of messages took 0.3 s to read and parse, and the window asks for it several times a
+        turn): read them, never modify them."""
         if not schema.row_id_ok(conversation_id):
             return []
+        # another connection's commit changes data_version; this one's, _writes
+        key = (conversation_id, self._writes, self._db.execute("PRAGMA data_version").fetchone())
+        if self._shown is not None and self._shown[0] == key:
+            return list(self._shown[1])
+        rows = self._read_messages(conversation_id)
+        self._shown = (key, rows)
+        return list(rows)
+
+    def _read_messages(self, conversation_id: int) -> list[MessageRow]:
         path = {step.id: step for step in tree.selected_path(self._db, conversation_id)}
         rows = self._db.execute(
             "SELECT id, conversation_id, role, text, state, stats, reasoning FROM messages "
