@@ -169,3 +169,25 @@ def test_two_attached_images_have_their_rows_computed_before_send(qtbot, make_wi
     assert answer.state == "done"
     assert answer.stats["reused_tokens"] == held  # every row computed on attach was kept
     assert answer.stats["prompt_tokens"] < 32  # the question's text, not the pictures
+
+
+def test_closing_the_window_stops_an_encode_in_progress(qtbot, make_window, tmp_path):
+    """The window hides at once, and the engine thread is not left encoding a picture nobody
+    will send (closing had waited up to 30 s for it)."""
+    window = make_window()
+    vision = vision_of(window)
+    vision.embeddings = type(vision.embeddings)()
+    started, outcome = threading.Event(), []
+
+    def slow(images, cancel=None, progress=None):
+        started.set()
+        outcome.append(cancel.wait(30))
+        raise EncodeCancelled
+
+    vision.encode = slow
+    window.composer.add_paths([photo(tmp_path / "e.png")])
+    window.composer.wait_attachments()
+    qtbot.waitUntil(started.is_set, timeout=60_000)
+    window.close()
+    assert not window.isVisible()
+    assert outcome == [True] and window.controller.thread.isFinished()

@@ -304,8 +304,10 @@ class ChatController(QObject):
         self._sig_serve_stop.emit()
 
     def shutdown(self) -> None:
-        """Stop the engine thread; a streaming answer is saved as stopped."""
+        """Stop the engine thread; a streaming answer is saved as stopped, image encodes and
+        loading are cancelled (the engine thread ends at their next check)."""
         self.conversation.shutdown()
+        self.images.stop_all()
         self.flush_timer.stop()
         self.thread.quit()
         self.thread.wait(30_000)

@@ -109,6 +109,12 @@ class ImageEncoding(QObject):
                 job.cancel.set()
                 del self._jobs[key]
 
+    def stop_all(self) -> None:
+        """Stop every encode (the window is closing)."""
+        for _a, job in self._jobs.values():
+            job.cancel.set()
+        self._jobs.clear()
+
     def model_ready(self, vision: bool) -> None:
         """A model finished loading: encode what is attached already."""
         self.ready = bool(vision)
