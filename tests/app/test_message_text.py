@@ -32,6 +32,7 @@ def test_tags_are_text_while_streaming(qtbot, src, shown):
     for end in range(1, len(src) + 1, 3):  # token by token, as an answer arrives
         view.stream(src[:end])
     view.stream(src)
+    view.show_streamed()  # what a render's spacing held back
     text = view.document().toPlainText()
     for piece in shown:
         assert piece in text
@@ -61,3 +62,29 @@ def test_finishing_a_code_answer_lays_it_out_once(qtbot):
     assert len(layouts) <= 8, len(layouts)
     assert view.code_texts and "def f99" in view.code_texts[0]
     assert view.height() > 100 * 2 * view.fontMetrics().lineSpacing() * 0.8  # fitted after
+
+
+def test_a_long_streamed_tail_is_rendered_at_a_pace_the_window_can_bear(qtbot):
+    """An open code block's tail is re-rendered whole at every refresh; calls that come
+    faster than STREAM_SPACING of those renders are held back and the newest text is shown
+    by a timer; the finished render supersedes anything held back."""
+    view = MessageText()
+    qtbot.addWidget(view)
+    view.resize(700, 100)
+    view.show()
+    renders = []
+    real = view._render_stream
+    view._render_stream = lambda src: renders.append(len(src)) or real(src)
+    code = "Here:\n\n```python\n" + "".join(f"x{i} = {i} * 2  # step\n" for i in range(600))
+    view.stream(code)
+    for i in range(50):  # tokens arriving while the first render's spacing runs
+        view.stream(code + f"y = {i}\n")
+    assert len(renders) == 1
+    qtbot.waitUntil(lambda: "y = 49" in view.document().toPlainText(), timeout=10_000)
+    assert len(renders) == 2  # one render for the 50 held back: the newest text
+    view.stream(code + "z = 1\n")
+    view.stream(code + "z = 2\n")  # held back
+    view.render_markdown(code + "```\n\nDone.")
+    qtbot.wait(100)
+    text = view.document().toPlainText()
+    assert "Done." in text and "z = 2" not in text

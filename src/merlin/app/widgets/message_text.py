@@ -4,12 +4,18 @@ A finished message is rendered once (render_markdown). While an answer streams, 
 renders its finished blocks once each (app.markdown.stable_length) and re-renders only the
 unfinished tail; raw HTML in model text is shown as written, never interpreted. The widget
 sizes itself to its document (the chat view scrolls, not this widget).
+
+The tail can be long (a code block still open is re-rendered whole, 20+ ms at 20 KB here and
+several times that on a board's core), so a streamed text is shown at most once every
+STREAM_SPACING times the last render's duration: rendering takes at most about a quarter of
+the GUI thread's time whatever the answer, and a text held back is shown by a timer.
 """
 
 import math
+import time
 from contextlib import contextmanager
 
-from PySide6.QtCore import QSize, Qt, QUrl
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl
 from PySide6.QtGui import (
     QDesktopServices,
     QGuiApplication,
@@ -30,6 +36,7 @@ from merlin.app.model import markdown
 from merlin.app.widgets import highlight, theme
 
 COPY_SCHEME = "merlin-copy"
+STREAM_SPACING = 4.0  # a streamed render starts at least this many of its durations apart
 
 
 # Model text is text: raw HTML in an answer (`</think>`, "use the <b> tag") is shown as written,
@@ -66,6 +73,12 @@ class MessageText(QTextBrowser):
         self._stable_src = 0
         self._tail_pos = 0
         self._fit_paused = False
+        # a streamed text waiting for its turn (STREAM_SPACING), and the last render's timing
+        self._waiting_src: str | None = None
+        self._render_s = 0.0
+        self._rendered_at = 0.0
+        self._stream_timer = QTimer(self, singleShot=True)
+        self._stream_timer.timeout.connect(self.show_streamed)
 
     @contextmanager
     def _one_layout(self):
@@ -87,6 +100,7 @@ class MessageText(QTextBrowser):
 
     def render_markdown(self, src: str, finished: bool = True) -> None:
         """Render the whole text (a finished message, or the final render of an answer)."""
+        self._drop_waiting()
         self.document().setMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
         with self._one_layout():
             groups = highlight.decorate(self.document())
@@ -121,11 +135,39 @@ class MessageText(QTextBrowser):
 
     def render_plain(self, text: str) -> None:
         """User messages are shown as typed (no markdown surprises), still selectable."""
+        self._drop_waiting()
         self.document().setPlainText(text)
         self._fit()
 
     def stream(self, src: str) -> None:
-        """Show a growing answer: finished blocks once, the tail again each call."""
+        """Show a growing answer: finished blocks once, the tail again each time; at once,
+        or, within STREAM_SPACING renders' time of the last one, when the timer fires (the
+        newest text then)."""
+        self._waiting_src = src
+        if self._stream_timer.isActive():
+            return
+        due = self._rendered_at + STREAM_SPACING * self._render_s - time.perf_counter()
+        if due > 0:
+            self._stream_timer.start(max(1, math.ceil(due * 1000)))
+        else:
+            self.show_streamed()
+
+    def show_streamed(self) -> None:
+        """Render the streamed text held back, if any, now."""
+        self._stream_timer.stop()
+        src, self._waiting_src = self._waiting_src, None
+        if src is None:
+            return
+        t0 = time.perf_counter()
+        self._render_stream(src)
+        self._rendered_at = time.perf_counter()
+        self._render_s = self._rendered_at - t0
+
+    def _drop_waiting(self) -> None:
+        self._stream_timer.stop()
+        self._waiting_src = None
+
+    def _render_stream(self, src: str) -> None:
         doc = self.document()
         cursor = QTextCursor(doc)
         stable = markdown.stable_length(src)
