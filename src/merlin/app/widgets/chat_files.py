@@ -2,10 +2,12 @@
 Qt-free merlin.app.model.chat_export. Every failure is a notice in the window; nothing in
 the store changes unless an import succeeds whole.
 
-Reading and writing the file (pictures embedded: hundreds of MB) runs on a thread of its own
-(widgets/background.py), one import or export at a time, the window responsive meanwhile:
-only reading the store's rows and adding the imported ones, in one transaction, run on the
-GUI thread. The store's image collection is held while a job runs. export_chat, export_all
+Reading and writing the file (pictures embedded: hundreds of MB), reading the store's rows
+and adding the imported ones (in one transaction) run on a thread of its own
+(widgets/background.py) with a connection of its own (Store.for_thread), one import or export
+at a time, the window responsive meanwhile (a store in memory, which has no second
+connection, is read and written on the GUI thread). The store's image collection is held
+while a job runs. export_chat, export_all
 and import_chats return the job (None when nothing started); job.wait() gives what the
 synchronous form would have returned: the file written, the imported chats' ids."""
 
@@ -54,10 +56,10 @@ def export_chat(window, path: str | None = None) -> BackgroundJob | None:
     if target is None:
         return None
 
-    def write():  # the store read here (fast), the file written on the job's thread
+    def write(store):
         if as_json:
-            return partial(chat_export.json_export(window.store, [cid]).write, target)
-        return chat_export.markdown_export(window.store, cid, target).write
+            return partial(chat_export.json_export(store, [cid]).write, target)
+        return chat_export.markdown_export(store, cid, target).write
 
     return _export(
         window,
@@ -86,7 +88,7 @@ def export_all(window, path: str | None = None) -> BackgroundJob | None:
     return _export(
         window,
         target,
-        lambda: partial(chat_export.json_export(window.store, ids).write, target),
+        lambda store: partial(chat_export.json_export(store, ids).write, target),
         tr("The chats were not exported: {why}"),
         lambda out: tr("Exported {n} chats to {path}").format(n=len(ids), path=out),
     )
@@ -104,7 +106,14 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
 
     def work():
         convs = chat_export.read_json(path)
-        return convs, chat_export.store_images(store, convs)
+        prepared = chat_export.store_images(store, convs)
+        if not store.folder:  # in memory: added on the GUI thread
+            return convs, prepared
+        job_store = store.for_thread()
+        try:
+            return convs, job_store.add_conversations(prepared)
+        finally:
+            job_store.close()
 
     def failed(e):
         if _failed(window, e, tr("Nothing was imported: {why}")) is NotImplemented:
@@ -112,11 +121,12 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
         return []
 
     def done(read):
-        convs, prepared = read
-        try:
-            ids = store.add_conversations(prepared)
-        except StoreError as e:
-            return failed(e)
+        convs, ids = read
+        if not store.folder:
+            try:
+                ids = store.add_conversations(ids)
+            except StoreError as e:
+                return failed(e)
         window.refresh_conversations()
         message = tr("Imported {n} chats from {path}").format(n=len(ids), path=path)
         missing = sum(m.missing_images for c in convs for m in c.messages)
@@ -161,8 +171,8 @@ def _named(window, typed: Path, suffix: str) -> Path | None:
 
 
 def _export(window, target: Path, plan, failure: str, success) -> BackgroundJob | None:
-    """plan() reads what to export from the store now and returns the writer of `target`,
-    run off the GUI thread; then the notice success(path), or failure with why."""
+    """plan(store) reads what to export from the store and returns the writer of `target`;
+    both run off the GUI thread; then the notice success(path), or failure with why."""
 
     def failed(e):
         return _failed(window, e, failure)
@@ -171,11 +181,22 @@ def _export(window, target: Path, plan, failure: str, success) -> BackgroundJob 
         window.on_notice("info", success(out))
         return out
 
-    try:
-        write = plan()
-    except (ChatFileError, StoreError) as e:
-        failed(e)
-        return None
+    if window.store.folder:
+
+        def write():
+            store = window.store.for_thread()
+            try:
+                writer = plan(store)
+            finally:
+                store.close()
+            return writer()
+
+    else:  # a store in memory: read on the GUI thread
+        try:
+            write = plan(window.store)
+        except (ChatFileError, StoreError) as e:
+            failed(e)
+            return None
     return _start(window, tr("Exporting to {path}…").format(path=target), write, done, failed)
 
 
