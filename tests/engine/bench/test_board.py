@@ -141,3 +141,24 @@ def test_the_host_check_times_the_tiles_per_block_and_reports_each_part():
     text = board.report(result)
     assert "weights: model TRUSTED, all 1 host checks within 25%" in text
     assert "attention: model NOT TRUSTED, 1 of 1 host checks outside 25%" in text
+
+
+def test_intel_unlamination_is_a_rename_slot_per_indexed_computing_instruction(tool):
+    body = [
+        "vpdpbusd\t-28(%r10,%r14){1to16}, %zmm4, %zmm16",  # computes on base + index: 2 uops
+        "vpdpbusd\t-24(%r14){1to16}, %zmm8, %zmm16",  # displacement only: stays fused
+        "vmovdqu64\t-8384(%r8,%rax), %zmm2",  # a pure load: one uop
+        "vpbroadcastd\t(%r14,%rax,4), %zmm5",
+        "addq\t$4, %r11",
+    ]
+    loop = loops.Loop(".L", body)
+    assert loop.text() == "\n".join(body) + "\n"
+    assert loop.text(unlaminate=True).split("\n")[:3] == [body[0], "nop", body[1]]
+    assert loop.text(unlaminate=True).count("nop") == 1
+    # six indexed adds beside six scalar ones: bound by the rename width once unlaminated
+    mixed = [f"vpaddd\t(%rax,%rcx,4), %ymm1, %ymm{2 + i}" for i in range(6)]
+    mixed += [f"addq\t$1, %r{8 + i}" for i in range(6)]
+    loop = loops.Loop(".L", mixed)
+    fused = mca.cycles_per_iteration(loop.text(), "x86_64", "icelake-server", tool)
+    split = mca.cycles_per_iteration(loop.text(unlaminate=True), "x86_64", "icelake-server", tool)
+    assert split > 1.2 * fused

@@ -23,7 +23,9 @@ the clock measured with clock.chain) and compared with the same kernels timed he
 thread, their data in L1 as llvm-mca assumes (the weight tiles; marginal time per block between
 two sizes, so fixed costs cancel) or in L2 (the attention). Each part, the weight products and
 the attention, is trusted when all its checks agree within 25%; the report says which are and
-why.
+why. On an Intel host the listings given to llvm-mca carry Intel's un-lamination (a computing
+instruction with a base + index memory operand is two uops at rename; loops.Loop.text), which
+llvm-mca's Intel models leave out; Arm cores have no such split.
 
 Bandwidth: RK3588_READ_GBS, STREAM multi-threaded Triad on a Radxa ROCK 5B (RK3588, LPDDR4x,
 2022; EntityFX/anybench pull request #39: Copy 22.0, Triad 20.0 GB/s; a Turing Pi RK1 review
@@ -114,24 +116,26 @@ def tiles(n: int, tile_rows: int, fmt: str = "q4") -> list[int]:
 # --------------------------------------------------------------------------- the model
 
 
-def analyse(asm: dict, mca_cpu: str, triple: str, tool: str) -> dict:
+def analyse(asm: dict, mca_cpu: str, triple: str, tool: str, unlaminate: bool = False) -> dict:
     """llvm-mca cycles of the kernels' hot loops: per weight format {N: cycles per block of
-    GROUP rows}, the attention's cycles per integer product, and the clock chain's cycles."""
+    GROUP rows}, the attention's cycles per integer product, and the clock chain's cycles.
+    unlaminate: an Intel core's (loops.Loop.text)."""
     group = asm["group"]
     out: dict = {"group": group, "tile_rows": asm["tile_rows"], "dot": asm.get("dot")}
+
+    def loop_cycles(loop) -> float:
+        return mca.cycles_per_iteration(loop.text(unlaminate), triple, mca_cpu, tool)
+
     for fmt in ("q4", "q8", "q8a8"):
         if fmt in asm["asm"]:
             found = loops.tile_loops(asm["asm"][fmt], group)
-            out[fmt] = {
-                n: mca.cycles_per_iteration(loop.text(), triple, mca_cpu, tool)
-                for n, loop in found.items()
-            }
+            out[fmt] = {n: loop_cycles(loop) for n, loop in found.items()}
             out[fmt + "_instructions"] = {n: len(loop.body) for n, loop in found.items()}
     if "attention_q8" in asm["asm"]:
         hot = loops.product_loops(asm["asm"]["attention_q8"])
-        cycles = sum(mca.cycles_per_iteration(lp.text(), triple, mca_cpu, tool) for lp in hot)
+        total = sum(loop_cycles(lp) for lp in hot)
         products = sum(lp.products for lp in hot)
-        out["attention_cycles_per_product"] = cycles / products if products else math.nan
+        out["attention_cycles_per_product"] = total / products if products else math.nan
         out["attention_loops"] = len(hot)
     if "clock" in asm["asm"]:
         out["clock_cycles"] = clock_cycles(asm["asm"]["clock"], mca_cpu, triple, tool)
@@ -219,6 +223,15 @@ def host_mca_cpu(tool: str) -> str:
     known = subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True).stdout
     known += subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True).stderr
     return name if f" {name} " in known or f"\t{name} " in known else "x86-64-v3"
+
+
+def _intel_host() -> bool:
+    """Whether this host's cores are Intel's (they un-laminate: loops.Loop.text)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return "GenuineIntel" in f.read(4096)
+    except OSError:
+        return False
 
 
 class _Clock:
@@ -381,7 +394,9 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     progress(f"board: compiling the kernels for this host ({host_cpu}) ...")
     cache = asm_cache_dir()
     host_asm = compile_asm(None, host_cpu, None, cache=cache)
-    host_model = analyse(host_asm, host_mca_cpu(tool), "x86_64-unknown-linux-gnu", tool)
+    host_model = analyse(
+        host_asm, host_mca_cpu(tool), "x86_64-unknown-linux-gnu", tool, _intel_host()
+    )
     progress("board: timing the host's kernels on one thread (weights in L1, attention in L2) ...")
     result = {
         "llvm_mca": tool,

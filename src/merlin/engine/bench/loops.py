@@ -60,8 +60,27 @@ class Loop:
                 total += _lanes(line, widest=True)
         return total
 
-    def text(self) -> str:
-        return "\n".join(self.body) + "\n"
+    def text(self, unlaminate: bool = False) -> str:
+        """The body for llvm-mca; unlaminate: Intel's split of an instruction that computes
+        on a base + index memory operand into two uops at rename, which llvm-mca's Intel
+        models count as one (measured on an Intel core in docs/kernels.md, "The verify tile
+        against DRAM"): a nop (a rename slot, no port) goes after each."""
+        body = []
+        for line in self.body:
+            body.append(line)
+            if unlaminate and _unlaminated(line):
+                body.append("nop")
+        return "\n".join(body) + "\n"
+
+
+_INDEXED = re.compile(r"\(%\w+,%\w+(,\d)?\)")  # AT&T base + index (x scale) operand
+_PURE_MEMORY = ("mov", "vmov", "vpbroadcast", "vbroadcast", "prefetch", "lea", "push", "pop")
+
+
+def _unlaminated(line: str) -> bool:
+    """An x86 instruction that both reads memory through base + index and computes (a pure
+    load, store, broadcast or prefetch stays one uop)."""
+    return bool(_INDEXED.search(line)) and not line.split()[0].startswith(_PURE_MEMORY)
 
 
 def _lanes(line: str, widest: bool = False) -> int:
