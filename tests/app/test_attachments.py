@@ -144,6 +144,8 @@ def test_files_still_being_read_are_dropped_when_the_composer_is_cleared(
     w = make_window()
     w.composer.add_paths([str(png(tmp_path / "old.png"))])
     w.composer.clear()
+    send(qtbot, w, "no picture")  # not held back by the dropped reading
+    assert [r.text for r in stored(w)][:1] == ["no picture"] and stored(w)[0].images == []
     gate.set()
     w.composer.wait_attachments()
     assert w.composer.attachments() == []

@@ -331,7 +331,7 @@ class Composer(QWidget):
         if self._busy:
             self.show_notice(tr("Merlin is still answering; press Stop or wait."), error=False)
             return
-        if self._readings:
+        if self._reading():
             self._send_when_read = True
             self.show_notice(tr("Sending once the images are read…"), error=False)
             return
@@ -419,7 +419,7 @@ class Composer(QWidget):
         files = list(zip(paths, names or [None] * len(paths), strict=True))
         if not files:
             return 0
-        room = max(0, MAX_IMAGES - len(self._attachments) - sum(r.count for r in self._readings))
+        room = max(0, MAX_IMAGES - len(self._attachments) - self._reading())
         if len(files) > room:
             files = files[:room]
             too_many = tr("At most {n} images per message.").format(n=MAX_IMAGES)
@@ -434,7 +434,7 @@ class Composer(QWidget):
         if image.isNull():
             self.show_notice(tr("The clipboard image is empty."))
             return False
-        if len(self._attachments) + sum(r.count for r in self._readings) >= MAX_IMAGES:
+        if len(self._attachments) + self._reading() >= MAX_IMAGES:
             self.show_notice(tr("At most {n} images per message.").format(n=MAX_IMAGES))
             return False
         name = name or tr("pasted image")
@@ -492,13 +492,17 @@ class Composer(QWidget):
                     self._add_attachment(to_attachment(outcome))
                 else:
                     self._read_problems.append(str(outcome))
-        if self._readings:
+        if self._reading():
             return
         self.show_notice("\n".join(self._read_problems))
         self._read_problems = []
         if self._send_when_read:
             self._send_when_read = False
             self.submit()
+
+    def _reading(self) -> int:
+        """Files still being read for the contents shown (not for contents replaced since)."""
+        return sum(r.count for r in self._readings if r.generation == self._generation)
 
     def _drop_readings(self) -> None:
         """Files still being read will not be attached (the contents are being replaced)."""
