@@ -8,17 +8,19 @@ decode a copy at the size shown (QImageReader's scaled decoding: a JPEG decodes 
 still there. Finished thumbnails are kept, the least recently used dropped first, so switching
 back to a chat shows them at once.
 
-One worker: thumbnails arrive in the order asked, and a chat of many photos does not take
-every core from an answer being generated.
+One worker, a daemon thread: thumbnails arrive in the order asked, a chat of many photos does
+not take every core from an answer being generated, and quitting does not wait for the
+thumbnails still queued.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QSize, Qt, Signal
@@ -57,7 +59,8 @@ class _Thumbnails(QObject):
 
     def __init__(self):
         super().__init__()
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="merlin-thumbnails")
+        self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        threading.Thread(target=self._work, name="merlin-thumbnails", daemon=True).start()
         self._cache: OrderedDict[tuple, QImage | None] = OrderedDict()
         self._waiting: dict[tuple, list] = {}  # key -> [(receiver, callback)]
         self._sig_done.connect(self._deliver, Qt.QueuedConnection)
@@ -79,15 +82,17 @@ class _Thumbnails(QObject):
             self._waiting[key].append((receiver, done))
             return
         self._waiting[key] = [(receiver, done)]
-        self._worker.submit(self._read, key)
+        self._queue.put(key)
 
-    def _read(self, key: tuple) -> None:
-        try:
-            image = read_thumbnail(*key)
-        except Exception:  # noqa: BLE001 (a file that breaks the decoder shows as missing)
-            image = None
-        with contextlib.suppress(RuntimeError):  # the application is gone: nobody to tell
-            self._sig_done.emit(key, image)
+    def _work(self) -> None:
+        while True:
+            key = self._queue.get()
+            try:
+                image = read_thumbnail(*key)
+            except Exception:  # noqa: BLE001 (a file that breaks the decoder shows as missing)
+                image = None
+            with contextlib.suppress(RuntimeError):  # the application is gone: nobody to tell
+                self._sig_done.emit(key, image)
 
     def _deliver(self, key: tuple, image) -> None:
         self._cache[key] = image
