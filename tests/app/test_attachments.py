@@ -357,3 +357,28 @@ def test_an_attached_image_is_copied_into_the_store_off_the_gui_thread(
     send(qtbot, w, "And this one?")
     assert len(copies) == 3 and copies[2] is threading.main_thread()
     assert w.store.image_path(stored(w)[2].images[0]).is_file()
+
+
+def test_a_pasted_png_is_kept_as_its_bytes_and_decoded_off_the_gui_thread(qtbot, make_window):
+    """A paste that carries a PNG file's bytes is attached as those bytes (no decode on the GUI
+    thread, no PNG encode of the decoded pixels); one that carries only pixels still works."""
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+
+    w = make_window()
+    image = QImage(120, 90, QImage.Format_RGB32)
+    image.fill(QColor("#4C78A8"))
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.WriteOnly)
+    image.save(buffer, "PNG")
+    mime = QMimeData()
+    mime.setData("image/png", data)
+    assert w.composer.add_mime(mime) == 1
+    w.composer.wait_attachments()
+    (a,) = w.composer.attachments()
+    assert open(a.path, "rb").read() == bytes(data.data()) and a.size == (120, 90)
+    pixels = QMimeData()
+    pixels.setImageData(image)
+    assert w.composer.add_mime(pixels) == 1
+    w.composer.wait_attachments()
+    assert len(w.composer.attachments()) == 2 and w.composer.attachments()[1].size == (120, 90)

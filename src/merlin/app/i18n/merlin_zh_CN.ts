@@ -523,6 +523,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/attachments.py" />
+      <source>The pasted image could not be saved ({why}).</source>
+      <translation>无法保存粘贴的图片（{why}）。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/attachments.py" />
       <source>The pasted image could not be saved.</source>
       <translation>无法保存粘贴的图片。</translation>
     </message>

@@ -165,13 +165,20 @@ def _converted_png(path: Path, name: str) -> Path:
     return save_pasted_image(image)
 
 
-def save_pasted_image(image: QImage) -> Path:
-    """A pasted image as a PNG in the data folder's scratch space (imported into the store
-    when the message is sent)."""
+def save_pasted_image(image: QImage | bytes, ext: str = "png") -> Path:
+    """A pasted image in the data folder's scratch space (imported into the store when the
+    message is sent): a QImage saved as PNG, or a PNG or JPEG file's bytes as they are."""
     folder = data_dir() / "scratch"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"pasted-{uuid.uuid4().hex[:12]}.png"
-    if not image.save(str(path), "PNG"):
+    path = folder / f"pasted-{uuid.uuid4().hex[:12]}.{ext}"
+    if isinstance(image, bytes):
+        try:
+            path.write_bytes(image)
+        except OSError as e:
+            raise AttachmentError(
+                tr("The pasted image could not be saved ({why}).").format(why=e.strerror or e)
+            ) from None
+    elif not image.save(str(path), "PNG"):
         raise AttachmentError(tr("The pasted image could not be saved."))
     return path
 

@@ -430,15 +430,17 @@ class Composer(QWidget):
         self._read([lambda p=p, n=n: read_image(p, n) for p, n in files])
         return len(files)
 
-    def add_image(self, image: QImage, name: str | None = None) -> bool:
-        if image.isNull():
+    def add_image(self, image: QImage | bytes, name: str | None = None, ext: str = "png") -> bool:
+        """Attach a pasted image: a QImage, or a PNG or JPEG file's bytes (`ext`), which are
+        decoded on the worker, not here."""
+        if not image if isinstance(image, bytes) else image.isNull():
             self.show_notice(tr("The clipboard image is empty."))
             return False
         if len(self._attachments) + self._reading() >= MAX_IMAGES:
             self.show_notice(tr("At most {n} images per message.").format(n=MAX_IMAGES))
             return False
         name = name or tr("pasted image")
-        self._read([lambda: read_image(save_pasted_image(image), name)])
+        self._read([lambda: read_image(save_pasted_image(image, ext), name)])
         return True
 
     def wait_attachments(self) -> None:
@@ -514,6 +516,10 @@ class Composer(QWidget):
         """Images or files from a drop or a paste."""
         if mime.hasUrls() and any(u.isLocalFile() for u in mime.urls()):
             return self.add_paths([u.toLocalFile() for u in mime.urls() if u.isLocalFile()])
+        # a PNG or JPEG file's bytes as they came (Qt's imageData() decodes on this thread)
+        for fmt, ext in (("image/png", "png"), ("image/jpeg", "jpg")):
+            if mime.hasFormat(fmt):
+                return int(self.add_image(bytes(mime.data(fmt).data()), ext=ext))
         if mime.hasImage():
             return int(self.add_image(QImage(mime.imageData())))
         if mime.hasUrls():
