@@ -213,3 +213,25 @@ def test_a_long_chat_opens_at_its_end_and_keeps_the_view_while_older_messages_co
     assert [m.message_id for m in w.chat.messages()] == ids
     qtbot.wait(50)  # the layout's last adjustments
     assert held.message_id > ids[0] and abs(held.y() - bar.value() - offset) <= 2
+
+
+def test_the_oldest_messages_of_a_huge_chat_come_when_the_reader_scrolls_to_them(
+    qtbot, make_window
+):
+    from merlin.app.model.conversation import AUTO_SHOWN, OLDER_BATCH
+
+    w = make_window()
+    cid = w.store.create_conversation("huge")
+    roles = ("user", "assistant")
+    total = AUTO_SHOWN + 2 * OLDER_BATCH
+    for i in range(total):
+        w.store.add_message(cid, roles[i % 2], f"message {i}")
+    w.controller.open_conversation(cid)
+    qtbot.waitUntil(lambda: len(w.chat.messages()) == AUTO_SHOWN, timeout=60_000)
+    qtbot.wait(100)
+    assert len(w.chat.messages()) == AUTO_SHOWN  # the rest waits for the reader
+    bar = w.chat.verticalScrollBar()
+    bar.setValue(bar.minimum())  # the reader goes up to the oldest shown
+    qtbot.waitUntil(lambda: len(w.chat.messages()) == total, timeout=10_000)
+    ids = [r.id for r in w.store.messages(cid)]
+    assert [m.message_id for m in w.chat.messages()] == ids

@@ -94,6 +94,9 @@ class FakeView:
     def scroll_to_bottom(self):
         pass
 
+    def set_more_above(self, more):
+        self.more_above = more
+
     def update_actions(self, busy):
         self.busy = busy
 
@@ -319,6 +322,37 @@ def test_a_long_chat_opens_with_its_last_messages_then_the_older_in_batches(worl
     while queued:
         queued.pop(0)()
     assert [v.text for v in view.items] == ["hello"]
+
+
+def test_past_auto_shown_older_messages_come_when_the_reader_nears_them(world):
+    """A chat of thousands of messages: batches come by themselves until AUTO_SHOWN are
+    shown (each lays out the whole column), then one each time the view asks."""
+    from merlin.app.model import conversation
+
+    m, store, engine, view, composer, events = world
+    queued = []
+    m.later = queued.append
+    huge = store.create_conversation("huge")
+    n = conversation.AUTO_SHOWN + 3 * conversation.OLDER_BATCH
+    for i in range(n // 2):
+        store.add_message(huge, "user", f"q{i}")
+        store.add_message(huge, "assistant", f"a{i}")
+    ids = [r.id for r in store.messages(huge)]
+    m.open_conversation(huge)
+    while queued:
+        queued.pop(0)()
+    assert len(view.items) == conversation.AUTO_SHOWN and view.more_above
+    assert [v.id for v in view.items] == ids[-conversation.AUTO_SHOWN :]
+    asks = 0
+    while view.more_above:
+        m.show_more_above()
+        asks += 1
+        assert not queued  # nothing more by itself
+    assert [v.id for v in view.items] == ids and asks == 3
+    m.show_more_above()  # nothing left: nothing happens
+    assert len(view.items) == n
+    m.open_conversation(huge)  # a new opening starts over
+    assert len(view.items) == conversation.SHOWN_AT_OPEN and not view.more_above
 
 
 def test_the_conversation_model_imports_without_qt():

@@ -198,6 +198,7 @@ class ChatController(QObject):
         chat.sig_edit_requested.connect(self.begin_edit)
         chat.sig_regenerate_requested.connect(m.regenerate)
         chat.sig_version_requested.connect(m.switch_version)  # model/branching.py
+        chat.sig_more_above.connect(m.show_more_above)
 
     def set_store(self, store: Store) -> None:
         """Use another chat store from now on (a new history started beside a broken one)."""

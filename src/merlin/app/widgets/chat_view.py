@@ -276,11 +276,13 @@ class ChatView(QScrollArea):
     sig_edit_requested(int): message id of a user message to edit.
     sig_regenerate_requested(int): message id of the answer to regenerate.
     sig_version_requested(int, int): message id and step (-1, +1) of a version switch.
+    sig_more_above(): the reader nears the oldest message shown, and older ones wait.
     """
 
     sig_edit_requested = Signal(int)
     sig_regenerate_requested = Signal(int)
     sig_version_requested = Signal(int, int)
+    sig_more_above = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -303,6 +305,7 @@ class ChatView(QScrollArea):
         # column's height changes above it (older messages going in, text re-wrapping)
         self._anchor: tuple[QWidget, int] | None = None
         self._adjusting = False
+        self._more_above = False  # older messages wait for the reader (sig_more_above)
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_scrolled)
         bar.rangeChanged.connect(self._on_range)
@@ -416,11 +419,26 @@ class ChatView(QScrollArea):
             0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
         )
 
+    def set_more_above(self, more: bool) -> None:
+        """Whether older messages wait above; sig_more_above asks for them once the reader
+        is within a screen of the top (and again after each batch, while still there)."""
+        self._more_above = more
+        if more:
+            QTimer.singleShot(0, self, self._ask_for_more)
+
+    def _ask_for_more(self) -> None:
+        bar = self.verticalScrollBar()
+        if self._more_above and bar.value() <= self.viewport().height():
+            self._more_above = False  # until the model says there are more
+            self.sig_more_above.emit()
+
     def _on_scrolled(self, value: int) -> None:
         bar = self.verticalScrollBar()
         self._stick = value >= bar.maximum() - 4
         if not self._adjusting:
             self._anchor = None if self._stick else self._top_visible()
+        if self._more_above:
+            self._ask_for_more()
 
     def _on_range(self, _min: int, maximum: int) -> None:
         if self._stick:
