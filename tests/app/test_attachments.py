@@ -131,6 +131,56 @@ def test_files_are_read_off_the_gui_thread_and_a_send_waits_for_them(
     assert readers and threading.main_thread() not in readers
 
 
+def test_a_send_waiting_for_files_is_called_off_when_one_cannot_be_attached(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """Enter pressed while a good and a damaged file are read: the message is not sent
+    without the damaged one; the notice says why, and text and picture stay in the box. The
+    box takes no typing while a send waits (what goes is what was there at Enter)."""
+    import threading
+
+    from merlin.app.widgets import composer
+
+    gate = threading.Event()
+    real = composer.read_image
+    monkeypatch.setattr(composer, "read_image", lambda p, n=None: gate.wait(60) and real(p, n))
+    w = make_window()
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 50)
+    w.composer.add_paths([str(png(tmp_path / "good.png")), str(bad)])
+    send(qtbot, w, "compare them", wait=False)
+    assert w.composer.edit.isReadOnly()
+    gate.set()
+    w.composer.wait_attachments()
+    assert stored(w) == [] and w.composer.text() == "compare them"
+    assert [a.name for a in w.composer.attachments()] == ["good.png"]
+    assert "bad.png" in w.composer.notice.text() and not w.composer.edit.isReadOnly()
+
+
+def test_editing_while_a_send_waits_keeps_the_draft_and_sends_nothing(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    import threading
+
+    from merlin.app.widgets import composer
+
+    w = make_window()
+    send(qtbot, w, "first question")
+    first = stored(w)[0]
+    gate = threading.Event()
+    real = composer.read_image
+    monkeypatch.setattr(composer, "read_image", lambda p, n=None: gate.wait(60) and real(p, n))
+    w.composer.add_paths([str(png(tmp_path / "lake.png"))])
+    send(qtbot, w, "a new question", wait=False)  # waits for the picture
+    gate.set()
+    w.controller.begin_edit(first.id)
+    assert w.composer.editing and w.composer.text() == "first question"
+    assert len(stored(w)) == 2  # nothing sent
+    w.composer.cancel_edit()
+    assert w.composer.text() == "a new question"
+    assert [a.name for a in w.composer.attachments()] == ["lake.png"]
+
+
 def test_files_still_being_read_are_dropped_when_the_composer_is_cleared(
     qtbot, make_window, tmp_path, monkeypatch
 ):

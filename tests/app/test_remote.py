@@ -233,6 +233,9 @@ def test_fetching_models_from_a_silent_server_leaves_the_dialog_answering(qtbot,
     assert time.monotonic() - t0 < 1 and job.running and "Asking" in box.status.text()
     assert job.wait() is False and box.fetch_button.isEnabled()
     assert box.status.text() and "Asking" not in box.status.text()
+    box.url.setText("http://[::1")  # an address the HTTP library itself refuses
+    assert box.fetch().wait() is False and box.fetch_button.isEnabled()
+    assert "Asking" not in box.status.text()
 
 
 def test_api_key_lives_in_its_own_private_file(tmp_path):

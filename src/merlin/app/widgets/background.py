@@ -58,11 +58,13 @@ class BackgroundJob(QObject):
         if self._delivered or self._outcome is None:
             return
         self._delivered = True
-        ok, value = self._outcome
+        (ok, value), done, failed = self._outcome, self._done, self._failed
+        # what the work held (a pasted image's bytes, a file's rows) goes with the job's end
+        self._outcome = self._work = self._done = self._failed = None
         if ok:
-            self.result = self._done(value)
+            self.result = done(value)
             return
-        result = self._failed(value)
+        result = failed(value)
         if result is NotImplemented:
             raise value
         self.result = result

@@ -2,12 +2,14 @@
 Qt-free merlin.app.model.chat_export. Every failure is a notice in the window; nothing in
 the store changes unless an import succeeds whole.
 
-Reading and writing the file (pictures embedded: hundreds of MB), reading the store's rows
-and adding the imported ones (in one transaction) run on a thread of its own
-(widgets/background.py) with a connection of its own (Store.for_thread), one import or export
-at a time, the window responsive meanwhile (a store in memory, which has no second
-connection, is read and written on the GUI thread). The store's image collection is held
-while a job runs. export_chat, export_all
+Reading and writing the file (pictures embedded: hundreds of MB) and an export's reading of
+the store's rows run on a thread of its own (widgets/background.py; the rows through a
+connection of its own, Store.for_thread: in WAL mode reading never blocks the window's
+writes), one import or export at a time, the window responsive meanwhile. An import adds its
+chats in one transaction on the GUI thread (a store in memory is read there too): on another
+connection that transaction would hold the window's own writes (a streamed answer's saves)
+waiting, and past SQLite's 5 s they fail. The store's image collection is held while a job
+runs. export_chat, export_all
 and import_chats return the job (None when nothing started); job.wait() gives what the
 synchronous form would have returned: the file written, the imported chats' ids."""
 
@@ -106,14 +108,7 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
 
     def work():
         convs = chat_export.read_json(path)
-        prepared = chat_export.store_images(store, convs)
-        if not store.folder:  # in memory: added on the GUI thread
-            return convs, prepared
-        job_store = store.for_thread()
-        try:
-            return convs, job_store.add_conversations(prepared)
-        finally:
-            job_store.close()
+        return convs, chat_export.store_images(store, convs)
 
     def failed(e):
         if _failed(window, e, tr("Nothing was imported: {why}")) is NotImplemented:
@@ -121,12 +116,11 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
         return []
 
     def done(read):
-        convs, ids = read
-        if not store.folder:
-            try:
-                ids = store.add_conversations(ids)
-            except StoreError as e:
-                return failed(e)
+        convs, prepared = read
+        try:
+            ids = store.add_conversations(prepared)
+        except StoreError as e:
+            return failed(e)
         window.refresh_conversations()
         message = tr("Imported {n} chats from {path}").format(n=len(ids), path=path)
         missing = sum(m.missing_images for c in convs for m in c.messages)

@@ -333,6 +333,7 @@ class Composer(QWidget):
             return
         if self._reading():
             self._send_when_read = True
+            self.edit.setReadOnly(True)  # what is sent is what was there at Enter
             self.show_notice(tr("Sending once the images are read…"), error=False)
             return
         text = self.text()
@@ -366,7 +367,10 @@ class Composer(QWidget):
 
     def begin_edit(self, text: str, attachments: list[Attachment]) -> None:
         if not self._editing:
-            self.wait_attachments()  # the draft keeps every image it was given
+            # the draft keeps every image it was given; a send waiting for them is called off
+            # (it would go as the edit): the draft keeps its text
+            self._send_when_read = False
+            self.wait_attachments()
             self._saved_draft = (self.text(), self.attachments())
         self._editing = True
         self._replace_contents(text, attachments)
@@ -496,10 +500,11 @@ class Composer(QWidget):
                     self._read_problems.append(str(outcome))
         if self._reading():
             return
-        self.show_notice("\n".join(self._read_problems))
-        self._read_problems = []
-        if self._send_when_read:
-            self._send_when_read = False
+        problems, self._read_problems = self._read_problems, []
+        self.show_notice("\n".join(problems))
+        send, self._send_when_read = self._send_when_read, False
+        self.edit.setReadOnly(False)
+        if send and not problems:  # with a file left out, the user decides what to send
             self.submit()
 
     def _reading(self) -> int:
@@ -510,6 +515,7 @@ class Composer(QWidget):
         """Files still being read will not be attached (the contents are being replaced)."""
         self._generation += 1
         self._send_when_read = False
+        self.edit.setReadOnly(False)
         self._read_problems = []
 
     def add_mime(self, mime: QMimeData) -> int:

@@ -84,10 +84,11 @@ class RemoteBox(QGroupBox):
         )
 
     def _fetch_failed(self, e: BaseException):
-        if not isinstance(e, RemoteError):
-            return NotImplemented
         self.fetch_button.setEnabled(True)
-        self.status.setText(str(e))
+        if not isinstance(e, Exception):
+            return NotImplemented
+        # RemoteError says what to do; anything else (an address httpx refuses) is named
+        self.status.setText(str(e) if isinstance(e, RemoteError) else f"{type(e).__name__}: {e}")
         return False
 
     def _fetched(self, models: list[str]) -> bool:

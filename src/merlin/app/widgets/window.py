@@ -619,12 +619,12 @@ class MainWindow(QMainWindow):
             self._settings_read = dataclasses.replace(self.settings)
 
     def closeEvent(self, event):  # noqa: N802
-        # gone from the screen at once; what follows may wait (an export finishing, the
-        # engine thread ending a compilation that cannot be interrupted)
+        self._save_settings()  # (a problem saving them is shown while the window is there)
+        # then gone from the screen; what follows may wait (an export finishing, the engine
+        # thread ending a compilation that cannot be interrupted)
         self.hide()
         if self.file_job is not None:
             self.file_job.wait()  # an export's file complete, an import's chats added
-        self._save_settings()
         self.controller.shutdown()
         self.panel.timer.stop()
         self.store.close()

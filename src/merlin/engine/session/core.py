@@ -264,11 +264,12 @@ class Session:
         )
 
     def _min_tokens(self, message) -> int:
-        """A lower bound of a message's tokens: a user's text as written, over the longest
-        token's characters (a template may shorten a reply, e.g. drop its reasoning: 0)."""
+        """A lower bound of a message's tokens: a user's text (stripped, as many templates
+        render it) over the longest token's characters (a template may shorten a reply, e.g.
+        drop its reasoning: 0)."""
         if message.role != "user":
             return 0
-        return len(message.text) // self.model.tokenizer.longest_token_chars
+        return len(message.text.strip()) // self.model.tokenizer.longest_token_chars
 
     def _reuse_point(self, p: Prompt, need_logits: bool = True) -> int:
         return reuse_point(self._tokens, self._positions, self._spans, p, need_logits)
