@@ -61,7 +61,7 @@ class _Thumbnails(QObject):
         super().__init__()
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         threading.Thread(target=self._work, name="merlin-thumbnails", daemon=True).start()
-        self._cache: OrderedDict[tuple, QImage | None] = OrderedDict()
+        self._cache: OrderedDict[tuple, QImage] = OrderedDict()
         self._waiting: dict[tuple, list] = {}  # key -> [(receiver, callback)]
         self._sig_done.connect(self._deliver, Qt.QueuedConnection)
 
@@ -95,9 +95,10 @@ class _Thumbnails(QObject):
                 self._sig_done.emit(key, image)
 
     def _deliver(self, key: tuple, image) -> None:
-        self._cache[key] = image
-        while len(self._cache) > CACHED:
-            self._cache.popitem(last=False)
+        if image is not None:  # a missing file is looked for again next time
+            self._cache[key] = image
+            while len(self._cache) > CACHED:
+                self._cache.popitem(last=False)
         for receiver, done in self._waiting.pop(key, []):
             if shiboken6.isValid(receiver):
                 done(image)
