@@ -356,3 +356,26 @@ def test_a_follow_up_after_a_long_answer_recomputes_only_the_new_turn(qtbot, mak
     second = answers(w)[-1].stats
     assert second["reused_tokens"] == held, (second, held)
     assert second["prompt_tokens"] < 20  # the new turn only
+
+
+def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):  # noqa: F811
+    """What is typed and not sent is on disk a second after typing stops and at close; the
+    next window puts it back. A sent message leaves no draft; an edit keeps the text that
+    was put aside for it."""
+    from merlin.app.model import draft
+    from merlin.app.model.paths import data_dir as folder
+
+    w1 = make_window()
+    w1.composer.set_text("a long question I have not finished")
+    qtbot.waitUntil(lambda: draft.load_draft(folder()).startswith("a long"), timeout=5000)
+    # as after a crash: the next start finds it without the first window closing
+    w2 = make_window()
+    assert w2.composer.text() == "a long question I have not finished"
+    w2.composer.set_text("")
+    send(qtbot, w2, "sent now")
+    w2.save_draft()
+    assert not (folder() / draft.DRAFT_FILE).exists()
+    w2.composer.set_text("put aside")
+    w2.controller.begin_edit(w2.store.messages(w2.controller.current_id)[0].id)
+    w2.close()
+    assert draft.load_draft(folder()) == "put aside"

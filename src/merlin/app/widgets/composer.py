@@ -317,6 +317,13 @@ class Composer(QWidget):
         self.edit.setPlainText(text)
         self.edit.moveCursor(self.edit.textCursor().MoveOperation.End)
 
+    def draft_text(self) -> str:
+        """What the user typed and has not sent: while an earlier message is edited, the text
+        put aside for it, else the box's."""
+        if self._editing and self._saved_draft is not None:
+            return self._saved_draft[0]
+        return self.text()
+
     def attachments(self) -> list[Attachment]:
         return list(self._attachments)
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from merlin.app import pyside_fixes
 from merlin.app.controller import ChatController
 from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
+from merlin.app.model.draft import load_draft, save_draft
 from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
 from merlin.app.model.remote import REMOTE_SOURCE
@@ -51,6 +52,7 @@ from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B, ModelInfo
 pyside_fixes.install()
 
 DEMO_FONT_SCALE = 1.45
+DRAFT_SAVE_MS = 1000  # the unsent text is written this long after typing stops
 
 _PHASES = (
     N_("finding the checkpoint"),
@@ -129,6 +131,12 @@ class MainWindow(QMainWindow):
         self.conversations = ConversationList()
         self.chat = ChatView()
         self.composer = Composer()
+        # the unsent text on disk (model/draft.py): a second after typing stops, and at close
+        self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_SAVE_MS)
+        self._draft_timer.timeout.connect(self.save_draft)
+        if self.store.folder:
+            self.composer.set_text(load_draft(data_dir()))
+        self.composer.edit.textChanged.connect(self._draft_timer.start)
         self.panel = PerfPanel(self.stats)
         self.load_banner = Banner("info")
         self.model_banner = Banner("warning")
@@ -618,7 +626,14 @@ class MainWindow(QMainWindow):
         else:
             self._settings_read = dataclasses.replace(self.settings)
 
+    def save_draft(self) -> None:
+        """Keep the unsent text on disk (not for a store in memory: nothing is kept then)."""
+        self._draft_timer.stop()
+        if self.store.folder:
+            save_draft(data_dir(), self.composer.draft_text())
+
     def closeEvent(self, event):  # noqa: N802
+        self.save_draft()
         self._save_settings()  # (a problem saving them is shown while the window is there)
         # then gone from the screen; what follows may wait (an export finishing, the engine
         # thread ending a compilation that cannot be interrupted)
