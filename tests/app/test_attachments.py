@@ -310,12 +310,12 @@ def test_engine_formats_are_attached_as_they_are(qtbot, data_dir, tmp_path):  # 
     on the GUI thread: a 12 Mpx photo took a second and stored a file several times larger)."""
     from PIL import Image
 
-    from merlin.app.widgets.attachments import load_attachment
+    from merlin.app.widgets.attachments import read_image
 
     for name in ("photo.jpg", "drawing.png", "scan.webp"):
         path = tmp_path / name
         Image.new("RGB", (400, 300), (30, 90, 200)).save(path)
-        a = load_attachment(path)
+        a = read_image(path)
         assert a.path == str(path) and a.size == (400, 300) and not a.thumbnail.isNull()
 
 
@@ -324,12 +324,12 @@ def test_an_image_over_qts_default_limit_but_within_the_engines_attaches(qtbot, 
     "could not be read"), within the engine's MAX_PIXELS."""
     from PIL import Image
 
-    from merlin.app.widgets.attachments import MAX_PIXELS, load_attachment
+    from merlin.app.widgets.attachments import MAX_PIXELS, read_image
 
     path = tmp_path / "panorama.png"
     Image.new("RGB", (8200, 8200), (200, 120, 40)).save(path, compress_level=1)
     assert 8200 * 8200 * 4 > 256 << 20 and 8200 * 8200 <= MAX_PIXELS
-    a = load_attachment(path)
+    a = read_image(path)
     assert a.path == str(path) and a.size == (8200, 8200) and not a.thumbnail.isNull()
 
 

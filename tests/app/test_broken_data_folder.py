@@ -136,7 +136,7 @@ def test_missing_image_of_an_old_message(qtbot, make_window, data_dir, tmp_path)
 
 
 def test_svg_attachment_is_converted(qtbot, data_dir, tmp_path):  # noqa: F811
-    from merlin.app.widgets.attachments import load_attachment
+    from merlin.app.widgets.attachments import read_image
     from merlin.engine.vision.image_file import open_image
 
     svg = tmp_path / "logo.svg"
@@ -144,6 +144,6 @@ def test_svg_attachment_is_converted(qtbot, data_dir, tmp_path):  # noqa: F811
         '<svg xmlns="http://www.w3.org/2000/svg" width="64" height="48">'
         '<rect width="64" height="48" fill="red"/></svg>'
     )
-    a = load_attachment(svg)
+    a = read_image(svg)
     assert a.path.endswith(".png") and a.name == "logo.svg"
     assert open_image(a.path).size == (64, 48)  # the engine can read what is attached

@@ -48,7 +48,7 @@ def test_export_import_and_copy_a_chat(qtbot, make_window, tmp_path):
 
 def test_an_export_reads_the_store_off_the_gui_thread(qtbot, make_window, tmp_path, monkeypatch):
     """An export reads every chat's rows on the job's thread through a connection of its own
-    (Store.for_thread; 101 chats of 30,000 messages took 1.4 s on the GUI thread). An import
+    (Store.reader; 101 chats of 30,000 messages took 1.4 s on the GUI thread). An import
     adds its chats on the GUI thread: on another connection its transaction would hold the
     window's own writes waiting."""
     w = make_window()

@@ -157,7 +157,6 @@ class Store:
         self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
         self._writes = 0  # transactions run by this Store (messages() cache)
-        self._thread_copy = False  # made by for_thread: shares the syncer, does not close it
         self._shown: tuple[tuple, list[MessageRow]] | None = None  # messages()'s last answer
         try:
             if self.folder:
@@ -312,25 +311,23 @@ class Store:
         return self._syncer.wait(timeout) if self._syncer is not None else True
 
     def close(self) -> None:
-        if self._syncer is not None and not self._thread_copy:
+        if self._syncer is not None:
             self._syncer.close()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()  # the last connection: checkpoints (and syncs) what is left
 
-    def for_thread(self) -> Store:
-        """This store on a connection of its own, for one job on another thread: in WAL mode
-        it reads the last commit while this one goes on, and its writes wait for this one's
-        (up to 5 s); its commits are synced by this store's syncer. close() it after. A store
-        in memory has no second connection: itself, to use on its own thread only."""
+    def reader(self) -> Store | None:
+        """This store on a read-only connection of its own, for a job reading on another
+        thread: in WAL mode it reads the last commit and never holds this one's writes back.
+        close() it after. A store in memory has no second connection: None."""
         if not self.folder:
-            return self
+            return None
         other = copy.copy(self)
         other._db = sqlite3.connect(
             str(self.folder / DB_NAME), isolation_level=None, timeout=5.0, check_same_thread=False
         )
-        for pragma in ("foreign_keys = ON", "synchronous = NORMAL", "wal_autocheckpoint = 0"):
-            other._db.execute(f"PRAGMA {pragma}")
-        other._thread_copy, other._writes, other._shown = True, 0, None
+        other._db.execute("PRAGMA query_only = ON")
+        other._syncer, other._writes, other._shown = None, 0, None
         return other
 
     # ---- conversations -------------------------------------------------------------------

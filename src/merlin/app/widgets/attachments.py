@@ -64,11 +64,6 @@ class AttachmentError(Exception):
     """A file that cannot be attached; the message is for the user (translated)."""
 
 
-def load_attachment(path: str | Path, name: str | None = None) -> Attachment:
-    """read_image and to_attachment in one call, on the GUI thread."""
-    return to_attachment(read_image(path, name))
-
-
 def to_attachment(read: ReadImage) -> Attachment:
     """The chip's pixmap from a read image (GUI thread only)."""
     thumbnail = QPixmap.fromImage(read.thumbnail)

@@ -4,7 +4,7 @@ the store changes unless an import succeeds whole.
 
 Reading and writing the file (pictures embedded: hundreds of MB) and an export's reading of
 the store's rows run on a thread of its own (widgets/background.py; the rows through a
-connection of its own, Store.for_thread: in WAL mode reading never blocks the window's
+read-only connection of its own, Store.reader: in WAL mode reading never blocks the window's
 writes), one import or export at a time, the window responsive meanwhile. An import adds its
 chats in one transaction on the GUI thread (a store in memory is read there too): on another
 connection that transaction would hold the window's own writes (a streamed answer's saves)
@@ -178,7 +178,7 @@ def _export(window, target: Path, plan, failure: str, success) -> BackgroundJob 
     if window.store.folder:
 
         def write():
-            store = window.store.for_thread()
+            store = window.store.reader()
             try:
                 writer = plan(store)
             finally:

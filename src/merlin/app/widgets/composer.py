@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QImage, QKeyEvent, QPalette, QTextLayout
@@ -136,7 +136,7 @@ class _Reading:
     generation: int
     count: int
     job: BackgroundJob | None = None
-    outcomes: list | None = field(default=None)
+    outcomes: list | None = None
 
 
 DETAIL_NAMES = {"": "default", "fast": "fast", "detailed": "detailed", "full": "full"}
@@ -444,7 +444,8 @@ class Composer(QWidget):
     def add_image(self, image: QImage | bytes, name: str | None = None, ext: str = "png") -> bool:
         """Attach a pasted image: a QImage, or a PNG or JPEG file's bytes (`ext`), which are
         decoded on the worker, not here."""
-        if not image if isinstance(image, bytes) else image.isNull():
+        empty = not image if isinstance(image, bytes) else image.isNull()
+        if empty:
             self.show_notice(tr("The clipboard image is empty."))
             return False
         if len(self._attachments) + self._reading() >= MAX_IMAGES:

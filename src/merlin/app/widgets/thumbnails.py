@@ -103,19 +103,11 @@ class _Thumbnails(QObject):
             if shiboken6.isValid(receiver):
                 done(image)
 
-    @property
-    def pending(self) -> int:
-        return len(self._waiting)
-
     def wait(self) -> None:
         """Until every thumbnail asked for is delivered (screenshots, tests)."""
         while self._waiting:
             QCoreApplication.processEvents()
             time.sleep(0.005)
-
-    def forget(self) -> None:
-        """Drop the kept thumbnails (a file changed on disk under the same path)."""
-        self._cache.clear()
 
 
 _instance: _Thumbnails | None = None

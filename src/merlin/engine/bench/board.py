@@ -47,6 +47,7 @@ from numba import njit
 from ..kernels.qgroup import _grouped
 from . import loops, mca
 from .cross import HOT_KERNELS, compile_asm
+from .machine import cpuinfo
 
 RK3588_READ_GBS = 20.0
 BLOCK = 32
@@ -227,11 +228,7 @@ def host_mca_cpu(tool: str) -> str:
 
 def _intel_host() -> bool:
     """Whether this host's cores are Intel's (they un-laminate: loops.Loop.text)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return "GenuineIntel" in f.read(4096)
-    except OSError:
-        return False
+    return cpuinfo("vendor_id") == "GenuineIntel"
 
 
 class _Clock:

@@ -1,11 +1,12 @@
 """What this machine can do, measured in the same run as the engine figures: read bandwidth
 (best of a NumPy float32 dot and a Numba read-only sum with several accumulators) and BLAS
 sgemm GFLOP/s. The host is shared and noisy, so every engine figure is reported as a ratio
-against these."""
+against these. Also what /proc/cpuinfo says of the cores (cpuinfo)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 from numba import njit, prange
@@ -66,3 +67,17 @@ def sgemm_gflops(m: int = 512, k: int = 2048, n: int = 6144) -> float:
     w = rng.standard_normal((n, k), dtype=np.float32)
     x @ w[:64].T
     return 2 * m * k * n / best_time(lambda: x @ w.T) / 1e9
+
+
+def cpuinfo(*keys: str) -> str:
+    """The value of the first /proc/cpuinfo line whose key is one of keys ('' if none, or no
+    such file): "flags" (x86) or "Features" (aarch64), "vendor_id", "model name"..."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in keys:
+            return value.strip()
+    return ""

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .machine import cpuinfo
 from .sections import SectionUnavailable
 
 HERE = Path(__file__).resolve().parent
@@ -81,14 +82,7 @@ def cmake_args(cpu_flags: set[str] | None = None) -> str:
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return set(cpuinfo("flags", "Features").split())
 
 
 def ensure_llama_cpp(progress=print) -> str:
