@@ -106,6 +106,37 @@ def test_projection_arithmetic():
     assert not math.isnan(compute_only["projected_ms"])
 
 
+def test_an_untrusted_attention_is_projected_again_at_the_host_ratio():
+    """When the host check does not trust the attention, every board projection is made a
+    second time with the attention's cycles times the host's measured / model ratio, and the
+    report prints those figures and flags a row whose bound changes."""
+    text = {"hidden_size": 64, "head_dim": 16, "intermediate_size": 128, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256}  # fmt: skip
+    model = {"group": 8, "tile_rows": 4, "attention_cycles_per_product": 0.5, "dot": "sdot"}
+    for fmt in ("q4", "q8", "q8a8"):
+        model[fmt] = {n: 10.0 * n for n in range(1, 9)}
+    b = board.Board("test board", "cortex-a76", "cortex-a76", "", 1.0, 2, 1.0, "nowhere")
+    plain = board.board_report(b, model, text, 1.0)
+    assert plain["projection_attention_scaled"] == {} and "with the attention" not in "\n".join(
+        board._scaled_lines(plain)
+    )
+    r = board.board_report(b, model, text, 1.0, attention_scale=2.0)
+    for key, p in r["projection"].items():
+        s = r["projection_attention_scaled"][key]
+        assert s["compute_ms"] > p["compute_ms"] and s["bandwidth_ms"] == p["bandwidth_ms"]
+    one = board.project(model, text, "q4", 5, 8192, 1.0, 2, None)
+    two = board.project(model, text, "q4", 5, 8192, 1.0, 2, None, attention_scale=2.0)
+    no_attention = dict(model, attention_cycles_per_product=0.0)
+    weights_only = board.project(no_attention, text, "q4", 5, 8192, 1.0, 2, None)["compute_ms"]
+    assert two["compute_ms"] - weights_only == pytest.approx(2 * (one["compute_ms"] - weights_only))
+    lines = board._scaled_lines(r)
+    assert "x 2.00" in lines[0] and len(lines) == 1 + 2 * len(board.FORMATS)
+    scaled = r["projection_attention_scaled"]
+    flips = [k for k, p in r["projection"].items() if p["bound"] != scaled[k]["bound"]]
+    text = "\n".join(lines)
+    assert flips and all(f"({scaled[k]['bound']})" in text for k in flips)
+
+
 def test_the_host_check_times_the_tiles_per_block_and_reports_each_part():
     """The weight check's harness times the real tiles: more activation rows cost more per
     block, and its seconds are plausible (a block is at least one cycle at 6 GHz and not a

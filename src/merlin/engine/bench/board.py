@@ -162,8 +162,9 @@ def cycles_per_block(model: dict, fmt: str, n: int) -> float:
 
 
 def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: float,
-            cores: int, read_gbs: float | None) -> dict:  # fmt: skip
-    """ms per token (compute, bandwidth, projected) of an n-row step at `context` keys."""
+            cores: int, read_gbs: float | None, attention_scale: float = 1.0) -> dict:  # fmt: skip
+    """ms per token (compute, bandwidth, projected) of an n-row step at `context` keys;
+    attention_scale multiplies the attention's cycles (the untrusted part's sensitivity)."""
     group = model["group"]
     layer_fmt, head_fmt = FORMATS[weights]
     cycles = bytes_ = 0.0
@@ -176,7 +177,7 @@ def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: fl
     nh, nkv = text["num_attention_heads"], text["num_key_value_heads"]
     keys = context + n
     attn_products = layers * nh * n * keys * hd * 2  # q.k and p.v, one product per dimension
-    cycles += attn_products * model["attention_cycles_per_product"]
+    cycles += attn_products * model["attention_cycles_per_product"] * attention_scale
     bytes_ += layers * nkv * keys * (2 * hd + 8)  # int8 K and V rows and their f32 scales
     compute_ms = cycles / (ghz * 1e9 * cores) * 1e3
     bandwidth_ms = bytes_ / (read_gbs * 1e9) * 1e3 if read_gbs else None
@@ -189,14 +190,20 @@ def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: fl
     }
 
 
-def board_report(board: Board, model: dict, text: dict, read_gbs: float | None) -> dict:
-    rows = {}
+def board_report(board: Board, model: dict, text: dict, read_gbs: float | None,
+                 attention_scale: float | None = None) -> dict:  # fmt: skip
+    """The board's projections; attention_scale (the host check's measured / model time of
+    the attention, when that part is not trusted): each projection again with the
+    attention's cycles times it, to show which figures depend on the untrusted part."""
+    rows, scaled = {}, {}
     for weights in FORMATS:
         for label, n in (("decode", 1), ("V(4)", 5)):
             for ctx in CONTEXTS:
-                rows[f"{weights} {label} {ctx}"] = project(
-                    model, text, weights, n, ctx, board.ghz, board.cores, read_gbs
-                )
+                key = f"{weights} {label} {ctx}"
+                args = (model, text, weights, n, ctx, board.ghz, board.cores, read_gbs)
+                rows[key] = project(*args)
+                if attention_scale is not None:
+                    scaled[key] = project(*args, attention_scale=attention_scale)
     return {
         "board": board.name,
         "cpu": board.cpu,
@@ -208,6 +215,8 @@ def board_report(board: Board, model: dict, text: dict, read_gbs: float | None) 
         "model": model,
         "per_block": {f: {n: cycles_per_block(model, f, n) for n in ROWS} for f in ("q4", "q8")},
         "projection": rows,
+        "attention_scale": attention_scale,
+        "projection_attention_scaled": scaled,
     }
 
 
@@ -400,13 +409,17 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
         "host": {"cpu": host_cpu, "mca_cpu": host_mca_cpu(tool), "model": host_model},
         "boards": [],
     }
-    result["host"]["check"] = host_check(host_model)
+    check = result["host"]["check"] = host_check(host_model)
+    scale = None
+    if not check["trusted"]["attention"]:
+        att = next(c for c in check["checks"] if c["kernel"].startswith("attention"))
+        scale = att["measured_cycles"] / att["model_cycles"]
     for board in boards:
         progress(f"board: compiling the kernels for {board.cpu} ...")
         asm = compile_asm(AARCH64, board.cpu, board.features, kernels=HOT_KERNELS, cache=cache)
         model = analyse(asm, board.mca_cpu, "aarch64", tool)
         gbs = board.read_gbs if read_gbs is None or board.read_gbs is None else read_gbs
-        result["boards"].append(board_report(board, model, text, gbs))
+        result["boards"].append(board_report(board, model, text, gbs, scale))
     return result
 
 
@@ -476,11 +489,34 @@ def report(result: dict) -> str:
                         f"{p['projected_ms']:6.1f}"
                     )
                 lines.append(f"  {weights + ' ' + label:<16}{cells}")
+        lines.extend(_scaled_lines(b))
     lines.append(
         "\ncompute = kernel cycles / (clock x cores); bw = bytes read / read bandwidth; "
         "proj = max of the two; norms, RoPE and activation quantization not counted"
     )
     return "\n".join(lines)
+
+
+def _scaled_lines(b: dict) -> list[str]:
+    """The projections again with the attention at the host check's measured / model ratio
+    (when the attention part is not trusted): which figures move, and whether their bound does."""
+    scaled = b.get("projection_attention_scaled")
+    if not scaled:
+        return []
+    lines = [
+        f"  with the attention's cycles x {b['attention_scale']:.2f} (the host check's measured"
+        " / model), projected ms:"
+    ]
+    for weights in FORMATS:
+        for label in ("decode", "V(4)"):
+            cells = ""
+            for ctx in CONTEXTS:
+                key = f"{weights} {label} {ctx}"
+                p, base = scaled[key], b["projection"][key]
+                moved = "" if p["bound"] == base["bound"] else f" ({p['bound']})"
+                cells += f"{p['projected_ms']:>16.1f}{moved:<8}"
+            lines.append(f"  {weights + ' ' + label:<16}{cells}")
+    return lines
 
 
 def add_arguments(p) -> None:
