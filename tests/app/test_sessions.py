@@ -367,7 +367,7 @@ def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):
 
     w1 = make_window()
     w1.composer.set_text("a long question I have not finished")
-    qtbot.waitUntil(lambda: draft.load_draft(folder()).startswith("a long"), timeout=5000)
+    qtbot.waitUntil(lambda: draft.load_draft(folder()).text.startswith("a long"), timeout=5000)
     # as after a crash: the next start finds it without the first window closing
     w2 = make_window()
     assert w2.composer.text() == "a long question I have not finished"
@@ -378,4 +378,60 @@ def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):
     w2.composer.set_text("put aside")
     w2.controller.begin_edit(w2.store.messages(w2.controller.current_id)[0].id)
     w2.close()
-    assert draft.load_draft(folder()) == "put aside"
+    assert draft.load_draft(folder()).text == "put aside"
+
+
+def test_unsent_pictures_and_their_detail_survive_a_restart(
+    qtbot,
+    make_window,
+    data_dir,
+    tmp_path,  # noqa: F811
+):
+    """Pictures attached to an unsent message come back at the next start, in their order
+    and with the detail chosen, from the store's copies: the original files may be gone and
+    the store's collection at opening (the copies older than its grace period) spares them.
+    Once sent, the draft is gone and nothing is pinned."""
+    import os
+    import time
+
+    from PIL import Image
+
+    from merlin.app.model import draft
+    from merlin.app.model.paths import data_dir as folder
+    from merlin.app.model.store import IMAGE_GRACE_S
+
+    paths = []
+    for name, color in (("first.png", (200, 30, 30)), ("second.png", (30, 30, 200))):
+        Image.new("RGB", (64, 48), color).save(tmp_path / name)
+        paths.append(str(tmp_path / name))
+    w1 = make_window()
+    w1.composer.set_text("compare these")
+    w1.composer.add_paths(paths)
+    w1.composer.wait_attachments()
+    second = w1.composer.attachments()[1]
+    w1.composer.chip(second).choose_detail("fast")
+    qtbot.waitUntil(
+        lambda: [i.detail for i in draft.load_draft(folder()).images] == ["", "fast"],
+        timeout=5000,
+    )
+    w1.close()
+    kept = draft.load_draft(folder())
+    assert [i.name for i in kept.images] == ["first.png", "second.png"]
+    assert all(i.sha256 for i in kept.images)
+    for p in paths:
+        os.unlink(p)  # the originals are gone; the store's copies are what comes back
+    old = time.time() - 2 * IMAGE_GRACE_S
+    for i in kept.images:
+        os.utime(folder() / "images" / i.file_name, (old, old))
+    w2 = make_window()
+    w2.composer.wait_attachments()
+    back = w2.composer.attachments()
+    assert w2.composer.text() == "compare these"
+    assert [a.name for a in back] == ["first.png", "second.png"]
+    assert [a.detail for a in back] == ["", "fast"]
+    assert w2.composer.chip(back[1]).detail == "fast"
+    assert all(a.stored is not None and a.stored.sha256 for a in back)
+    send(qtbot, w2, "compare these")
+    w2.save_draft()
+    assert not (folder() / draft.DRAFT_FILE).exists()
+    assert draft.draft_image_files(folder()) == set()

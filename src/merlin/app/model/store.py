@@ -39,6 +39,7 @@ from pathlib import Path
 
 from merlin.app.model import store_schema as schema
 from merlin.app.model import store_tree as tree
+from merlin.app.model.draft import draft_image_files
 from merlin.app.model.store_errors import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -647,17 +648,19 @@ class Store:
             self.collect_images()
 
     def collect_images(self) -> int:
-        """Delete image files no message refers to (and leftovers of interrupted writes),
-        except those written or reused in the last IMAGE_GRACE_S seconds: another Merlin on
-        the same data folder may be about to commit the rows that refer to them (an import
-        writes its pictures before its transaction). Those go at a later collection. Nothing
-        while held (hold_images)."""
+        """Delete image files that neither a message nor the unsent draft (model/draft.py)
+        refers to (and leftovers of interrupted writes), except those written or reused in
+        the last IMAGE_GRACE_S seconds: another Merlin on the same data folder may be about
+        to commit the rows that refer to them (an import writes its pictures before its
+        transaction). Those go at a later collection. Nothing while held (hold_images)."""
         if self._image_holds:
             return 0
         used = {
             f"{sha}.{ext}"
             for sha, ext in self._db.execute("SELECT DISTINCT sha256, ext FROM message_images")
         }
+        if self.folder:
+            used |= draft_image_files(self.folder)  # pictures of the unsent message
         removed, now = 0, time.time()
         for path in self.image_dir.iterdir():
             if path.name not in used:

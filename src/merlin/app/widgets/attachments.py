@@ -49,6 +49,7 @@ class ReadImage:
     thumbnail: QImage
     size: tuple[int, int]
     stored: object = None  # what the composer's store_file made of it (an ImageRef)
+    detail: str = ""  # the detail it is to have when attached (a draft put back)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Attachment:
     thumbnail: QPixmap
     size: tuple[int, int]
     stored: object = None  # the image's copy in the chat store, made while it was read
+    detail: str = ""  # its chip's detail menu: "" (the settings' default), "fast", ...
 
 
 class AttachmentError(Exception):
@@ -67,7 +69,7 @@ class AttachmentError(Exception):
 def to_attachment(read: ReadImage) -> Attachment:
     """The chip's pixmap from a read image (GUI thread only)."""
     thumbnail = QPixmap.fromImage(read.thumbnail)
-    return Attachment(read.path, read.name, thumbnail, read.size, read.stored)
+    return Attachment(read.path, read.name, thumbnail, read.size, read.stored, read.detail)
 
 
 def read_image(path: str | Path, name: str | None = None) -> ReadImage:

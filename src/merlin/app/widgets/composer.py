@@ -118,6 +118,11 @@ class ComposerEdit(QPlainTextEdit):
             self._fit()
 
 
+def _with_detail(read: ReadImage, detail: str) -> ReadImage:
+    read.detail = detail if detail in DETAIL_NAMES else ""
+    return read
+
+
 def _line_height(font) -> int:
     """A line's height in this font with its fallbacks: Chinese glyphs come from a taller
     font (Noto Sans CJK) than Latin ones, and one line of them must not need a scroll bar."""
@@ -166,7 +171,6 @@ class AttachmentChip(QFrame):
         thumb.setPixmap(pm)
         thumb.setToolTip(attachment.name)
         layout.addWidget(thumb)
-        self.detail = ""
         column = QVBoxLayout()
         column.setSpacing(0)
         self.status = QLabel()
@@ -196,9 +200,15 @@ class AttachmentChip(QFrame):
         self.presets: dict[str, int] = {}
         self.retranslate()
 
+    @property
+    def detail(self) -> str:
+        """The detail chosen ("" = the default); kept on the attachment, which outlives the
+        chip when an edit puts the draft aside."""
+        return self.attachment.detail
+
     def choose_detail(self, key: str) -> None:
         if key != self.detail:
-            self.detail = key
+            self.attachment.detail = key
             self.retranslate()
             self.sig_detail.emit(self.attachment, key)
 
@@ -229,6 +239,7 @@ class Composer(QWidget):
     sig_attached = Signal(object)  # an Attachment was added (encode it now)
     sig_detached = Signal(object)  # the user removed it (stop encoding it)
     sig_detail = Signal(object)  # its detail changed (encode it again at that budget)
+    sig_contents_changed = Signal()  # text, pictures or a detail changed (the draft on disk)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -287,6 +298,7 @@ class Composer(QWidget):
         self.edit.sig_submit.connect(self.submit)
         self.edit.sig_escape.connect(self._on_escape)
         self.edit.sig_mime_pasted.connect(self.add_mime)
+        self.edit.textChanged.connect(self.sig_contents_changed)
         self.send_button = QPushButton()
         self.send_button.setIconSize(QSize(20, 20))
         self.send_button.clicked.connect(self._on_send_button)
@@ -317,12 +329,20 @@ class Composer(QWidget):
         self.edit.setPlainText(text)
         self.edit.moveCursor(self.edit.textCursor().MoveOperation.End)
 
-    def draft_text(self) -> str:
-        """What the user typed and has not sent: while an earlier message is edited, the text
-        put aside for it, else the box's."""
+    def draft(self) -> tuple[str, list[Attachment]]:
+        """What the user wrote and has not sent: while an earlier message is edited, what was
+        put aside for it, else the box's text and pictures (not those still being read)."""
         if self._editing and self._saved_draft is not None:
-            return self._saved_draft[0]
-        return self.text()
+            return self._saved_draft[0], list(self._saved_draft[1])
+        return self.text(), self.attachments()
+
+    def restore_draft(self, text: str, images: list[tuple[str, str, str]]) -> None:
+        """Put a draft kept on disk back: the text, and pictures as (path, name, detail),
+        read on the worker like any attached file (one that is gone is reported inline)."""
+        self.set_text(text)
+        reads = [lambda p=p, n=n, d=d: _with_detail(read_image(p, n), d) for p, n, d in images]
+        if reads:
+            self._read(reads[:MAX_IMAGES])
 
     def attachments(self) -> list[Attachment]:
         return list(self._attachments)
@@ -547,9 +567,11 @@ class Composer(QWidget):
         chip.retranslate()
         chip.sig_remove.connect(self._user_removed)
         chip.sig_detail.connect(lambda a, _key: self.sig_detail.emit(a))
+        chip.sig_detail.connect(self.sig_contents_changed)
         self.chips.insertWidget(self.chips.count() - 1, chip)
         self.chip_row.setVisible(True)
         self.sig_attached.emit(attachment)
+        self.sig_contents_changed.emit()
 
     def _user_removed(self, attachment: Attachment) -> None:
         self.remove_attachment(attachment)
@@ -573,10 +595,7 @@ class Composer(QWidget):
 
     def image_tokens(self, attachment: Attachment) -> int | None:
         """The budget chosen for this attachment (None: the default)."""
-        c = self.chip(attachment)
-        if c is None or not c.detail:
-            return None
-        return self._presets.get(c.detail)
+        return self._presets.get(attachment.detail) if attachment.detail else None
 
     def set_image_status(self, attachment: Attachment, text: str) -> None:
         c = self.chip(attachment)
@@ -593,6 +612,7 @@ class Composer(QWidget):
                 w.deleteLater()
                 break
         self.chip_row.setVisible(bool(self._attachments))
+        self.sig_contents_changed.emit()
 
     def show_notice(self, text: str, error: bool = True) -> None:
         self.notice.setText(text)

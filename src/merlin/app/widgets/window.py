@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
 from merlin.app import pyside_fixes
 from merlin.app.controller import ChatController
 from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
-from merlin.app.model.draft import load_draft, save_draft
+from merlin.app.model.draft import Draft, DraftImage, load_draft, save_draft
 from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
 from merlin.app.model.remote import REMOTE_SOURCE
-from merlin.app.model.store import Store, StoreError
+from merlin.app.model.store import ImageRef, Store, StoreError
 from merlin.app.remote_settings import remember_remote, remote_config, remote_panel_text
 from merlin.app.settings import AppSettings, SettingsDialog, load_settings, save_settings
 from merlin.app.widgets import chat_files, startup_problems
@@ -131,12 +131,11 @@ class MainWindow(QMainWindow):
         self.conversations = ConversationList()
         self.chat = ChatView()
         self.composer = Composer()
-        # the unsent text on disk (model/draft.py): a second after typing stops, and at close
+        # the unsent text and pictures on disk (model/draft.py): a second after the last
+        # change, and at close
         self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_SAVE_MS)
         self._draft_timer.timeout.connect(self.save_draft)
-        if self.store.folder:
-            self.composer.set_text(load_draft(data_dir()))
-        self.composer.edit.textChanged.connect(self._draft_timer.start)
+        self.composer.sig_contents_changed.connect(self._draft_timer.start)
         self.panel = PerfPanel(self.stats)
         self.load_banner = Banner("info")
         self.model_banner = Banner("warning")
@@ -209,6 +208,7 @@ class MainWindow(QMainWindow):
             c.open_conversation(last)
             self.conversations.select(last)
 
+        self._restore_draft()
         source = model_folder if model_folder is not None else self.settings.model_source
         c.load_model(
             source or SOURCE_DEMO,
@@ -627,12 +627,34 @@ class MainWindow(QMainWindow):
             self._settings_read = dataclasses.replace(self.settings)
 
     def save_draft(self) -> None:
-        """Keep the unsent text on disk (not for a store in memory: nothing is kept then)."""
+        """Keep the unsent text and pictures on disk (not for a store in memory: nothing is
+        kept then). Pictures are named by their copy in the store (made when attached)."""
         self._draft_timer.stop()
-        if self.store.folder:
-            save_draft(data_dir(), self.composer.draft_text())
+        if not self.store.folder:
+            return
+        text, attachments = self.composer.draft()
+        images = []
+        for a in attachments:
+            ref = a.stored if isinstance(a.stored, ImageRef) else None
+            sha, ext = (ref.sha256, ref.ext) if ref else ("", "")
+            images.append(DraftImage(sha, ext, a.name, str(a.path), a.detail))
+        save_draft(data_dir(), Draft(text, images))
+
+    def _restore_draft(self) -> None:
+        """The draft the last window left (model/draft.py) back in the box: each picture from
+        the store's copy, or from where it came if the store has none."""
+        if not self.store.folder:
+            return
+        draft = load_draft(data_dir())
+        images = []
+        for i in draft.images:
+            ref = ImageRef(i.sha256, i.ext, i.name) if i.sha256 else None
+            path = self.store.image_path(ref) if ref else None
+            images.append((str(path if path and path.is_file() else i.path), i.name, i.detail))
+        self.composer.restore_draft(draft.text, images)
 
     def closeEvent(self, event):  # noqa: N802
+        self.composer.wait_attachments()  # a picture still being read is part of the draft
         self.save_draft()
         self._save_settings()  # (a problem saving them is shown while the window is there)
         # then gone from the screen; what follows may wait (an export finishing, the engine
