@@ -410,8 +410,9 @@ def test_an_attached_image_is_copied_into_the_store_off_the_gui_thread(
 
 
 def test_a_pasted_png_is_kept_as_its_bytes_and_decoded_off_the_gui_thread(qtbot, make_window):
-    """A paste that carries a PNG file's bytes is attached as those bytes (no decode on the GUI
-    thread, no PNG encode of the decoded pixels); one that carries only pixels still works."""
+    """A paste that carries a PNG (or BMP) file's bytes is attached as those bytes (no decode
+    on the GUI thread, no PNG encode of the decoded pixels); one that carries only pixels
+    still works."""
     from PySide6.QtCore import QBuffer, QByteArray, QIODevice
 
     w = make_window()
@@ -432,3 +433,15 @@ def test_a_pasted_png_is_kept_as_its_bytes_and_decoded_off_the_gui_thread(qtbot,
     assert w.composer.add_mime(pixels) == 1
     w.composer.wait_attachments()
     assert len(w.composer.attachments()) == 2 and w.composer.attachments()[1].size == (120, 90)
+    # a BMP's bytes (what some X11 and Windows programs put on the clipboard) likewise
+    bmp = QByteArray()
+    buffer = QBuffer(bmp)
+    buffer.open(QIODevice.WriteOnly)
+    image.scaled(60, 45).save(buffer, "BMP")
+    mime = QMimeData()
+    mime.setData("image/bmp", bmp)
+    assert w.composer.add_mime(mime) == 1
+    w.composer.wait_attachments()
+    third = w.composer.attachments()[2]
+    assert third.path.endswith(".bmp") and open(third.path, "rb").read() == bytes(bmp.data())
+    assert third.size == (60, 45)

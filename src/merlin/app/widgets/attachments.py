@@ -164,7 +164,7 @@ def _converted_png(path: Path, name: str) -> Path:
 
 def save_pasted_image(image: QImage | bytes, ext: str = "png") -> Path:
     """A pasted image in the data folder's scratch space (imported into the store when the
-    message is sent): a QImage saved as PNG, or a PNG or JPEG file's bytes as they are."""
+    message is sent): a QImage saved as PNG, or an image file's bytes as they are."""
     folder = data_dir() / "scratch"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"pasted-{uuid.uuid4().hex[:12]}.{ext}"

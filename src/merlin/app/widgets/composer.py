@@ -50,6 +50,11 @@ from merlin.app.widgets.background import BackgroundJob
 from merlin.app.widgets.icons import icon
 
 MAX_IMAGES = 8
+# clipboard formats that carry an image file's bytes, attached as they are and decoded on
+# the worker (first found wins); pixels only (application/x-qt-image) are decoded by Qt
+PASTED_FORMATS = (("image/png", "png"), ("image/jpeg", "jpg"), ("image/webp", "webp"),
+                  ("image/gif", "gif"), ("image/bmp", "bmp"), ("image/x-bmp", "bmp"),
+                  ("image/tiff", "tif"))  # fmt: skip
 MAX_LINES = 8
 
 
@@ -462,8 +467,8 @@ class Composer(QWidget):
         return len(files)
 
     def add_image(self, image: QImage | bytes, name: str | None = None, ext: str = "png") -> bool:
-        """Attach a pasted image: a QImage, or a PNG or JPEG file's bytes (`ext`), which are
-        decoded on the worker, not here."""
+        """Attach a pasted image: a QImage, or an image file's bytes (`ext`: PASTED_FORMATS),
+        which are decoded on the worker, not here."""
         empty = not image if isinstance(image, bytes) else image.isNull()
         if empty:
             self.show_notice(tr("The clipboard image is empty."))
@@ -550,8 +555,8 @@ class Composer(QWidget):
         """Images or files from a drop or a paste."""
         if mime.hasUrls() and any(u.isLocalFile() for u in mime.urls()):
             return self.add_paths([u.toLocalFile() for u in mime.urls() if u.isLocalFile()])
-        # a PNG or JPEG file's bytes as they came (Qt's imageData() decodes on this thread)
-        for fmt, ext in (("image/png", "png"), ("image/jpeg", "jpg")):
+        # an image file's bytes as they came (Qt's imageData() decodes on this thread)
+        for fmt, ext in PASTED_FORMATS:
             if mime.hasFormat(fmt):
                 return int(self.add_image(bytes(mime.data(fmt).data()), ext=ext))
         if mime.hasImage():
