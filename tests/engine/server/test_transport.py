@@ -137,3 +137,27 @@ def test_a_body_of_countless_empty_objects_is_refused_before_parsing(served):
     )
     answer = request(served, post("127.0.0.1", body))
     assert answer.startswith(b"HTTP/1.1 400") and b"JSON objects and arrays" in answer
+
+
+def test_oversized_headers_and_garbage_get_a_json_error_not_a_reset(served, caplog):
+    """Headers up to transport.MAX_HEADER_BYTES are served; past it the client reads a 431
+    with an OpenAI-style error (uvicorn closed with the bytes unread: the client saw a
+    connection reset), and a request that is not HTTP a 400, the same way."""
+    import json
+
+    def get(extra: str) -> bytes:
+        return (
+            f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Connection: close\r\n\r\n"
+        ).encode()
+
+    assert request(served, get(f"X-Big: {'a' * 60_000}\r\n")).startswith(b"HTTP/1.1 200")
+    for extra, size in (("X-Big: {}\r\n", 200_000), ("Cookie: {}\r\n", 3_000_000)):
+        out = request(served, get(extra.format("b" * size)))
+        head, _, body = out.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), head
+        error = json.loads(body)["error"]
+        assert "64 KB" in error["message"] and error["type"] == "invalid_request_error"
+    out = request(served, b"\x16\x03\x01 this is TLS, not HTTP\r\n\r\n")
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), head
+    assert "not valid HTTP/1.1" in json.loads(body)["error"]["message"]

@@ -11,19 +11,32 @@ protocol:
   - a request's headers must be complete HEADER_TIMEOUT_S after the connection opens or the
     previous response ends, or the connection is closed.
 
+and answers a request h11 cannot take (headers past MAX_HEADER_BYTES: 431; malformed: 400)
+with an OpenAI-style JSON error, then reads and drops what the client still sends for up to
+LINGER_S before closing: uvicorn closed at once, and a connection closed with bytes unread is
+reset by the kernel, so the client saw "connection reset" instead of the answer.
+
 The body's own deadline is the app's (app.py, BODY_TIMEOUT_S), which answers 408.
 
 Subclassing uvicorn's protocol rather than writing one: h11 parsing, flow control, keep-alive
-and the ASGI cycle stay uvicorn's; only connection_made, data_received and
-on_response_complete are extended.
+and the ASGI cycle stay uvicorn's; only connection_made, data_received,
+on_response_complete and send_400_response are extended.
 """
 
 from __future__ import annotations
 
+import json
+from http import HTTPStatus
+
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .errors import ApiError
 
 MAX_CONNECTIONS = 128  # a queue of 8 requests, their streams, health checks: plenty
 HEADER_TIMEOUT_S = 10.0
+MAX_HEADER_BYTES = 64 * 1024  # a request line and headers (h11's own default: 16 KB)
+LINGER_S = 2.0  # after an error answer, how long the client's further bytes are read
 
 
 class GuardedH11(H11Protocol):
@@ -31,6 +44,7 @@ class GuardedH11(H11Protocol):
 
     _deadline = None
     _waiting_cycle = None  # the request cycle current when the deadline was set
+    _lingering = False  # an error was answered: what comes is dropped until the close
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -40,6 +54,8 @@ class GuardedH11(H11Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         super().data_received(data)
         if self._deadline is not None and self.cycle is not self._waiting_cycle:
             self._deadline.cancel()  # a request's headers arrived
@@ -60,6 +76,48 @@ class GuardedH11(H11Protocol):
         self._waiting_cycle = self.cycle
         self._deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._too_slow)
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 refused: a JSON error saying why (431 for
+        headers past MAX_HEADER_BYTES), then a lingering close."""
+        pending = len(self.conn.trailing_data[0])
+        if pending > MAX_HEADER_BYTES:
+            error = ApiError(
+                f"The request's headers are over {MAX_HEADER_BYTES // 1024} KB; send them "
+                "shorter (a long cookie or a key pasted twice?).",
+                status=431,
+            )
+        else:
+            error = ApiError(f"The request is not valid HTTP/1.1: {msg}", status=400)
+        body = json.dumps(error.body()).encode()
+        reason = HTTPStatus(error.status).phrase.encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        try:
+            for event in (
+                h11.Response(status_code=error.status, headers=headers, reason=reason),
+                h11.Data(data=body),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # a response had begun: nothing more can be said
+            self.transport.close()
+            return
+        self._linger()
+
+    def _linger(self) -> None:
+        """Stop answering, drop what arrives, close when the client does or after LINGER_S."""
+        self._lingering = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(LINGER_S, self.transport.close)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()  # the client reads the answer, then its end
+
+    def eof_received(self):
+        if self._lingering:
+            self.transport.close()
+            return None
+        return super().eof_received()
+
     def _too_slow(self) -> None:
         self._deadline = None
         if self.cycle is self._waiting_cycle and not self.transport.is_closing():
@@ -71,5 +129,10 @@ def uvicorn_config(app, access_log: bool = False):
     import uvicorn
 
     return uvicorn.Config(
-        app, log_level="warning", access_log=access_log, lifespan="on", http=GuardedH11
+        app,
+        log_level="warning",
+        access_log=access_log,
+        lifespan="on",
+        http=GuardedH11,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
