@@ -131,6 +131,45 @@ def test_files_are_read_off_the_gui_thread_and_a_send_waits_for_them(
     assert readers and threading.main_thread() not in readers
 
 
+def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """A picture still being read when the window closes is waited for (it is part of the
+    draft kept on disk), up to window.CLOSE_READ_WAIT_S: a file that never comes (a hung
+    network mount) does not hold the close."""
+    import os
+    import threading
+    import time
+
+    from merlin.app.model.draft import load_draft
+    from merlin.app.model.paths import data_dir as folder
+    from merlin.app.widgets import composer, window
+
+    gates = {"never.png": threading.Event(), "slow.png": threading.Event()}
+    real = composer.read_image
+
+    def slow_read(path, name=None):
+        gates[os.path.basename(path)].wait(60)
+        return real(path, name)
+
+    monkeypatch.setattr(composer, "read_image", slow_read)
+    monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 0.3)
+    w = make_window()
+    w.composer.add_paths([str(png(tmp_path / "never.png"))])
+    assert w.composer.wait_attachments(timeout=0.05) is False
+    start = time.monotonic()
+    w.close()
+    assert time.monotonic() - start < 5
+    assert load_draft(folder()).images == []
+    gates["never.png"].set()
+    monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 30)
+    w2 = make_window()
+    w2.composer.add_paths([str(png(tmp_path / "slow.png"))])
+    threading.Timer(0.5, gates["slow.png"].set).start()
+    w2.close()  # the read ends within the wait: the picture is in the draft
+    assert [i.name for i in load_draft(folder()).images] == ["slow.png"]
+
+
 def test_a_send_waiting_for_files_is_called_off_when_one_cannot_be_attached(
     qtbot, make_window, tmp_path, monkeypatch
 ):

@@ -69,8 +69,11 @@ class BackgroundJob(QObject):
             raise value
         self.result = result
 
-    def wait(self):
-        """Block until the work is over, deliver its outcome now (if not yet), return result."""
-        self._thread.join()
+    def wait(self, timeout: float | None = None):
+        """Block until the work is over (or `timeout` seconds passed: then None, nothing
+        delivered), deliver its outcome now (if not yet), return result."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return None
         self._deliver()
         return self.result

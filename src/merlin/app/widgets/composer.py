@@ -18,6 +18,7 @@ detail menu (fast / detailed / full, or the settings' default) that changes its 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -480,11 +481,16 @@ class Composer(QWidget):
         self._read([lambda: read_image(save_pasted_image(image, ext), name)])
         return True
 
-    def wait_attachments(self) -> None:
+    def wait_attachments(self, timeout: float | None = None) -> bool:
         """Block until every file being read is attached (a window closing, scripted modes,
-        tests)."""
+        tests), or `timeout` seconds passed; whether none is left being read."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self._readings:
-            self._readings[0].job.wait()  # its delivery removes it (and any read after it)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._readings[0].job.wait(left)  # its delivery removes it (and any after it)
+        return True
 
     def _read(self, reads: list) -> None:
         """Run reads (callables returning a ReadImage or raising AttachmentError) on a worker;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import logging
 import re
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
@@ -52,7 +53,9 @@ from merlin.app.worker import SOURCE_DEMO, SOURCE_RANDOM_2B, ModelInfo
 pyside_fixes.install()
 
 DEMO_FONT_SCALE = 1.45
-DRAFT_SAVE_MS = 1000  # the unsent text is written this long after typing stops
+DRAFT_SAVE_MS = 1000  # the unsent message is written this long after its last change
+CLOSE_READ_WAIT_S = 3.0  # closing waits this long for pictures still being read (the draft)
+log = logging.getLogger(__name__)
 
 _PHASES = (
     N_("finding the checkpoint"),
@@ -654,7 +657,9 @@ class MainWindow(QMainWindow):
         self.composer.restore_draft(draft.text, images)
 
     def closeEvent(self, event):  # noqa: N802
-        self.composer.wait_attachments()  # a picture still being read is part of the draft
+        # a picture still being read is part of the draft, unless its file does not come
+        if not self.composer.wait_attachments(timeout=CLOSE_READ_WAIT_S):
+            log.warning("closing without the pictures still being read")
         self.save_draft()
         self._save_settings()  # (a problem saving them is shown while the window is there)
         # then gone from the screen; what follows may wait (an export finishing, the engine
