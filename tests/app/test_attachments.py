@@ -134,9 +134,10 @@ def test_files_are_read_off_the_gui_thread_and_a_send_waits_for_them(
 def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
     qtbot, make_window, tmp_path, monkeypatch
 ):
-    """A picture still being read when the window closes is waited for (it is part of the
-    draft kept on disk), up to window.CLOSE_READ_WAIT_S: a file that never comes (a hung
-    network mount) does not hold the close."""
+    """A picture still being read when the window closes is waited for up to
+    window.CLOSE_READ_WAIT_S (a file that never comes, a hung network mount, does not hold
+    the close) and named in the draft either way; a send that was waiting for it is called
+    off, not started; the closed window's late delivery changes nothing on disk."""
     import os
     import threading
     import time
@@ -155,19 +156,60 @@ def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
     monkeypatch.setattr(composer, "read_image", slow_read)
     monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 0.3)
     w = make_window()
-    w.composer.add_paths([str(png(tmp_path / "never.png"))])
+    never = str(png(tmp_path / "never.png"))
+    w.composer.add_paths([never])
     assert w.composer.wait_attachments(timeout=0.05) is False
+    send(qtbot, w, "look at this", wait=False)  # Enter while it is read: the send waits
     start = time.monotonic()
     w.close()
     assert time.monotonic() - start < 5
-    assert load_draft(folder()).images == []
+    kept = load_draft(folder())
+    assert kept.text == "look at this"
+    assert [(i.name, i.path, i.sha256) for i in kept.images] == [("never.png", never, "")]
     gates["never.png"].set()
+    qtbot.wait(1500)  # the read is delivered to the closed window (and its draft timer)
+    assert load_draft(folder()) == kept
     monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 30)
     w2 = make_window()
+    assert w2.store.conversations() == []  # the waiting send was not made at close
+    w2.composer.wait_attachments()
+    assert [a.name for a in w2.composer.attachments()] == ["never.png"]
     w2.composer.add_paths([str(png(tmp_path / "slow.png"))])
     threading.Timer(0.5, gates["slow.png"].set).start()
-    w2.close()  # the read ends within the wait: the picture is in the draft
-    assert [i.name for i in load_draft(folder()).images] == ["slow.png"]
+    w2.close()  # the read ends within the wait: the picture is in the draft, stored
+    images = load_draft(folder()).images
+    assert [i.name for i in images] == ["never.png", "slow.png"] and all(i.sha256 for i in images)
+
+
+def test_pictures_being_put_back_stay_in_the_draft_until_they_are_read(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """At start the draft's pictures are read again on the worker; a draft save meanwhile
+    (its text put back starts the timer) or a close before they are read still names them
+    as before, store copy included, so the store's collection keeps sparing them."""
+    import threading
+
+    from merlin.app.model.draft import load_draft
+    from merlin.app.model.paths import data_dir as folder
+    from merlin.app.widgets import composer, window
+
+    w1 = make_window()
+    w1.composer.set_text("compare")
+    w1.composer.add_paths([str(png(tmp_path / "cat.png"))])
+    w1.composer.wait_attachments()
+    w1.close()
+    before = load_draft(folder())
+    assert before.images and before.images[0].sha256
+    gate = threading.Event()
+    real = composer.read_image
+    monkeypatch.setattr(composer, "read_image", lambda p, n=None: gate.wait(60) and real(p, n))
+    monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 0.1)
+    w2 = make_window()
+    qtbot.wait(1500)  # past the draft timer started by the text put back
+    assert load_draft(folder()) == before
+    w2.close()
+    assert load_draft(folder()) == before
+    gate.set()
 
 
 def test_a_send_waiting_for_files_is_called_off_when_one_cannot_be_attached(

@@ -57,6 +57,14 @@ def test_a_folder_that_cannot_be_written_or_a_damaged_file_is_no_error(tmp_path)
     (other / DRAFT_FILE).write_text(json.dumps({"text": 5, "images": [*bad, good]}))
     assert load_draft(other) == Draft("", [DraftImage(**good)])
     assert draft_image_files(other) == {"c0ffee.jpg"}
+    # nesting past Python's recursion limit; a lone surrogate (JSON allows it, UTF-8 not)
+    (other / DRAFT_FILE).write_text("[" * 100_000)
+    assert load_draft(other) == Draft() and draft_image_files(other) is None
+    lone = {"text": "a\ud800b", "images": [dict(good, name="x\ud800")]}
+    (other / DRAFT_FILE).write_text(json.dumps(lone))
+    assert load_draft(other) == Draft("a?b")
+    assert save_draft(other, Draft("typed \ud800 你好", [DraftImage(**good)]))  # no exception
+    assert load_draft(other) == Draft("typed ? 你好", [DraftImage(**good)])
 
 
 def test_the_stores_collection_spares_the_drafts_pictures(tmp_path):
@@ -70,6 +78,9 @@ def test_the_stores_collection_spares_the_drafts_pictures(tmp_path):
         save_draft(tmp_path, Draft("", [DraftImage(kept.sha256, kept.ext, "a.png", "/x/a.png")]))
         assert store.collect_images() == 1
         assert store.image_path(kept).is_file() and not store.image_path(dropped).exists()
+        # a draft that cannot be read may name any picture: nothing is collected
+        (tmp_path / DRAFT_FILE).write_text("{damaged")
+        assert store.collect_images() == 0 and store.image_path(kept).is_file()
         save_draft(tmp_path, Draft())  # sent or removed: collected like any unused picture
         assert store.collect_images() == 1 and not store.image_path(kept).exists()
     finally:

@@ -435,3 +435,24 @@ def test_unsent_pictures_and_their_detail_survive_a_restart(
     w2.save_draft()
     assert not (folder() / draft.DRAFT_FILE).exists()
     assert draft.draft_image_files(folder()) == set()
+
+
+def test_sending_an_edit_gives_back_the_message_put_aside(qtbot, make_window, tmp_path):
+    """Editing an earlier message puts the message being written aside; sending the edit
+    brings it back into the box, text and pictures (it was dropped: typed text lost)."""
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (10, 120, 60)).save(tmp_path / "leaf.png")
+    w = make_window(max_new_tokens=4, **GREEDY)
+    send(qtbot, w, "first question")
+    w.composer.set_text("the next question, half written")
+    w.composer.add_paths([str(tmp_path / "leaf.png")])
+    w.composer.wait_attachments()
+    w.controller.begin_edit(w.store.messages(w.controller.current_id)[0].id)
+    assert w.composer.editing and w.composer.text() == "first question"
+    send(qtbot, w, "first question, edited")
+    assert not w.composer.editing
+    assert w.composer.text() == "the next question, half written"
+    assert [a.name for a in w.composer.attachments()] == ["leaf.png"]
+    users = [m.text for m in w.store.messages(w.controller.current_id) if m.role == "user"]
+    assert users == ["first question, edited"]

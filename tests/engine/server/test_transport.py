@@ -157,6 +157,11 @@ def test_oversized_headers_and_garbage_get_a_json_error_not_a_reset(served, capl
         assert head.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), head
         error = json.loads(body)["error"]
         assert "64 KB" in error["message"] and error["type"] == "invalid_request_error"
+    bad_then_body = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n"
+        b"Content-Length: 100000\r\n\r\n" + b"x" * 100_000
+    )
+    assert request(served, bad_then_body).startswith(b"HTTP/1.1 400")  # not "too large"
     out = request(served, b"\x16\x03\x01 this is TLS, not HTTP\r\n\r\n")
     head, _, body = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400"), head

@@ -257,10 +257,11 @@ class ConversationModel(Branching):
     # ---- sending -------------------------------------------------------------------------
 
     def submit(self, text: str, attachments: list) -> None:
-        """The composer's send: on success the composer is emptied."""
+        """The composer's send: on success the composer is emptied, and after an edit it gets
+        back what was put aside for it (the message being written before)."""
         if self.send(text, attachments):
-            self.composer.end_edit(restore_draft=False)
             self.composer.clear()
+            self.composer.end_edit(restore_draft=True)
 
     def send(self, text: str, attachments=()) -> bool:
         """Commit the user's message and start (or queue) the answer. False: nothing was

@@ -56,19 +56,32 @@ class Draft:
         return not self.text.strip() and not self.images
 
 
+class DraftUnreadable(Exception):
+    """draft.json is there but cannot be read or is not a draft."""
+
+
 def load_draft(folder: Path | str) -> Draft:
     """The draft kept in folder (empty if none, or unreadable)."""
+    try:
+        return read_draft(folder)
+    except DraftUnreadable as e:
+        log.warning("the draft in %s was not read: %s", folder, e)
+        return Draft()
+
+
+def read_draft(folder: Path | str) -> Draft:
+    """The draft kept in folder (empty if none); DraftUnreadable if draft.json is there and
+    cannot be used."""
     folder = Path(folder)
     try:
         path = folder / DRAFT_FILE
         if path.stat().st_size > 8 * MAX_DRAFT_CHARS:
-            return Draft()
+            raise DraftUnreadable(f"{path} is too large for a draft")
         return _parse(path.read_text(encoding="utf-8", errors="replace"))
     except FileNotFoundError:
         pass
-    except (OSError, ValueError) as e:
-        log.warning("the draft in %s was not read: %s", folder, e)
-        return Draft()
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nesting
+        raise DraftUnreadable(str(e)) from None
     try:
         legacy = folder / LEGACY_DRAFT_FILE
         if legacy.stat().st_size > 4 * MAX_DRAFT_CHARS:
@@ -83,13 +96,15 @@ def _parse(raw: str) -> Draft:
     if not isinstance(data, dict):
         raise ValueError("not a draft")
     text = data.get("text")
-    draft = Draft(text[:MAX_DRAFT_CHARS] if isinstance(text, str) else "")
+    text = text if isinstance(text, str) else ""
+    # a lone surrogate (JSON can carry one, UTF-8 cannot) becomes "?"
+    draft = Draft(text[:MAX_DRAFT_CHARS].encode("utf-8", "replace").decode("utf-8"))
     images = data.get("images")
     for item in images if isinstance(images, list) else []:
         if not isinstance(item, dict):
             continue
         fields = {k: item.get(k) for k in ("sha256", "ext", "name", "path", "detail")}
-        if not all(isinstance(v, str) for v in fields.values()):
+        if not all(_usable(v) for v in fields.values()):
             continue
         if not _safe_name(fields["sha256"], fields["ext"]):
             continue  # not a store file name: never a path out of the image folder
@@ -97,6 +112,18 @@ def _parse(raw: str) -> Draft:
         if len(draft.images) == MAX_DRAFT_IMAGES:
             break
     return draft
+
+
+def _usable(value) -> bool:
+    """A string that can be written back (JSON may carry a lone surrogate, which UTF-8
+    cannot)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _safe_name(sha256: str, ext: str) -> bool:
@@ -119,8 +146,8 @@ def save_draft(folder: Path | str, draft: Draft) -> bool:
             data = {"text": draft.text[:MAX_DRAFT_CHARS], "images": images}
             fd, tmp = tempfile.mkstemp(prefix=".draft-", dir=folder)
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, ensure_ascii=False)
+                with os.fdopen(fd, "w", encoding="ascii") as f:
+                    json.dump(data, f)  # \u escapes: any str, a lone surrogate too
                 os.replace(tmp, path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -134,6 +161,10 @@ def save_draft(folder: Path | str, draft: Draft) -> bool:
         return False
 
 
-def draft_image_files(folder: Path | str) -> set[str]:
-    """The store's image files the draft in folder uses (the collection spares them)."""
-    return {i.file_name for i in load_draft(folder).images if i.file_name}
+def draft_image_files(folder: Path | str) -> set[str] | None:
+    """The store's image files the draft in folder uses (the collection spares them); None
+    if draft.json is there and cannot be read (then nothing may be collected)."""
+    try:
+        return {i.file_name for i in read_draft(folder).images if i.file_name}
+    except DraftUnreadable:
+        return None

@@ -660,7 +660,10 @@ class Store:
             for sha, ext in self._db.execute("SELECT DISTINCT sha256, ext FROM message_images")
         }
         if self.folder:
-            used |= draft_image_files(self.folder)  # pictures of the unsent message
+            drafted = draft_image_files(self.folder)  # pictures of the unsent message
+            if drafted is None:
+                return 0  # a draft that cannot be read may name any of them
+            used |= drafted
         removed, now = 0, time.time()
         for path in self.image_dir.iterdir():
             if path.name not in used:

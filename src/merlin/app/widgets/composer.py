@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QImage, QKeyEvent, QPalette, QTextLayout
@@ -142,12 +143,14 @@ def _line_height(font) -> int:
 @dataclass
 class _Reading:
     """Files being read for the composer: one worker job, the contents generation it was
-    started for (a later clear or edit drops its result), its outcomes once delivered."""
+    started for (a later clear or edit drops its result), its outcomes once delivered, and
+    the files as (path, name, detail) where known (a paste's are made on the worker)."""
 
     generation: int
     count: int
     job: BackgroundJob | None = None
     outcomes: list | None = None
+    sources: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 DETAIL_NAMES = {"": "default", "fast": "fast", "detailed": "detailed", "full": "full"}
@@ -335,20 +338,28 @@ class Composer(QWidget):
         self.edit.setPlainText(text)
         self.edit.moveCursor(self.edit.textCursor().MoveOperation.End)
 
-    def draft(self) -> tuple[str, list[Attachment]]:
+    def draft(self) -> tuple[str, list[Attachment], list[tuple[str, str, str]]]:
         """What the user wrote and has not sent: while an earlier message is edited, what was
-        put aside for it, else the box's text and pictures (not those still being read)."""
+        put aside for it, else the box's text and pictures, and the files still being read
+        for it as (path, name, detail)."""
         if self._editing and self._saved_draft is not None:
-            return self._saved_draft[0], list(self._saved_draft[1])
-        return self.text(), self.attachments()
+            return self._saved_draft[0], list(self._saved_draft[1]), []
+        pending = [
+            source
+            for r in self._readings
+            if r.generation == self._generation
+            for source in r.sources
+        ]
+        return self.text(), self.attachments(), pending
 
     def restore_draft(self, text: str, images: list[tuple[str, str, str]]) -> None:
         """Put a draft kept on disk back: the text, and pictures as (path, name, detail),
         read on the worker like any attached file (one that is gone is reported inline)."""
         self.set_text(text)
+        images = images[:MAX_IMAGES]
         reads = [lambda p=p, n=n, d=d: _with_detail(read_image(p, n), d) for p, n, d in images]
         if reads:
-            self._read(reads[:MAX_IMAGES])
+            self._read(reads, images)
 
     def attachments(self) -> list[Attachment]:
         return list(self._attachments)
@@ -464,7 +475,8 @@ class Composer(QWidget):
                 self.show_notice(too_many)
                 return 0
             self._read_problems.append(too_many)
-        self._read([lambda p=p, n=n: read_image(p, n) for p, n in files])
+        sources = [(str(p), n or Path(p).name, "") for p, n in files]
+        self._read([lambda p=p, n=n: read_image(p, n) for p, n in files], sources)
         return len(files)
 
     def add_image(self, image: QImage | bytes, name: str | None = None, ext: str = "png") -> bool:
@@ -492,10 +504,22 @@ class Composer(QWidget):
             self._readings[0].job.wait(left)  # its delivery removes it (and any after it)
         return True
 
-    def _read(self, reads: list) -> None:
+    def close_reading(self, timeout: float) -> bool:
+        """The window is closing: a send waiting for files is called off (it would start an
+        answer that closing stops at once) and files being read are waited for up to
+        `timeout` seconds. Whether all were read (the rest stay in draft())."""
+        self._send_when_read = False
+        return self.wait_attachments(timeout)
+
+    def drop_readings(self) -> None:
+        """Files still being read will not be attached (the window closed)."""
+        self._drop_readings()
+
+    def _read(self, reads: list, sources=()) -> None:
         """Run reads (callables returning a ReadImage or raising AttachmentError) on a worker;
-        their chips are added in the order of the calls to _read."""
-        reading = _Reading(self._generation, len(reads))
+        their chips are added in the order of the calls to _read. sources: the files as
+        (path, name, detail), for draft()."""
+        reading = _Reading(self._generation, len(reads), sources=list(sources))
         self._readings.append(reading)
 
         store = self.store_file

@@ -138,6 +138,7 @@ class MainWindow(QMainWindow):
         # change, and at close
         self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_SAVE_MS)
         self._draft_timer.timeout.connect(self.save_draft)
+        self._restoring: dict[str, DraftImage] = {}  # path -> the draft's entry (_restore_draft)
         self.composer.sig_contents_changed.connect(self._draft_timer.start)
         self.panel = PerfPanel(self.stats)
         self.load_banner = Banner("info")
@@ -635,12 +636,16 @@ class MainWindow(QMainWindow):
         self._draft_timer.stop()
         if not self.store.folder:
             return
-        text, attachments = self.composer.draft()
+        text, attachments, pending = self.composer.draft()
         images = []
         for a in attachments:
             ref = a.stored if isinstance(a.stored, ImageRef) else None
             sha, ext = (ref.sha256, ref.ext) if ref else ("", "")
             images.append(DraftImage(sha, ext, a.name, str(a.path), a.detail))
+        for path, name, detail in pending:  # still being read: as the last draft named them
+            was = self._restoring.get(path)
+            sha, ext = (was.sha256, was.ext) if was else ("", "")
+            images.append(DraftImage(sha, ext, name, was.path if was else path, detail))
         save_draft(data_dir(), Draft(text, images))
 
     def _restore_draft(self) -> None:
@@ -653,14 +658,21 @@ class MainWindow(QMainWindow):
         for i in draft.images:
             ref = ImageRef(i.sha256, i.ext, i.name) if i.sha256 else None
             path = self.store.image_path(ref) if ref else None
-            images.append((str(path if path and path.is_file() else i.path), i.name, i.detail))
+            path = str(path if path and path.is_file() else i.path)
+            self._restoring[path] = i  # named as before while it is read again
+            images.append((path, i.name, i.detail))
         self.composer.restore_draft(draft.text, images)
 
     def closeEvent(self, event):  # noqa: N802
-        # a picture still being read is part of the draft, unless its file does not come
-        if not self.composer.wait_attachments(timeout=CLOSE_READ_WAIT_S):
-            log.warning("closing without the pictures still being read")
+        if self._closed:  # closed once already: all of the below is done
+            super().closeEvent(event)
+            return
+        # a picture still being read is waited for a while; the draft names it either way
+        if not self.composer.close_reading(CLOSE_READ_WAIT_S):
+            log.warning("closing while pictures are still being read")
         self.save_draft()
+        self.composer.sig_contents_changed.disconnect(self._draft_timer.start)
+        self.composer.drop_readings()  # one that comes later changes nothing
         self._save_settings()  # (a problem saving them is shown while the window is there)
         # then gone from the screen; what follows may wait (an export finishing, the engine
         # thread ending a compilation that cannot be interrupted)

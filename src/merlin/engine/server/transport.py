@@ -45,9 +45,11 @@ class GuardedH11(H11Protocol):
     _deadline = None
     _waiting_cycle = None  # the request cycle current when the deadline was set
     _lingering = False  # an error was answered: what comes is dropped until the close
+    _refusal = None  # h11's error for the request uvicorn is answering with a 400
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._keep_refusals()
         if len(self.connections) > MAX_CONNECTIONS:
             transport.close()
             return
@@ -63,7 +65,8 @@ class GuardedH11(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._arm()  # the next request on this connection gets the same deadline
+        if not self._lingering:  # (a pipelined bad request was answered: closing already)
+            self._arm()  # the next request on this connection gets the same deadline
 
     def connection_lost(self, exc) -> None:
         if self._deadline is not None:
@@ -79,8 +82,7 @@ class GuardedH11(H11Protocol):
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request h11 refused: a JSON error saying why (431 for
         headers past MAX_HEADER_BYTES), then a lingering close."""
-        pending = len(self.conn.trailing_data[0])
-        if pending > MAX_HEADER_BYTES:
+        if getattr(self._refusal, "error_status_hint", 400) == 431:
             error = ApiError(
                 f"The request's headers are over {MAX_HEADER_BYTES // 1024} KB; send them "
                 "shorter (a long cookie or a key pasted twice?).",
@@ -102,6 +104,20 @@ class GuardedH11(H11Protocol):
             self.transport.close()
             return
         self._linger()
+
+    def _keep_refusals(self) -> None:
+        """uvicorn answers h11's RemoteProtocolError with a 400 and drops the error, whose
+        status hint (431: headers too large) says what to tell the client: keep it."""
+        next_event = self.conn.next_event
+
+        def remembering():
+            try:
+                return next_event()
+            except h11.RemoteProtocolError as e:
+                self._refusal = e
+                raise
+
+        self.conn.next_event = remembering
 
     def _linger(self) -> None:
         """Stop answering, drop what arrives, close when the client does or after LINGER_S."""
