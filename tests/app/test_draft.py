@@ -1,87 +1,140 @@
-"""The unsent message's file (app/model/draft.py): written whole or not at all, removed when
-empty, never an exception for a folder that cannot be written or a file that is not ours;
-its pictures are spared by the store's collection of unused images."""
+"""The unsent message's files (app/model/draft.py): each window's written whole or not at
+all, removed when empty, locked while its window runs and taken over by the next start once
+it is gone; never an exception for a folder that cannot be written or a file that is not
+ours; their pictures are spared by the store's collection of unused images."""
 
 import json
 import os
 import time
 
+import pytest
+
+from merlin.app.model import draft as draft_module
 from merlin.app.model.draft import (
-    DRAFT_FILE,
-    LEGACY_DRAFT_FILE,
+    DRAFTS_DIR,
     Draft,
     DraftImage,
+    DraftKeeper,
     draft_image_files,
     load_draft,
-    save_draft,
+    read_draft_file,
+    write_draft_file,
 )
 from merlin.app.model.store import IMAGE_GRACE_S, Store
 
-
-def test_a_draft_is_kept_replaced_and_removed(tmp_path):
-    assert load_draft(tmp_path) == Draft()
-    assert save_draft(tmp_path, Draft("first 你好\nline two"))
-    assert load_draft(tmp_path).text == "first 你好\nline two"
-    picture = DraftImage("ab12" * 16, "png", "cat 猫.png", "/home/u/cat.png", "fast")
-    assert save_draft(tmp_path, Draft("", [picture]))  # pictures alone are a draft
-    assert load_draft(tmp_path) == Draft("", [picture])
-    assert sorted(os.listdir(tmp_path)) == [DRAFT_FILE]  # no temporary file left
-    assert save_draft(tmp_path, Draft("   \n"))
-    assert not (tmp_path / DRAFT_FILE).exists()
+PICTURE = DraftImage("ab12" * 16, "png", "cat 猫.png", "/home/u/cat.png", "fast")
 
 
-def test_the_text_only_draft_of_earlier_versions_is_read_then_superseded(tmp_path):
-    (tmp_path / LEGACY_DRAFT_FILE).write_text("from before", encoding="utf-8")
-    assert load_draft(tmp_path) == Draft("from before")
-    assert save_draft(tmp_path, Draft("now"))
-    assert sorted(os.listdir(tmp_path)) == [DRAFT_FILE]
-    assert load_draft(tmp_path).text == "now"
+def test_a_draft_file_is_kept_replaced_and_removed(tmp_path):
+    path = tmp_path / "d.json"
+    assert read_draft_file(path) == Draft()
+    write_draft_file(path, Draft("first 你好\nline two"))
+    assert read_draft_file(path).text == "first 你好\nline two"
+    write_draft_file(path, Draft("", [PICTURE]))  # pictures alone are a draft
+    assert read_draft_file(path) == Draft("", [PICTURE])
+    assert sorted(os.listdir(tmp_path)) == ["d.json"]  # no temporary file left
+    write_draft_file(path, Draft("   \n"))
+    assert not path.exists()
+
+
+def test_a_window_takes_over_the_drafts_of_windows_that_are_gone(tmp_path):
+    """Two windows on one data folder keep a draft each; a third, started while they run,
+    takes neither; once they are gone (closed, or their process died: the lock is freed),
+    the next start gets both, merged, and its first save removes them."""
+    a, b = DraftKeeper(tmp_path), DraftKeeper(tmp_path)
+    assert a.take_over() == Draft() and b.take_over() == Draft()
+    assert a.save(Draft("from A", [PICTURE])) and b.save(Draft("from B"))
+    assert a.save(Draft("from A, more", [PICTURE]))  # each its own file: B's stays
+    both = Draft("from B\n\nfrom A, more", [PICTURE])
+    assert load_draft(tmp_path) == both
+    third = DraftKeeper(tmp_path)
+    assert third.take_over() == Draft()  # both windows still run
+    a.close()
+    b._lock.close()  # as if B's process died: its lock is freed, its file stays
+    fourth = DraftKeeper(tmp_path)
+    assert fourth.take_over() == both
+    fifth = DraftKeeper(tmp_path)
+    assert fifth.take_over() == Draft()  # taken: not twice
+    assert fourth.save(Draft("mine now"))
+    assert load_draft(tmp_path) == Draft("mine now")
+    for keeper in (third, fourth, fifth):
+        keeper.close()
+    left = sorted(os.listdir(tmp_path / DRAFTS_DIR))
+    assert left == sorted([fourth.path.name, f"{fourth.path.stem}.lock"])
+    # a window that died with nothing written leaves a lock file alone: the next start
+    # removes it
+    dead = DraftKeeper(tmp_path)
+    dead._lock.close()
+    last = DraftKeeper(tmp_path)
+    assert last.take_over() == Draft("mine now")
+    assert not (tmp_path / DRAFTS_DIR / f"{dead.path.stem}.lock").exists()
+    last.close()
+
+
+def test_the_one_draft_of_earlier_versions_is_taken_over(tmp_path):
+    (tmp_path / "draft.txt").write_text("from session 26", encoding="utf-8")
+    write_draft_file(tmp_path / "draft.json", Draft("from before", [PICTURE]))
+    keeper = DraftKeeper(tmp_path)
+    assert keeper.take_over() == Draft("from before\n\nfrom session 26", [PICTURE])
+    assert keeper.save(Draft("now"))
+    assert not (tmp_path / "draft.txt").exists() and not (tmp_path / "draft.json").exists()
+    keeper.close()
 
 
 def test_a_folder_that_cannot_be_written_or_a_damaged_file_is_no_error(tmp_path):
-    missing = tmp_path / "not-there"
-    assert save_draft(missing, Draft("text")) is False
-    (tmp_path / DRAFT_FILE).mkdir()  # a folder where the file should be
-    assert load_draft(tmp_path) == Draft()
-    assert save_draft(tmp_path, Draft("text")) is False
-    other = tmp_path / "other"
-    other.mkdir()
-    for junk in ("{not json", "[1, 2]", '"text"', "\x00\xff"):
-        (other / DRAFT_FILE).write_text(junk, encoding="utf-8", errors="surrogateescape")
-        assert load_draft(other) == Draft()
+    import shutil
+
+    keeper = DraftKeeper(tmp_path / "one")
+    shutil.rmtree(tmp_path / "one" / DRAFTS_DIR)
+    (tmp_path / "one" / DRAFTS_DIR).write_text("a file where the folder was")
+    assert keeper.save(Draft("text")) is False  # logged, no exception
+    keeper.close()
+    (tmp_path / "file").touch()
+    with pytest.raises(OSError):
+        DraftKeeper(tmp_path / "file")  # the window goes on without a draft on disk
+    other = tmp_path / "other.json"
+    for junk in ("{not json", "[1, 2]", '"text"', "\x00\xff", "[" * 100_000):
+        other.write_text(junk, encoding="utf-8", errors="surrogateescape")
+        with pytest.raises(draft_module.DraftUnreadable):
+            read_draft_file(other)
     # unusable picture entries are left out, the rest kept; a name that is not a store file
     # (a path out of the image folder) is never taken for one
     good = {"sha256": "c0ffee", "ext": "jpg", "name": "n", "path": "/p", "detail": ""}
     bad = [dict(good, sha256="../../etc/passwd"), dict(good, ext="png/../x"), dict(good, name=3),
-           "string", dict(good, detail=None)]  # fmt: skip
-    (other / DRAFT_FILE).write_text(json.dumps({"text": 5, "images": [*bad, good]}))
-    assert load_draft(other) == Draft("", [DraftImage(**good)])
-    assert draft_image_files(other) == {"c0ffee.jpg"}
-    # nesting past Python's recursion limit; a lone surrogate (JSON allows it, UTF-8 not)
-    (other / DRAFT_FILE).write_text("[" * 100_000)
-    assert load_draft(other) == Draft() and draft_image_files(other) is None
-    lone = {"text": "a\ud800b", "images": [dict(good, name="x\ud800")]}
-    (other / DRAFT_FILE).write_text(json.dumps(lone))
-    assert load_draft(other) == Draft("a?b")
-    assert save_draft(other, Draft("typed \ud800 你好", [DraftImage(**good)]))  # no exception
-    assert load_draft(other) == Draft("typed ? 你好", [DraftImage(**good)])
+           "string", dict(good, detail=None), dict(good, name="x\ud800")]  # fmt: skip
+    other.write_text(json.dumps({"text": "a\ud800b", "images": [*bad, good]}))
+    assert read_draft_file(other) == Draft("a?b", [DraftImage(**good)])
+    write_draft_file(other, Draft("typed \ud800 你好"))  # no exception: \u escapes
+    assert read_draft_file(other) == Draft("typed ? 你好")
+    # a damaged draft among others: the rest are still taken over, the damaged one left
+    (tmp_path / DRAFTS_DIR).mkdir()
+    damaged = tmp_path / DRAFTS_DIR / "damaged.json"
+    damaged.write_text("[" * 100_000)
+    write_draft_file(tmp_path / DRAFTS_DIR / "fine.json", Draft("fine"))
+    assert DraftKeeper(tmp_path).take_over() == Draft("fine")
+    assert damaged.exists() and draft_image_files(tmp_path) is None
 
 
-def test_the_stores_collection_spares_the_drafts_pictures(tmp_path):
+def test_the_stores_collection_spares_every_drafts_pictures(tmp_path):
     store = Store(tmp_path)
     try:
-        kept = store.import_image_bytes(b"kept picture", "png", "a.png")
-        dropped = store.import_image_bytes(b"dropped picture", "png", "b.png")
+        refs = [store.import_image_bytes(f"picture {i}".encode(), "png", f"{i}.png")
+                for i in range(3)]  # fmt: skip
         old = time.time() - 2 * IMAGE_GRACE_S
-        for ref in (kept, dropped):
+        for ref in refs:
             os.utime(store.image_path(ref), (old, old))
-        save_draft(tmp_path, Draft("", [DraftImage(kept.sha256, kept.ext, "a.png", "/x/a.png")]))
-        assert store.collect_images() == 1
-        assert store.image_path(kept).is_file() and not store.image_path(dropped).exists()
+        a, b = DraftKeeper(tmp_path), DraftKeeper(tmp_path)
+        a.save(Draft("", [DraftImage(refs[0].sha256, refs[0].ext, "0.png", "/x/0.png")]))
+        b.save(Draft("", [DraftImage(refs[1].sha256, refs[1].ext, "1.png", "/x/1.png")]))
+        assert draft_image_files(tmp_path) == {store.image_path(r).name for r in refs[:2]}
+        assert store.collect_images() == 1  # only the picture no draft names
+        assert all(store.image_path(r).is_file() for r in refs[:2])
         # a draft that cannot be read may name any picture: nothing is collected
-        (tmp_path / DRAFT_FILE).write_text("{damaged")
-        assert store.collect_images() == 0 and store.image_path(kept).is_file()
-        save_draft(tmp_path, Draft())  # sent or removed: collected like any unused picture
-        assert store.collect_images() == 1 and not store.image_path(kept).exists()
+        (tmp_path / DRAFTS_DIR / "damaged.json").write_text("{damaged")
+        b.save(Draft())
+        assert store.collect_images() == 0 and store.image_path(refs[1]).is_file()
+        (tmp_path / DRAFTS_DIR / "damaged.json").unlink()
+        assert store.collect_images() == 1 and not store.image_path(refs[1]).exists()
+        assert store.image_path(refs[0]).is_file()
     finally:
         store.close()

@@ -1,18 +1,22 @@
 """What the user wrote and has not sent, kept on disk: closing the window, a crash or a power
 cut does not lose it, and the next start puts it back in the box.
 
-One draft for the window (the box keeps it when another chat is opened), in
-`<data folder>/draft.json`:
+Each running window keeps its draft in a file of its own, `<data folder>/drafts/<id>.json`:
 
     {"text": "...", "images": [{"sha256": ..., "ext": ..., "name": ..., "path": ...,
                                 "detail": ...}, ...]}
 
 written whole to a temporary file and renamed over the old one, so a crash mid-write leaves
-the previous draft. Pictures are the chat store's copies (sha256.ext in its image folder,
-made when they were attached; `path` is where the picture came from, used when the store has
-no copy): the store's collection of unused pictures spares the ones named here
-(draft_image_files). No text and no pictures: no file. `draft.txt`, the text-only draft of
-earlier versions, is read when there is no draft.json and removed at the next save.
+the previous draft; no text and no pictures: no file. The window holds an exclusive lock
+(flock) on `drafts/<id>.lock` while it runs, so two Merlins on one data folder never write
+over each other's draft. A starting window takes over the drafts whose owners are gone
+(their lock is free: closed, crashed or powered off), merged into one (texts joined, pictures
+in turn), and deletes them once its own draft is saved. `draft.json` and `draft.txt` in the
+data folder, the one draft of earlier versions, are taken over the same way.
+
+Pictures are the chat store's copies (sha256.ext in its image folder, made when they were
+attached; `path` is where the picture came from, used when the store has no copy): the
+store's collection of unused pictures spares every draft file's (draft_image_files).
 """
 
 from __future__ import annotations
@@ -22,11 +26,17 @@ import json
 import logging
 import os
 import tempfile
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-DRAFT_FILE = "draft.json"
-LEGACY_DRAFT_FILE = "draft.txt"  # text only (before pictures were kept)
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: drafts are not locked (one Merlin a folder)
+    fcntl = None
+
+DRAFTS_DIR = "drafts"
+LEGACY_FILES = ("draft.json", "draft.txt")  # the one draft of a folder (before session 27's end)
 MAX_DRAFT_CHARS = 1_000_000  # a larger text is not ours to load
 MAX_DRAFT_IMAGES = 64
 log = logging.getLogger(__name__)
@@ -56,39 +66,65 @@ class Draft:
         return not self.text.strip() and not self.images
 
 
+def merged(drafts: list[Draft]) -> Draft:
+    """One draft of several: the texts joined by a blank line, the pictures in turn (each
+    once), at most MAX_DRAFT_CHARS and MAX_DRAFT_IMAGES."""
+    text = "\n\n".join(d.text.strip("\n") for d in drafts if d.text.strip())
+    images, seen = [], set()
+    for d in drafts:
+        for i in d.images:
+            key = (i.file_name or i.path, i.name)
+            if key not in seen and len(images) < MAX_DRAFT_IMAGES:
+                seen.add(key)
+                images.append(i)
+    return Draft(text[:MAX_DRAFT_CHARS], images)
+
+
 class DraftUnreadable(Exception):
-    """draft.json is there but cannot be read or is not a draft."""
+    """A draft file is there but cannot be read or is not a draft."""
+
+
+def draft_files(folder: Path | str) -> list[Path]:
+    """Every draft file in the data folder (each window's, then the legacy ones), oldest
+    first."""
+    folder = Path(folder)
+    own = sorted((folder / DRAFTS_DIR).glob("*.json")) if (folder / DRAFTS_DIR).is_dir() else []
+    legacy = [folder / name for name in LEGACY_FILES if (folder / name).is_file()]
+
+    def age(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(own, key=age) + legacy
+
+
+def read_draft_file(path: Path) -> Draft:
+    """The draft in one file (empty if it is gone); DraftUnreadable if it cannot be used."""
+    try:
+        if path.stat().st_size > 8 * MAX_DRAFT_CHARS:
+            raise DraftUnreadable(f"{path} is too large for a draft")
+        raw = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".txt":  # the text-only draft of session 26
+            return Draft(raw[:MAX_DRAFT_CHARS])
+        return _parse(raw)
+    except FileNotFoundError:
+        return Draft()
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nesting
+        raise DraftUnreadable(f"{path}: {e}") from None
 
 
 def load_draft(folder: Path | str) -> Draft:
-    """The draft kept in folder (empty if none, or unreadable)."""
-    try:
-        return read_draft(folder)
-    except DraftUnreadable as e:
-        log.warning("the draft in %s was not read: %s", folder, e)
-        return Draft()
-
-
-def read_draft(folder: Path | str) -> Draft:
-    """The draft kept in folder (empty if none); DraftUnreadable if draft.json is there and
-    cannot be used."""
-    folder = Path(folder)
-    try:
-        path = folder / DRAFT_FILE
-        if path.stat().st_size > 8 * MAX_DRAFT_CHARS:
-            raise DraftUnreadable(f"{path} is too large for a draft")
-        return _parse(path.read_text(encoding="utf-8", errors="replace"))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, RecursionError) as e:  # RecursionError: "[[[[..." nesting
-        raise DraftUnreadable(str(e)) from None
-    try:
-        legacy = folder / LEGACY_DRAFT_FILE
-        if legacy.stat().st_size > 4 * MAX_DRAFT_CHARS:
-            return Draft()
-        return Draft(legacy.read_text(encoding="utf-8", errors="replace")[:MAX_DRAFT_CHARS])
-    except OSError:
-        return Draft()
+    """Every draft in folder, merged (the readable ones): what the next start would put
+    back if no window were running."""
+    drafts = []
+    for path in draft_files(folder):
+        try:
+            drafts.append(read_draft_file(path))
+        except DraftUnreadable as e:
+            log.warning("a draft was not read: %s", e)
+    return merged(drafts)
 
 
 def _parse(raw: str) -> Draft:
@@ -132,39 +168,124 @@ def _safe_name(sha256: str, ext: str) -> bool:
     return sha256.isalnum() and sha256.isascii() and ext.isalnum() and ext.isascii()
 
 
-def save_draft(folder: Path | str, draft: Draft) -> bool:
-    """Keep the draft (an empty one removes the file); False if the folder cannot be written
-    (logged: the box still holds the draft)."""
-    folder = Path(folder)
-    path = folder / DRAFT_FILE
-    try:
-        if draft.empty:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        else:
-            images = [asdict(i) for i in draft.images]
-            data = {"text": draft.text[:MAX_DRAFT_CHARS], "images": images}
-            fd, tmp = tempfile.mkstemp(prefix=".draft-", dir=folder)
-            try:
-                with os.fdopen(fd, "w", encoding="ascii") as f:
-                    json.dump(data, f)  # \u escapes: any str, a lone surrogate too
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+def write_draft_file(path: Path, draft: Draft) -> None:
+    """Keep draft in path, whole or not at all (an empty draft removes the file); OSError
+    if it cannot be written."""
+    if draft.empty:
         with contextlib.suppress(FileNotFoundError):
-            (folder / LEGACY_DRAFT_FILE).unlink()  # this file supersedes it
-        return True
-    except OSError as e:
-        log.warning("the draft was not saved in %s: %s", folder, e)
-        return False
+            path.unlink()
+        return
+    images = [asdict(i) for i in draft.images]
+    data = {"text": draft.text[:MAX_DRAFT_CHARS], "images": images}
+    fd, tmp = tempfile.mkstemp(prefix=".draft-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            json.dump(data, f)  # \u escapes: any str, a lone surrogate too
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def draft_image_files(folder: Path | str) -> set[str] | None:
-    """The store's image files the draft in folder uses (the collection spares them); None
-    if draft.json is there and cannot be read (then nothing may be collected)."""
+    """The store's image files the drafts in folder use (the collection spares them); None
+    if a draft file is there and cannot be read (then nothing may be collected)."""
+    files: set[str] = set()
+    for path in draft_files(folder):
+        try:
+            files |= {i.file_name for i in read_draft_file(path).images if i.file_name}
+        except DraftUnreadable:
+            return None
+    return files
+
+
+def _try_lock(path: Path):
+    """An open file holding an exclusive lock on path, or None if another holds it."""
+    f = open(path, "a")  # noqa: SIM115 (held for the window's life)
+    if fcntl is None:
+        return f
     try:
-        return {i.file_name for i in read_draft(folder).images if i.file_name}
-    except DraftUnreadable:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
         return None
+    return f
+
+
+class DraftKeeper:
+    """One window's draft file and lock in a data folder (see the module docstring).
+    OSError from the constructor if the folder cannot be written."""
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+        drafts = self.folder / DRAFTS_DIR
+        drafts.mkdir(parents=True, exist_ok=True)
+        name = uuid.uuid4().hex[:16]
+        self.path = drafts / f"{name}.json"
+        self._lock = _try_lock(drafts / f"{name}.lock")
+        self._taken: list[tuple[Path, object]] = []  # drafts taken over: (file, its lock)
+
+    def take_over(self) -> Draft:
+        """The drafts of windows that are gone, merged; they are deleted at the next save.
+        Unreadable ones are left where they are (logged)."""
+        drafts = []
+        for path in draft_files(self.folder):
+            if path == self.path or any(path == p for p, _ in self._taken):
+                continue
+            lock = None
+            if path.parent.name == DRAFTS_DIR:
+                lock = _try_lock(path.with_suffix(".lock"))
+                if lock is None:
+                    continue  # its window is running
+            try:
+                drafts.append(read_draft_file(path))
+            except DraftUnreadable as e:
+                log.warning("a draft was not taken over: %s", e)
+                if lock is not None:
+                    lock.close()
+                continue
+            self._taken.append((path, lock))
+        self._remove_stale_locks()
+        return merged(drafts)
+
+    def _remove_stale_locks(self) -> None:
+        """Lock files of windows that are gone and left no draft (a crash, nothing typed)."""
+        for lock_path in (self.folder / DRAFTS_DIR).glob("*.lock"):
+            if lock_path.with_suffix(".json").exists() or lock_path == self.path.with_suffix(
+                ".lock"
+            ):
+                continue
+            lock = _try_lock(lock_path)
+            if lock is not None:
+                with contextlib.suppress(OSError):
+                    lock_path.unlink()
+                lock.close()
+
+    def save(self, draft: Draft) -> bool:
+        """Keep this window's draft; then the drafts taken over are deleted. False if it
+        cannot be written (logged: the box still holds the draft)."""
+        try:
+            write_draft_file(self.path, draft)
+        except OSError as e:
+            log.warning("the draft was not saved in %s: %s", self.path.parent, e)
+            return False
+        for path, lock in self._taken:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            if lock is not None:
+                with contextlib.suppress(OSError):
+                    path.with_suffix(".lock").unlink()
+                lock.close()
+        self._taken = []
+        return True
+
+    def close(self) -> None:
+        """The window is gone: its lock is freed (its draft, if any, stays for the next
+        start); a lock file with no draft beside it is removed."""
+        if self._lock is not None:
+            if not self.path.exists():
+                with contextlib.suppress(OSError):
+                    self.path.with_suffix(".lock").unlink()
+            self._lock.close()
+            self._lock = None

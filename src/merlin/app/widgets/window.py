@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from merlin.app import pyside_fixes
 from merlin.app.controller import ChatController
 from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
-from merlin.app.model.draft import Draft, DraftImage, load_draft, save_draft
+from merlin.app.model.draft import Draft, DraftImage, DraftKeeper
 from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
 from merlin.app.model.remote import REMOTE_SOURCE
@@ -139,6 +139,12 @@ class MainWindow(QMainWindow):
         self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_SAVE_MS)
         self._draft_timer.timeout.connect(self.save_draft)
         self._restoring: dict[str, DraftImage] = {}  # path -> the draft's entry (_restore_draft)
+        self._drafts = None  # this window's draft file (none for a store in memory)
+        if self.store.folder:
+            try:
+                self._drafts = DraftKeeper(data_dir())
+            except OSError as e:
+                log.warning("the unsent message will not be kept on disk: %s", e)
         self.composer.sig_contents_changed.connect(self._draft_timer.start)
         self.panel = PerfPanel(self.stats)
         self.load_banner = Banner("info")
@@ -634,7 +640,7 @@ class MainWindow(QMainWindow):
         """Keep the unsent text and pictures on disk (not for a store in memory: nothing is
         kept then). Pictures are named by their copy in the store (made when attached)."""
         self._draft_timer.stop()
-        if not self.store.folder:
+        if self._drafts is None:
             return
         text, attachments, pending = self.composer.draft()
         images = []
@@ -646,14 +652,14 @@ class MainWindow(QMainWindow):
             was = self._restoring.get(path)
             sha, ext = (was.sha256, was.ext) if was else ("", "")
             images.append(DraftImage(sha, ext, name, was.path if was else path, detail))
-        save_draft(data_dir(), Draft(text, images))
+        self._drafts.save(Draft(text, images))
 
     def _restore_draft(self) -> None:
-        """The draft the last window left (model/draft.py) back in the box: each picture from
-        the store's copy, or from where it came if the store has none."""
-        if not self.store.folder:
+        """The drafts of windows that are gone (model/draft.py) back in the box: each picture
+        from the store's copy, or from where it came if the store has none."""
+        if self._drafts is None:
             return
-        draft = load_draft(data_dir())
+        draft = self._drafts.take_over()
         images = []
         for i in draft.images:
             ref = ImageRef(i.sha256, i.ext, i.name) if i.sha256 else None
@@ -673,6 +679,9 @@ class MainWindow(QMainWindow):
         self.save_draft()
         self.composer.sig_contents_changed.disconnect(self._draft_timer.start)
         self.composer.drop_readings()  # one that comes later changes nothing
+        if self._drafts is not None:
+            self._drafts.close()  # the draft stays on disk for the next start
+            self._drafts = None
         self._save_settings()  # (a problem saving them is shown while the window is there)
         # then gone from the screen; what follows may wait (an export finishing, the engine
         # thread ending a compilation that cannot be interrupted)
