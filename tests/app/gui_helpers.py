@@ -73,3 +73,17 @@ def send(qtbot, window, text: str, wait: bool = True) -> None:
 
 def wait_idle(qtbot, window) -> None:
     qtbot.waitUntil(lambda: not window.controller.busy, timeout=ANSWER_TIMEOUT_MS)
+
+
+def drafts_on_disk(folder):
+    """Every readable draft file in a data folder, merged: what the next start would put
+    back if no window were running (app/model/draft.py)."""
+    from merlin.app.model.draft import DraftUnreadable, draft_files, merged, read_draft_file
+
+    drafts = []
+    for path in draft_files(folder):
+        try:
+            drafts.append(read_draft_file(path))
+        except DraftUnreadable:
+            pass
+    return merged(drafts)

@@ -3,7 +3,7 @@ and nothing the user typed is lost."""
 
 import warnings
 
-from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
+from gui_helpers import data_dir, drafts_on_disk, make_window, send, wait_idle  # noqa: F401 (fixtures)
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
 from PySide6.QtWidgets import QApplication
@@ -142,7 +142,6 @@ def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
     import threading
     import time
 
-    from merlin.app.model.draft import load_draft
     from merlin.app.model.paths import data_dir as folder
     from merlin.app.widgets import composer, window
 
@@ -163,12 +162,12 @@ def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
     start = time.monotonic()
     w.close()
     assert time.monotonic() - start < 5
-    kept = load_draft(folder())
+    kept = drafts_on_disk(folder())
     assert kept.text == "look at this"
     assert [(i.name, i.path, i.sha256) for i in kept.images] == [("never.png", never, "")]
     gates["never.png"].set()
     qtbot.wait(1500)  # the read is delivered to the closed window (and its draft timer)
-    assert load_draft(folder()) == kept
+    assert drafts_on_disk(folder()) == kept
     monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 30)
     w2 = make_window()
     assert w2.store.conversations() == []  # the waiting send was not made at close
@@ -177,7 +176,7 @@ def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
     w2.composer.add_paths([str(png(tmp_path / "slow.png"))])
     threading.Timer(0.5, gates["slow.png"].set).start()
     w2.close()  # the read ends within the wait: the picture is in the draft, stored
-    images = load_draft(folder()).images
+    images = drafts_on_disk(folder()).images
     assert [i.name for i in images] == ["never.png", "slow.png"] and all(i.sha256 for i in images)
 
 
@@ -189,7 +188,6 @@ def test_pictures_being_put_back_stay_in_the_draft_until_they_are_read(
     as before, store copy included, so the store's collection keeps sparing them."""
     import threading
 
-    from merlin.app.model.draft import load_draft
     from merlin.app.model.paths import data_dir as folder
     from merlin.app.widgets import composer, window
 
@@ -198,7 +196,7 @@ def test_pictures_being_put_back_stay_in_the_draft_until_they_are_read(
     w1.composer.add_paths([str(png(tmp_path / "cat.png"))])
     w1.composer.wait_attachments()
     w1.close()
-    before = load_draft(folder())
+    before = drafts_on_disk(folder())
     assert before.images and before.images[0].sha256
     gate = threading.Event()
     real = composer.read_image
@@ -206,9 +204,9 @@ def test_pictures_being_put_back_stay_in_the_draft_until_they_are_read(
     monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 0.1)
     w2 = make_window()
     qtbot.wait(1500)  # past the draft timer started by the text put back
-    assert load_draft(folder()) == before
+    assert drafts_on_disk(folder()) == before
     w2.close()
-    assert load_draft(folder()) == before
+    assert drafts_on_disk(folder()) == before
     gate.set()
 
 

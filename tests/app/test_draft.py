@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+from gui_helpers import drafts_on_disk
 
 from merlin.app.model import draft as draft_module
 from merlin.app.model.draft import (
@@ -16,7 +17,6 @@ from merlin.app.model.draft import (
     DraftImage,
     DraftKeeper,
     draft_image_files,
-    load_draft,
     read_draft_file,
     write_draft_file,
 )
@@ -46,7 +46,7 @@ def test_a_window_takes_over_the_drafts_of_windows_that_are_gone(tmp_path):
     assert a.save(Draft("from A", [PICTURE])) and b.save(Draft("from B"))
     assert a.save(Draft("from A, more", [PICTURE]))  # each its own file: B's stays
     both = Draft("from B\n\nfrom A, more", [PICTURE])
-    assert load_draft(tmp_path) == both
+    assert drafts_on_disk(tmp_path) == both
     third = DraftKeeper(tmp_path)
     assert third.take_over() == Draft()  # both windows still run
     a.close()
@@ -56,7 +56,7 @@ def test_a_window_takes_over_the_drafts_of_windows_that_are_gone(tmp_path):
     fifth = DraftKeeper(tmp_path)
     assert fifth.take_over() == Draft()  # taken: not twice
     assert fourth.save(Draft("mine now"))
-    assert load_draft(tmp_path) == Draft("mine now")
+    assert drafts_on_disk(tmp_path) == Draft("mine now")
     for keeper in (third, fourth, fifth):
         keeper.close()
     left = sorted(os.listdir(tmp_path / DRAFTS_DIR))

@@ -3,7 +3,7 @@ saved when a turn ends, restored when the chat is opened again (also by a new wi
 same data folder), ignored when damaged; context notices show in the chat; the disk limit is
 a persisted setting."""
 
-from gui_helpers import data_dir, make_window, send, wait_idle  # noqa: F401 (fixtures)
+from gui_helpers import data_dir, drafts_on_disk, make_window, send, wait_idle  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 
 from merlin.app.settings import SettingsDialog, load_settings
@@ -362,12 +362,11 @@ def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):
     """What is typed and not sent is on disk a second after typing stops and at close; the
     next window puts it back. A sent message leaves no draft; an edit keeps the text that
     was put aside for it."""
-    from merlin.app.model import draft
     from merlin.app.model.paths import data_dir as folder
 
     w1 = make_window()
     w1.composer.set_text("a long question I have not finished")
-    qtbot.waitUntil(lambda: draft.load_draft(folder()).text.startswith("a long"), timeout=5000)
+    qtbot.waitUntil(lambda: drafts_on_disk(folder()).text.startswith("a long"), timeout=5000)
     # as after a crash: the next start finds it without the first window closing (its
     # process gone, its draft's lock is free)
     w1._drafts._lock.close()
@@ -376,11 +375,11 @@ def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):
     w2.composer.set_text("")
     send(qtbot, w2, "sent now")
     w2.save_draft()
-    assert draft.load_draft(folder()).empty and not list(folder().glob("drafts/*.json"))
+    assert drafts_on_disk(folder()).empty and not list(folder().glob("drafts/*.json"))
     w2.composer.set_text("put aside")
     w2.controller.begin_edit(w2.store.messages(w2.controller.current_id)[0].id)
     w2.close()
-    assert draft.load_draft(folder()).text == "put aside"
+    assert drafts_on_disk(folder()).text == "put aside"
 
 
 def test_unsent_pictures_and_their_detail_survive_a_restart(
@@ -413,11 +412,11 @@ def test_unsent_pictures_and_their_detail_survive_a_restart(
     second = w1.composer.attachments()[1]
     w1.composer.chip(second).choose_detail("fast")
     qtbot.waitUntil(
-        lambda: [i.detail for i in draft.load_draft(folder()).images] == ["", "fast"],
+        lambda: [i.detail for i in drafts_on_disk(folder()).images] == ["", "fast"],
         timeout=5000,
     )
     w1.close()
-    kept = draft.load_draft(folder())
+    kept = drafts_on_disk(folder())
     assert [i.name for i in kept.images] == ["first.png", "second.png"]
     assert all(i.sha256 for i in kept.images)
     for p in paths:
@@ -435,7 +434,7 @@ def test_unsent_pictures_and_their_detail_survive_a_restart(
     assert all(a.stored is not None and a.stored.sha256 for a in back)
     send(qtbot, w2, "compare these")
     w2.save_draft()
-    assert draft.load_draft(folder()).empty
+    assert drafts_on_disk(folder()).empty
     assert draft.draft_image_files(folder()) == set()
 
 

@@ -115,18 +115,6 @@ def read_draft_file(path: Path) -> Draft:
         raise DraftUnreadable(f"{path}: {e}") from None
 
 
-def load_draft(folder: Path | str) -> Draft:
-    """Every draft in folder, merged (the readable ones): what the next start would put
-    back if no window were running."""
-    drafts = []
-    for path in draft_files(folder):
-        try:
-            drafts.append(read_draft_file(path))
-        except DraftUnreadable as e:
-            log.warning("a draft was not read: %s", e)
-    return merged(drafts)
-
-
 def _parse(raw: str) -> Draft:
     data = json.loads(raw)
     if not isinstance(data, dict):
@@ -151,8 +139,8 @@ def _parse(raw: str) -> Draft:
 
 
 def _usable(value) -> bool:
-    """A string that can be written back (JSON may carry a lone surrogate, which UTF-8
-    cannot)."""
+    """A string UTF-8 can hold (JSON may carry a lone surrogate; a picture entry with one is
+    left out)."""
     if not isinstance(value, str):
         return False
     try:
@@ -251,10 +239,9 @@ class DraftKeeper:
 
     def _remove_stale_locks(self) -> None:
         """Lock files of windows that are gone and left no draft (a crash, nothing typed)."""
+        own = self.path.with_suffix(".lock")
         for lock_path in (self.folder / DRAFTS_DIR).glob("*.lock"):
-            if lock_path.with_suffix(".json").exists() or lock_path == self.path.with_suffix(
-                ".lock"
-            ):
+            if lock_path == own or lock_path.with_suffix(".json").exists():
                 continue
             lock = _try_lock(lock_path)
             if lock is not None:

@@ -365,7 +365,7 @@ class Composer(QWidget):
         return list(self._attachments)
 
     def clear(self) -> None:
-        self._drop_readings()
+        self.drop_readings()
         self.edit.clear()
         for a in list(self._attachments):
             self.remove_attachment(a)
@@ -440,7 +440,7 @@ class Composer(QWidget):
         return self._editing
 
     def _replace_contents(self, text: str, attachments: list[Attachment]) -> None:
-        self._drop_readings()
+        self.drop_readings()
         for a in list(self._attachments):
             self.remove_attachment(a)
         self.set_text(text)
@@ -511,10 +511,6 @@ class Composer(QWidget):
         self._send_when_read = False
         return self.wait_attachments(timeout)
 
-    def drop_readings(self) -> None:
-        """Files still being read will not be attached (the window closed)."""
-        self._drop_readings()
-
     def _read(self, reads: list, sources=()) -> None:
         """Run reads (callables returning a ReadImage or raising AttachmentError) on a worker;
         their chips are added in the order of the calls to _read. sources: the files as
@@ -574,8 +570,9 @@ class Composer(QWidget):
         """Files still being read for the contents shown (not for contents replaced since)."""
         return sum(r.count for r in self._readings if r.generation == self._generation)
 
-    def _drop_readings(self) -> None:
-        """Files still being read will not be attached (the contents are being replaced)."""
+    def drop_readings(self) -> None:
+        """Files still being read will not be attached (the contents are being replaced, or
+        the window closed)."""
         self._generation += 1
         self._send_when_read = False
         self.edit.setReadOnly(False)
