@@ -5,6 +5,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+from merlin.engine.bench import __main__ as bench
 
 
 def test_decode_prefill_report(demo_dir, tmp_path):
@@ -12,7 +15,8 @@ def test_decode_prefill_report(demo_dir, tmp_path):
     env = dict(os.environ, MERLIN_WEIGHT_CACHE=str(tmp_path / "weights"))
     done = subprocess.run(
         [sys.executable, "-m", "merlin.engine.bench", "decode", "prefill", "--model", str(demo_dir)]
-        + ["--weights", "f32,q4", "--kv", "q8", "--contexts", "16", "40", "--json", str(out)],
+        + ["--weights", "f32,q4", "--kv", "q8", "--contexts", "16", "40", "--no-compile"]
+        + ["--json", str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -38,13 +42,34 @@ def test_decode_prefill_report(demo_dir, tmp_path):
         assert 0 < r["peak_rss_bytes"] < 4e9  # the child's own peak, not the parent's
     f32, q4 = report["runs"]
     assert q4["weight_bytes_per_token"] < f32["weight_bytes_per_token"] / 3
-    for w in ("f32", "q4"):
-        load = report["load"][w]
-        assert load["first_s"] > 0 and load["cached_s"] > 0
-        assert 0 < load["first_peak_rss_bytes"] < 4e9 and 0 < load["cached_peak_rss_bytes"] < 4e9
-    assert report["compile"]["q4/f32"]["cold_s"] > report["compile"]["q4/f32"]["warm_s"]
-    assert "machine: read bandwidth" in done.stdout and "load q4 weights: first" in done.stdout
-    assert "V(4) vs T ms: gemm" in done.stdout
+    assert "load" not in report and "compile" not in report  # --no-compile
+    assert "machine: read bandwidth" in done.stdout and "V(4) vs T ms: gemm" in done.stdout
+
+
+def test_load_and_compile_times(demo_dir, tmp_path, monkeypatch):
+    """The first-load run quantizes into an empty weight cache and the second reads it, each in
+    a process of its own; the compile runs are two children on one kernel cache that starts
+    empty (the children themselves are not run here: a cold compile takes a minute)."""
+    monkeypatch.setenv("MERLIN_WEIGHT_CACHE", str(tmp_path / "weights"))
+    load = bench.load_times(demo_dir, "q4")
+    assert load["first_s"] > 0 and load["cached_s"] > 0
+    assert 0 < load["first_peak_rss_bytes"] < 4e9 and 0 < load["cached_peak_rss_bytes"] < 4e9
+    assert not (tmp_path / "weights").exists()  # the runs had a cache folder of their own
+
+    caches = []
+
+    def child(model, weights, kv, what, contexts, env=None):
+        folder = Path(env["NUMBA_CACHE_DIR"])
+        caches.append((folder, sorted(folder.iterdir()), (model, weights, kv, what, contexts)))
+        (folder / f"kernels-{len(caches)}").touch()
+        return {"first_forward_s": 9.0 if len(caches) == 1 else 0.5}
+
+    monkeypatch.setattr(bench, "run_child", child)
+    assert bench.compile_times(demo_dir, "q4", "f32") == {"cold_s": 9.0, "warm_s": 0.5}
+    (cold, cold_files, cold_args), (warm, warm_files, warm_args) = caches
+    assert cold == warm and cold_files == [] and warm_files == [cold / "kernels-1"]
+    assert cold_args == warm_args == (demo_dir, "q4", "f32", ["decode"], [16])
+    assert not cold.exists()  # the temporary cache is gone
 
 
 def test_serve_report(demo_dir, tmp_path):

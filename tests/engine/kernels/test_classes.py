@@ -8,10 +8,13 @@ x86 classes are built by naming a CPU to Numba (NUMBA_CPU_NAME, its default feat
 aarch64 ones cannot run here: arm64-neon's plain IR is built for this CPU instead (its
 instructions are checked under qemu, packaging/test-arm64.sh), arm64-dotprod only there."""
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,41 +55,61 @@ def buildable(name: str) -> bool:
     return NEEDS[name] <= HOST_FEATURES  # the host must run what is built for that CPU
 
 
-def _start(name: str, folder: Path) -> tuple[subprocess.Popen, Path]:
-    env_extra, _, _ = CASES[name]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU", "MERLIN_CPU"))}
-    env.update(env_extra, NUMBA_CACHE_DIR=str(folder / "numba"))
-    out = folder / "out.npz"
-    proc = subprocess.Popen(
-        [sys.executable, str(CHECK), name, str(out)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    return proc, out
+_BUILDS: dict[str, tuple[subprocess.Popen, Path]] = {}
+_FOLDER: list[Path] = []
+
+
+def start_builds() -> None:
+    """Start every buildable class's check now, at the lowest CPU priority (tests/engine/
+    kernels/conftest.py calls this once the session has collected a test of this module): each
+    is a cold, single-threaded compile of minutes, which runs on the cycles the rest of the
+    suite leaves idle. Each has a kernel cache of its own, empty (kernels loaded from a cache
+    have no assembly to inspect)."""
+    if _BUILDS:
+        return
+    atexit.register(_stop_builds)  # a session that ends before the tests leaves none running
+    _FOLDER.append(Path(tempfile.mkdtemp(prefix="merlin-classes-")))
+    for name in filter(buildable, CASES):
+        env_extra, _, _ = CASES[name]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU", "MERLIN_CPU"))}
+        folder = _FOLDER[0] / name
+        folder.mkdir()
+        env.update(env_extra, NUMBA_CACHE_DIR=str(folder / "numba"))  # cold: its assembly is read
+        with open(folder / "stdout", "w") as stdout, open(folder / "stderr", "w") as stderr:
+            proc = subprocess.Popen(
+                ["nice", "-n", "19", sys.executable, str(CHECK), name, str(folder / "out.npz")],
+                env=env, stdout=stdout, stderr=stderr,
+            )  # fmt: skip
+        _BUILDS[name] = (proc, folder)
+
+
+def _stop_builds() -> None:
+    for proc, _ in _BUILDS.values():
+        proc.kill()
+        proc.wait()
+    for folder in _FOLDER:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """class -> (saved outputs, assembly counts, shapes). Every buildable class is built once,
-    as many at a time as there are CPUs (each build is one cold, single-threaded compile)."""
-    pending = [n for n in CASES if buildable(n)]
+def runs():
+    """class -> (saved outputs, assembly counts, shapes), from the checks start_builds began."""
+    start_builds()
     done: dict = {}
     failed: dict = {}
-    running: dict = {}
-    workers = max(1, os.cpu_count() or 1)
-    while pending or running:
-        while pending and len(running) < workers:
-            name = pending.pop(0)
-            running[name] = _start(name, tmp_path_factory.mktemp(name))
-        name = next(iter(running))
-        proc, out = running.pop(name)
-        stdout, stderr = proc.communicate(timeout=3600)
-        if proc.returncode != 0 or "class ok" not in stdout:
-            failed[name] = stderr[-3000:]
-            continue
-        lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in stdout.splitlines()}
-        with np.load(out) as f:
-            arrays = dict(f)
-        done[name] = (arrays, json.loads(lines["asm"]), json.loads(lines["shapes"]))
+    try:
+        for name, (proc, folder) in _BUILDS.items():
+            proc.wait(timeout=3600)
+            stdout = (folder / "stdout").read_text()
+            if proc.returncode != 0 or "class ok" not in stdout:
+                failed[name] = (folder / "stderr").read_text()[-3000:]
+                continue
+            lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in stdout.splitlines()}
+            with np.load(folder / "out.npz") as f:
+                arrays = dict(f)
+            done[name] = (arrays, json.loads(lines["asm"]), json.loads(lines["shapes"]))
+    finally:
+        _stop_builds()
 
     def run(name):
         assert name not in failed, failed[name]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from merlin.engine.kernels import qgroup, reference, target
+from merlin.engine.kernels.actquant import quantize_activations
 from merlin.engine.kernels.reference import dequantize_q4_reference, dequantize_q8_reference
 from merlin.engine.quant import quantize_q4, quantize_q8
 
@@ -173,11 +174,19 @@ def test_shapes_are_checked(packed):
         matmul(np.ones((1, k + 32), np.float32), p, s, np.empty((1, o), np.float32))
     with pytest.raises(ValueError):
         matmul(np.ones((1, k), np.float32), p, s, np.empty((1, o + qgroup.GROUP), np.float32))
-    with pytest.raises(ValueError):  # the activations must be C-contiguous
-        matmul(np.ones((k, 2), np.float32).T, p, s, np.empty((2, o), np.float32))
     out = np.empty((1, o), np.float32)
     with pytest.raises(numba.TypingError):  # the kernel reads the scales as bf16 bits
         matmul(np.ones((1, k), np.float32), p, s.astype(np.float32), out)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_activations_must_be_c_contiguous(dtype):
+    """The kernels' activations are quantized by quantize_activations, which refuses any other
+    layout (checked on it alone: a kernel called with a strided x compiles a whole second
+    specialization just to raise this)."""
+    x = np.ones((64, 2), np.float32).T
+    with pytest.raises(ValueError, match="C-contiguous"):
+        quantize_activations(x, np.empty((2, 64), dtype), np.empty((2, 2), np.float32))
 
 
 EXPERT_KERNELS = {"q4": qgroup.experts_q4g, "q8": qgroup.experts_q8g}
