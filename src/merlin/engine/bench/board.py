@@ -106,12 +106,11 @@ def shapes(text: dict) -> list[tuple[str, int, int, int]]:
     ]
 
 
-def tiles(n: int, tile_rows: int, fmt: str = "q4") -> list[int]:
+def tiles(n: int, tile_rows: int) -> list[int]:
     """The tile sizes an N-row product is cut into (qgroup._group_rows: tiles of tile_rows,
-    then the rest in one tile, except five rows of q8, which go as 4 + 1)."""
+    then the rest in one tile)."""
     rest = n % tile_rows
-    last = [4, 1] if fmt == "q8" and rest == 5 else [rest] if rest else []
-    return [tile_rows] * (n // tile_rows) + last
+    return [tile_rows] * (n // tile_rows) + ([rest] if rest else [])
 
 
 # --------------------------------------------------------------------------- the model
@@ -158,7 +157,7 @@ def clock_cycles(asm: str, mca_cpu: str, triple: str, tool: str) -> float:
 
 def cycles_per_block(model: dict, fmt: str, n: int) -> float:
     """Cycles of one 32-weight block of GROUP rows against n activation rows."""
-    return sum(model[fmt][t] for t in tiles(n, model["tile_rows"], fmt))
+    return sum(model[fmt][t] for t in tiles(n, model["tile_rows"]))
 
 
 def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: float,

@@ -349,8 +349,8 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out):
     """Group g against activation rows r0..r1: register tiles of TILE_ROWS rows, then the
-    rest (each size a separate unrolled copy; 5 rows of q8, bound by its int16 dots, as a
-    4-row and a 1-row tile: docs/kernels.md)."""
+    rest, each size a separate unrolled copy (5 rows of q8 were a 4-row and a 1-row tile
+    until own_row_pointers made the 5-row tile as fast or faster: docs/kernels.md)."""
     n0 = r0
     while n0 + TILE_ROWS <= r1:
         _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
@@ -361,11 +361,7 @@ def _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out):
     elif rest == 6:
         _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
     elif rest == 5:
-        if xq.itemsize == 2:  # q8: a 4-row tile, then 1 row from L1 (docs/kernels.md)
-            _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
-            _tile(packed, gscales, xq, dx, corr, g, n0 + 4, 1, out)
-        else:
-            _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
+        _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
     elif rest == 4:
         _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
     elif rest == 3:
