@@ -46,7 +46,7 @@ def test_decode_prefill_report(demo_dir, tmp_path):
     assert "machine: read bandwidth" in done.stdout and "V(4) vs T ms: gemm" in done.stdout
 
 
-def test_load_and_compile_times(demo_dir, tmp_path, monkeypatch):
+def test_load_and_compile_times(demo_dir, tmp_path, monkeypatch, capsys):
     """The first-load run quantizes into an empty weight cache and the second reads it, each in
     a process of its own; the compile runs are two children on one kernel cache that starts
     empty (the children themselves are not run here: a cold compile takes a minute)."""
@@ -70,6 +70,16 @@ def test_load_and_compile_times(demo_dir, tmp_path, monkeypatch):
     assert cold == warm and cold_files == [] and warm_files == [cold / "kernels-1"]
     assert cold_args == warm_args == (demo_dir, "q4", "f32", ["decode"], [16])
     assert not cold.exists()  # the temporary cache is gone
+
+    machine = {"bandwidth_gbs": 20.0, "sgemm_gflops": 100.0}
+    machine |= {"before": {"best_gbs": 20.0}, "after": {"best_gbs": 19.0}}
+    compiled = {"q4/f32": {"cold_s": 9.0, "warm_s": 0.5}}
+    bench.print_table(
+        {"machine": machine, "threads": 2, "runs": [], "load": {"q4": load}, "compile": compiled}
+    )
+    printed = capsys.readouterr().out
+    assert f"load q4 weights: first {load['first_s']:.1f} s" in printed
+    assert "numba compile (q4/f32): cold 9.0 s, warm 0.50 s" in printed
 
 
 def test_serve_report(demo_dir, tmp_path):

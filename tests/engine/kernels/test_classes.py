@@ -89,6 +89,8 @@ def _stop_builds() -> None:
         proc.wait()
     for folder in _FOLDER:
         shutil.rmtree(folder, ignore_errors=True)
+    _BUILDS.clear()  # a later start_builds starts afresh
+    _FOLDER.clear()
 
 
 @pytest.fixture(scope="module")
