@@ -32,7 +32,7 @@ def test_export_import_and_copy_a_chat(qtbot, make_window, tmp_path):
     assert doc["conversations"][0]["messages"][-1]["text"] == answer
     md = chat_files.export_chat(w, str(tmp_path / "chat.md")).wait()
     assert "What is in the picture?" in md.read_text(encoding="utf-8")
-    assert "What is in the picture?" in chat_files.copy_markdown(w)
+    assert "What is in the picture?" in chat_files.copy_markdown(w).wait()
     assert "What is in the picture?" in QApplication.clipboard().text()
 
     before = len(w.store.conversations())
@@ -75,6 +75,42 @@ def test_an_export_reads_the_store_off_the_gui_thread(qtbot, make_window, tmp_pa
     assert w.conversations.list.count() == 2
 
 
+def test_copy_as_markdown_reads_the_chat_off_the_gui_thread(qtbot, make_window, monkeypatch):
+    """Copy chat as Markdown reads the rows on its job's thread from a connection of its own
+    (a 10,000-message chat took 0.26 s on the GUI thread); a chat deleted before the copy is
+    read says so and leaves the clipboard alone."""
+    w = make_window()
+    send(qtbot, w, "What is in the picture?")
+    readers = []
+    markdown = chat_export.conversation_markdown
+
+    def reading(store, cid):
+        readers.append((threading.current_thread(), store is w.store))
+        return markdown(store, cid)
+
+    monkeypatch.setattr(chat_export, "conversation_markdown", reading)
+    copied = chat_files.copy_markdown(w).wait()
+    assert "What is in the picture?" in copied and QApplication.clipboard().text() == copied
+    ((thread, own_store),) = readers
+    assert thread is not threading.main_thread() and not own_store
+
+    QApplication.clipboard().setText("kept")
+    notices = []
+    monkeypatch.setattr(w, "on_notice", lambda kind, text: notices.append((kind, text)))
+    deleted = threading.Event()
+
+    def reading_late(store, cid):
+        assert deleted.wait(10)
+        return markdown(store, cid)
+
+    monkeypatch.setattr(chat_export, "conversation_markdown", reading_late)
+    job = chat_files.copy_markdown(w)
+    w.store.delete_conversation(w.controller.current_id)
+    deleted.set()
+    assert job.wait() == ""
+    assert QApplication.clipboard().text() == "kept" and notices[-1][0] == "info"
+
+
 def test_reasoning_goes_with_the_chat_never_with_the_copied_answer(qtbot, make_window, tmp_path):
     w = make_window()
     jobs = _fake_engine(w)
@@ -87,7 +123,7 @@ def test_reasoning_goes_with_the_chat_never_with_the_copied_answer(qtbot, make_w
     answer = w.chat.messages()[-1]
     answer.copy_button.click()  # Copy message: the answer alone
     assert QApplication.clipboard().text() == "Rayleigh scattering."
-    copied = chat_files.copy_markdown(w)  # Copy chat as Markdown: the reasoning folded
+    copied = chat_files.copy_markdown(w).wait()  # Copy chat as Markdown: the reasoning folded
     assert QApplication.clipboard().text() == copied
     block = "<details>\n<summary>Thinking</summary>\n\n> Light \\<b>scatters\\</b>; \\</details>"
     assert block in copied

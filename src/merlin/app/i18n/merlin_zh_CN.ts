@@ -603,6 +603,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/chat_files.py" />
+      <source>The chat was not copied: {why}</source>
+      <translation>对话未复制：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/chat_files.py" />
       <source>{path} already exists; nothing was exported. Choose another name.</source>
       <translation>{path} 已存在；未导出任何内容。请换一个文件名。</translation>
     </message>

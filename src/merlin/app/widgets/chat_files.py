@@ -11,7 +11,8 @@ connection that transaction would hold the window's own writes (a streamed answe
 waiting, and past SQLite's 5 s they fail. The store's image collection is held while a job
 runs. export_chat, export_all
 and import_chats return the job (None when nothing started); job.wait() gives what the
-synchronous form would have returned: the file written, the imported chats' ids."""
+synchronous form would have returned: the file written, the imported chats' ids. Copying a
+chat as Markdown reads it off the GUI thread too (copy_markdown), beside any such job."""
 
 from __future__ import annotations
 
@@ -135,15 +136,42 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
     return _start(window, started, work, done, failed)
 
 
-def copy_markdown(window) -> str:
-    """The chat on screen as Markdown on the clipboard."""
+def copy_markdown(window) -> BackgroundJob | None:
+    """The chat on screen as Markdown on the clipboard, made off the GUI thread (a chat of
+    thousands of messages takes a noticeable moment) from a read-only connection of its own;
+    job.wait() gives the text copied ("" when the chat is gone)."""
     cid = window.controller.current_id
-    text = chat_export.conversation_markdown(window.store, cid) if cid else ""
-    if not text:
+    if not cid:
         window.on_notice("info", tr("Open a chat to copy it."))
+        return None
+    if window.store.folder:
+
+        def work():
+            store = window.store.reader()
+            try:
+                return chat_export.conversation_markdown(store, cid)
+            finally:
+                store.close()
+
+    else:  # a store in memory: read on the GUI thread
+        text = chat_export.conversation_markdown(window.store, cid)
+
+        def work():
+            return text
+
+    def done(text):
+        if not text:
+            window.on_notice("info", tr("Open a chat to copy it."))
+            return ""
+        QApplication.clipboard().setText(text)
+        return text
+
+    def failed(e):
+        if _failed(window, e, tr("The chat was not copied: {why}")) is NotImplemented:
+            return NotImplemented
         return ""
-    QApplication.clipboard().setText(text)
-    return text
+
+    return BackgroundJob(window, work, done, failed, "merlin-copy-markdown")
 
 
 def _named(window, typed: Path, suffix: str) -> Path | None:
