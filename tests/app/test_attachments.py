@@ -257,7 +257,9 @@ def test_editing_while_a_send_waits_keeps_the_draft_and_sends_nothing(
     assert len(stored(w)) == 2  # nothing sent
     w.composer.cancel_edit()
     assert w.composer.text() == "a new question"
-    assert [a.name for a in w.composer.attachments()] == ["lake.png"]
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.attachments()] == ["lake.png"])
+    qtbot.wait(200)
+    assert len(stored(w)) == 2  # the send waiting for the picture stays called off
 
 
 def test_files_still_being_read_are_dropped_when_the_composer_is_cleared(
@@ -524,3 +526,52 @@ def test_a_pasted_png_is_kept_as_its_bytes_and_decoded_off_the_gui_thread(qtbot,
     third = w.composer.attachments()[2]
     assert third.path.endswith(".bmp") and open(third.path, "rb").read() == bytes(bmp.data())
     assert third.size == (60, 45)
+
+
+def test_editing_never_waits_for_the_drafts_pictures_and_they_come_back_with_it(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """Editing an earlier message while the draft's pictures are still being read (a hung
+    mount) starts at once; a picture read during the edit joins the put-aside draft (and
+    its file on disk), one still being read when the edit ends comes back with the draft, and
+    a picture added to the edit is not held back by them."""
+    import os
+    import threading
+    import time
+
+    from merlin.app.widgets import composer
+
+    gates = {name: threading.Event() for name in ("during.png", "after.png")}
+    real = composer.read_image
+
+    def read(path, name=None):
+        gate = gates.get(os.path.basename(path))
+        if gate is not None:
+            assert gate.wait(60)
+        return real(path, name)
+
+    monkeypatch.setattr(composer, "read_image", read)
+    w = make_window()
+    send(qtbot, w, "first question")
+    first = stored(w)[0]
+    w.composer.set_text("my draft")
+    w.composer.add_paths([str(png(tmp_path / "during.png"))])
+    w.composer.add_paths([str(png(tmp_path / "after.png"))])
+    start = time.monotonic()
+    w.controller.begin_edit(first.id)
+    assert time.monotonic() - start < 1 and w.composer.editing
+    assert w.composer.text() == "first question" and w.composer.attachments() == []
+    assert [name for _, name, _ in w.composer.draft()[2]] == ["during.png", "after.png"]
+
+    w.composer.add_paths([str(png(tmp_path / "edit.png"))])  # read at once
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.attachments()] == ["edit.png"])
+    gates["during.png"].set()
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.draft()[1]] == ["during.png"])
+    assert [a.name for a in w.composer.attachments()] == ["edit.png"]  # not into the edit
+
+    w.composer.cancel_edit()
+    assert w.composer.text() == "my draft"
+    assert [a.name for a in w.composer.attachments()] == ["during.png"]
+    gates["after.png"].set()
+    qtbot.waitUntil(lambda: len(w.composer.attachments()) == 2)
+    assert [a.name for a in w.composer.attachments()] == ["during.png", "after.png"]

@@ -257,6 +257,7 @@ class Composer(QWidget):
         self._busy = False
         self._editing = False
         self._saved_draft: tuple[str, list[Attachment]] | None = None
+        self._saved_generation: int | None = None  # the put-aside draft's files being read
         self._readings: list[_Reading] = []
         self._generation = 0  # bumped when the contents are replaced: older reads are dropped
         self._send_when_read = False
@@ -343,14 +344,12 @@ class Composer(QWidget):
         put aside for it, else the box's text and pictures, and the files still being read
         for it as (path, name, detail)."""
         if self._editing and self._saved_draft is not None:
-            return self._saved_draft[0], list(self._saved_draft[1]), []
-        pending = [
-            source
-            for r in self._readings
-            if r.generation == self._generation
-            for source in r.sources
-        ]
-        return self.text(), self.attachments(), pending
+            text, attachments = self._saved_draft
+            return text, list(attachments), self._pending_sources(self._saved_generation)
+        return self.text(), self.attachments(), self._pending_sources(self._generation)
+
+    def _pending_sources(self, generation: int | None) -> list[tuple[str, str, str]]:
+        return [s for r in self._readings if r.generation == generation for s in r.sources]
 
     def restore_draft(self, text: str, images: list[tuple[str, str, str]]) -> None:
         """Put a draft kept on disk back: the text, and pictures as (path, name, detail),
@@ -411,11 +410,12 @@ class Composer(QWidget):
 
     def begin_edit(self, text: str, attachments: list[Attachment]) -> None:
         if not self._editing:
-            # the draft keeps every image it was given; a send waiting for them is called off
-            # (it would go as the edit): the draft keeps its text
+            # the draft is put aside with every image it was given: files still being read
+            # for it join it when they are (never waited for here: a hung file would freeze
+            # the window); a send waiting for them is called off (it would go as the edit)
             self._send_when_read = False
-            self.wait_attachments()
             self._saved_draft = (self.text(), self.attachments())
+            self._saved_generation = self._generation
         self._editing = True
         self._replace_contents(text, attachments)
         self.edit_bar.setVisible(True)
@@ -426,10 +426,13 @@ class Composer(QWidget):
             return
         self._editing = False
         self.edit_bar.setVisible(False)
-        draft = self._saved_draft
-        self._saved_draft = None
+        draft, generation = self._saved_draft, self._saved_generation
+        self._saved_draft = self._saved_generation = None
         if restore_draft and draft is not None:
             self._replace_contents(*draft)
+            for reading in self._readings:  # the draft's files still being read come with it
+                if reading.generation == generation:
+                    reading.generation = self._generation
 
     def cancel_edit(self) -> None:
         self.end_edit(restore_draft=True)
@@ -546,15 +549,27 @@ class Composer(QWidget):
         reading.job = BackgroundJob(self, work, done, failed, "merlin-attach")
 
     def _attach_read(self) -> None:
-        """Attach the outcomes of the readings that are over, in order, up to the first that
-        is not; once none is left, report the problems and send if a send was waiting."""
-        while self._readings and self._readings[0].outcomes is not None:
-            reading = self._readings.pop(0)
-            if reading.generation != self._generation:
+        """Attach the outcomes of the readings that are over, in the order they were started
+        (for the box and for a draft put aside for an edit, each on its own: one file slow
+        for the draft holds none for the edit); a reading for contents replaced since is
+        dropped. Once none is left for the box, report the problems and send if a send was
+        waiting."""
+        waiting = set()  # generations with an earlier reading not over
+        for reading in list(self._readings):
+            if reading.outcomes is None or reading.generation in waiting:
+                waiting.add(reading.generation)
+                continue
+            self._readings.remove(reading)
+            if reading.generation == self._generation:
+                add = self._add_attachment
+            elif self._saved_draft is not None and reading.generation == self._saved_generation:
+                add = self._saved_draft[1].append
+                self.sig_contents_changed.emit()  # the draft on disk names the picture's copy
+            else:
                 continue
             for outcome in reading.outcomes:
                 if isinstance(outcome, ReadImage):
-                    self._add_attachment(to_attachment(outcome))
+                    add(to_attachment(outcome))
                 else:
                     self._read_problems.append(str(outcome))
         if self._reading():
