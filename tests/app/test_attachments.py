@@ -575,3 +575,44 @@ def test_editing_never_waits_for_the_drafts_pictures_and_they_come_back_with_it(
     gates["after.png"].set()
     qtbot.waitUntil(lambda: len(w.composer.attachments()) == 2)
     assert [a.name for a in w.composer.attachments()] == ["during.png", "after.png"]
+
+
+def test_a_draft_picture_that_fails_during_an_edit_is_reported_with_the_draft(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """A put-aside draft's picture that turns out unreadable during an edit does not call off
+    the edit's waiting send nor show under it; it is reported when the draft comes back."""
+    import os
+    import threading
+
+    from merlin.app.widgets import composer
+
+    gates = {name: threading.Event() for name in ("bad.png", "edit.png")}
+    real = composer.read_image
+
+    def read(path, name=None):
+        gate = gates.get(os.path.basename(path))
+        if gate is not None:
+            assert gate.wait(60)
+        return real(path, name)
+
+    monkeypatch.setattr(composer, "read_image", read)
+    w = make_window()
+    send(qtbot, w, "first question")
+    first = stored(w)[0]
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a picture")
+    w.composer.set_text("my draft")
+    w.composer.add_paths([str(bad)])
+    w.controller.begin_edit(first.id)
+    w.composer.set_text("first question, edited")
+    w.composer.add_paths([str(png(tmp_path / "edit.png"))])
+    w.composer.submit()  # Enter: waits for edit.png
+    gates["bad.png"].set()
+    qtbot.wait(300)
+    assert "bad.png" not in w.composer.notice.text()
+    gates["edit.png"].set()
+    qtbot.waitUntil(lambda: not w.composer.editing and not w.controller.busy, timeout=20000)
+    assert "first question, edited" in [m.text for m in stored(w)]  # the edit was sent
+    assert w.composer.text() == "my draft"  # the draft came back, its bad picture reported
+    assert w.composer.attachments() == [] and "bad.png" in w.composer.notice.text()

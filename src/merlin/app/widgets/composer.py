@@ -258,6 +258,7 @@ class Composer(QWidget):
         self._editing = False
         self._saved_draft: tuple[str, list[Attachment]] | None = None
         self._saved_generation: int | None = None  # the put-aside draft's files being read
+        self._draft_problems: list[str] = []  # and what went wrong reading them
         self._readings: list[_Reading] = []
         self._generation = 0  # bumped when the contents are replaced: older reads are dropped
         self._send_when_read = False
@@ -416,6 +417,7 @@ class Composer(QWidget):
             self._send_when_read = False
             self._saved_draft = (self.text(), self.attachments())
             self._saved_generation = self._generation
+            self._draft_problems, self._read_problems = self._read_problems, []
         self._editing = True
         self._replace_contents(text, attachments)
         self.edit_bar.setVisible(True)
@@ -427,12 +429,17 @@ class Composer(QWidget):
         self._editing = False
         self.edit_bar.setVisible(False)
         draft, generation = self._saved_draft, self._saved_generation
+        problems, self._draft_problems = self._draft_problems, []
         self._saved_draft = self._saved_generation = None
         if restore_draft and draft is not None:
             self._replace_contents(*draft)
             for reading in self._readings:  # the draft's files still being read come with it
                 if reading.generation == generation:
                     reading.generation = self._generation
+            self._read_problems = problems  # reported with them, or now if none is left
+            if problems and not self._reading():
+                self.show_notice("\n".join(problems))
+                self._read_problems = []
 
     def cancel_edit(self) -> None:
         self.end_edit(restore_draft=True)
@@ -561,9 +568,9 @@ class Composer(QWidget):
                 continue
             self._readings.remove(reading)
             if reading.generation == self._generation:
-                add = self._add_attachment
+                add, problems = self._add_attachment, self._read_problems
             elif self._saved_draft is not None and reading.generation == self._saved_generation:
-                add = self._saved_draft[1].append
+                add, problems = self._saved_draft[1].append, self._draft_problems
                 self.sig_contents_changed.emit()  # the draft on disk names the picture's copy
             else:
                 continue
@@ -571,7 +578,7 @@ class Composer(QWidget):
                 if isinstance(outcome, ReadImage):
                     add(to_attachment(outcome))
                 else:
-                    self._read_problems.append(str(outcome))
+                    problems.append(str(outcome))
         if self._reading():
             return
         problems, self._read_problems = self._read_problems, []
