@@ -111,6 +111,30 @@ def test_copy_as_markdown_reads_the_chat_off_the_gui_thread(qtbot, make_window, 
     assert QApplication.clipboard().text() == "kept" and notices[-1][0] == "info"
 
 
+def test_a_database_error_in_a_copy_or_export_is_a_notice(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """SQLite's own errors from a job's read-only connection (opened and read raw) are notices
+    like a file's, not exceptions on the GUI thread; nothing is copied or written."""
+    import sqlite3
+
+    w = make_window()
+    send(qtbot, w, "What is in the picture?")
+    notices = []
+    monkeypatch.setattr(w, "on_notice", lambda kind, text: notices.append((kind, text)))
+
+    def broken(self):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(Store, "reader", broken)
+    QApplication.clipboard().setText("kept")
+    assert chat_files.copy_markdown(w).wait() == ""
+    assert QApplication.clipboard().text() == "kept"
+    assert notices[-1] == ("error", "The chat was not copied: database disk image is malformed")
+    assert chat_files.export_chat(w, str(tmp_path / "chat.md")).wait() is None
+    assert not (tmp_path / "chat.md").exists() and "malformed" in notices[-1][1]
+
+
 def test_reasoning_goes_with_the_chat_never_with_the_copied_answer(qtbot, make_window, tmp_path):
     w = make_window()
     jobs = _fake_engine(w)

@@ -17,6 +17,7 @@ chat as Markdown reads it off the GUI thread too (copy_markdown), beside any suc
 from __future__ import annotations
 
 import os
+import sqlite3
 from functools import partial
 from pathlib import Path
 
@@ -253,9 +254,10 @@ def _enable_file_actions(window, enabled: bool) -> None:
 
 
 def _failed(window, e: BaseException, message: str):
-    """The notice for an export or import that failed as files and stores do; anything else
+    """The notice for an export, import or copy that failed as files and stores do (SQLite's
+    own errors included: a job's read-only connection is opened and read raw); anything else
     is a bug, raised (NotImplemented: background.py)."""
-    if not isinstance(e, (OSError, ChatFileError, StoreError)):
+    if not isinstance(e, (OSError, ChatFileError, StoreError, sqlite3.Error)):
         return NotImplemented
     window.on_notice("error", message.format(why=_why(e)))
     return None
