@@ -38,6 +38,27 @@ def stored(window):
     return window.store.messages(window.controller.current_id)
 
 
+def gate_reads(monkeypatch, *names):
+    """Make reading the files with these names wait until their event is set (a slow or hung
+    file); other files are read at once. Returns the events by name."""
+    import os
+    import threading
+
+    from merlin.app.widgets import composer
+
+    gates = {name: threading.Event() for name in names}
+    real = composer.read_image
+
+    def read(path, name=None):
+        gate = gates.get(os.path.basename(path))
+        if gate is not None:
+            assert gate.wait(60)
+        return real(path, name)
+
+    monkeypatch.setattr(composer, "read_image", read)
+    return gates
+
+
 def test_dropped_image_is_attached_sent_and_answered(qtbot, make_window, tmp_path):
     w = make_window()
     drop(w, w.chat.viewport(), png(tmp_path / "lake.png"))
@@ -138,21 +159,13 @@ def test_closing_waits_for_a_picture_being_read_but_not_for_ever(
     window.CLOSE_READ_WAIT_S (a file that never comes, a hung network mount, does not hold
     the close) and named in the draft either way; a send that was waiting for it is called
     off, not started; the closed window's late delivery changes nothing on disk."""
-    import os
     import threading
     import time
 
     from merlin.app.model.paths import data_dir as folder
-    from merlin.app.widgets import composer, window
+    from merlin.app.widgets import window
 
-    gates = {"never.png": threading.Event(), "slow.png": threading.Event()}
-    real = composer.read_image
-
-    def slow_read(path, name=None):
-        gates[os.path.basename(path)].wait(60)
-        return real(path, name)
-
-    monkeypatch.setattr(composer, "read_image", slow_read)
+    gates = gate_reads(monkeypatch, "never.png", "slow.png")
     monkeypatch.setattr(window, "CLOSE_READ_WAIT_S", 0.3)
     w = make_window()
     never = str(png(tmp_path / "never.png"))
@@ -535,22 +548,9 @@ def test_editing_never_waits_for_the_drafts_pictures_and_they_come_back_with_it(
     mount) starts at once; a picture read during the edit joins the put-aside draft (and
     its file on disk), one still being read when the edit ends comes back with the draft, and
     a picture added to the edit is not held back by them."""
-    import os
-    import threading
     import time
 
-    from merlin.app.widgets import composer
-
-    gates = {name: threading.Event() for name in ("during.png", "after.png")}
-    real = composer.read_image
-
-    def read(path, name=None):
-        gate = gates.get(os.path.basename(path))
-        if gate is not None:
-            assert gate.wait(60)
-        return real(path, name)
-
-    monkeypatch.setattr(composer, "read_image", read)
+    gates = gate_reads(monkeypatch, *("during.png", "after.png"))
     w = make_window()
     send(qtbot, w, "first question")
     first = stored(w)[0]
@@ -582,21 +582,7 @@ def test_a_draft_picture_that_fails_during_an_edit_is_reported_with_the_draft(
 ):
     """A put-aside draft's picture that turns out unreadable during an edit does not call off
     the edit's waiting send nor show under it; it is reported when the draft comes back."""
-    import os
-    import threading
-
-    from merlin.app.widgets import composer
-
-    gates = {name: threading.Event() for name in ("bad.png", "edit.png")}
-    real = composer.read_image
-
-    def read(path, name=None):
-        gate = gates.get(os.path.basename(path))
-        if gate is not None:
-            assert gate.wait(60)
-        return real(path, name)
-
-    monkeypatch.setattr(composer, "read_image", read)
+    gates = gate_reads(monkeypatch, *("bad.png", "edit.png"))
     w = make_window()
     send(qtbot, w, "first question")
     first = stored(w)[0]

@@ -436,10 +436,8 @@ class Composer(QWidget):
             for reading in self._readings:  # the draft's files still being read come with it
                 if reading.generation == generation:
                     reading.generation = self._generation
-            self._read_problems = problems  # reported with them, or now if none is left
-            if problems and not self._reading():
-                self.show_notice("\n".join(problems))
-                self._read_problems = []
+            self._read_problems = problems
+            self._attach_read()  # reported with the draft's files, or now if none is left
 
     def cancel_edit(self) -> None:
         self.end_edit(restore_draft=True)
