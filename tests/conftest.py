@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-# converted weights go to a per-run folder, never to the user's cache
-os.environ["MERLIN_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="merlin-weights-")
-os.environ["MERLIN_VISION_SPEED"] = tempfile.mkdtemp(prefix="merlin-vspeed-") + "/speed.json"
+# converted weights go to a per-run folder, never to the user's cache; removed at exit
+_RUN_FOLDERS = [tempfile.mkdtemp(prefix=f"merlin-{what}-") for what in ("weights", "vspeed")]
+atexit.register(lambda: [shutil.rmtree(f, ignore_errors=True) for f in _RUN_FOLDERS])
+os.environ["MERLIN_WEIGHT_CACHE"] = _RUN_FOLDERS[0]
+os.environ["MERLIN_VISION_SPEED"] = _RUN_FOLDERS[1] + "/speed.json"
 
 # `--weights auto` (the default) resolves to q4 without timing the kernels, so that tests do
 # not depend on this machine's timings; tests/engine/test_autoweights.py measures for real

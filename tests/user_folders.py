@@ -18,7 +18,9 @@ tests/robustness/test_user_folders.py checks the guard itself.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -108,6 +110,7 @@ def install_guard() -> Guard:
         Path(os.environ["NUMBA_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
     guard = Guard(roots, [real_cache / s for s in SHARED])
     base = Path(tempfile.mkdtemp(prefix="merlin-test-home-"))
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
     for var, sub in (
         ("XDG_DATA_HOME", "data"),
         ("XDG_CONFIG_HOME", "config"),

@@ -4,13 +4,17 @@ tests/app is on sys.path: pyproject.toml, pythonpath)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # kernels compiled by the app's child process are stamped per test run, not in the user cache
-os.environ.setdefault("MERLIN_KERNEL_STAMPS", tempfile.mkdtemp(prefix="merlin-kernels-"))
+if "MERLIN_KERNEL_STAMPS" not in os.environ:
+    os.environ["MERLIN_KERNEL_STAMPS"] = tempfile.mkdtemp(prefix="merlin-kernels-")
+    atexit.register(shutil.rmtree, os.environ["MERLIN_KERNEL_STAMPS"], ignore_errors=True)
 
 # the first load on a cold Numba cache compiles the kernels: 70-90 s on the 2 idle cores of
 # the dev box, over 120 s when the machine is busy with other work

@@ -172,7 +172,9 @@ def build_prompt(
     n_tokens; hash and budget when known). Each `<|image_pad|>` is expanded to its image's
     t*h*w/merge**2 tokens; positions as transformers' get_rope_index. An assistant message's
     `ids` (the tokens it was generated as) are used for its text wherever the template
-    renders that text unchanged (Tokenizer.encode_chat's token_ids); its `reasoning` (a
+    renders that text unchanged (Tokenizer.encode_chat's token_ids), unless they hold an
+    image or video placeholder id (the model emitted one as text: its text is encoded
+    instead, so the only placeholders are those of attached images); its `reasoning` (a
     thinking answer's) goes to the template as `reasoning_content`. template_kwargs: extra
     template variables (engine.thinking.template_kwargs: enable_thinking)."""
     if isinstance(messages, str):
@@ -184,6 +186,9 @@ def build_prompt(
         if images:
             raise ValueError("images go in the messages when messages is a sequence")
         chat, images, answer_ids = _chat(system, messages, check=True)
+        # a model can emit a placeholder id as text; re-used as an id it would claim an image
+        placeholders = {config.image_token_id, config.video_token_id}
+        answer_ids = {i: a for i, a in answer_ids.items() if placeholders.isdisjoint(a)}
     ids = tokenizer.encode_chat(
         chat,
         add_generation_prompt=generation_prompt,

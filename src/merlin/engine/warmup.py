@@ -101,7 +101,9 @@ def plan(
 
         # a private converted-weight cache: the first load converts (writable arrays), the
         # second maps the file it wrote (read-only arrays), whatever the user's cache holds
-        folder = state.setdefault("weights_dir", tempfile.mkdtemp(prefix="merlin-warmup-"))
+        if "weights_dir" not in state:
+            state["weights_dir"] = tempfile.mkdtemp(prefix="merlin-warmup-")
+        folder = state["weights_dir"]
         old = os.environ.get("MERLIN_WEIGHT_CACHE")
         os.environ["MERLIN_WEIGHT_CACHE"] = folder
         try:

@@ -148,3 +148,26 @@ def test_cli_chat_follow_up_reuses_the_answer(demo_dir, tmp_path):
     assert len(pre) == 2 and len(done) == 2
     held = done[0]["cached_tokens"]
     assert pre[1]["reused"] == held, (pre[1], held)
+
+
+def test_a_placeholder_the_model_emits_is_text_not_an_image(demo_model, monkeypatch, tmp_path):
+    """A model can sample <|image_pad|> or <|video_pad|> like any token. The next prompt must
+    not count it as a picture of its own (it had: "2 image placeholder(s) but 1 image(s)",
+    and the conversation could not go on): such an answer is encoded from its text."""
+    from PIL import Image
+
+    cfg = demo_model.config
+    picture = tmp_path / "red.png"
+    Image.new("RGB", (64, 64), (220, 20, 20)).save(picture)
+    s = Session(demo_model)
+    emitted = [cfg.image_token_id, cfg.video_token_id, cfg.image_token_id]
+    with monkeypatch.context() as m:
+        scripted(m, emitted)
+        list(s.ask("What is it?", images=[str(picture)], **dict(GEN, max_new_tokens=3)))
+    assert s.messages[-1].ids == emitted
+    events = list(s.ask("And now?", **dict(GEN, max_new_tokens=2)))
+    assert isinstance(events[-1], Finished)
+    prompt = build_prompt(demo_model.tokenizer, cfg, s.messages[:-1])
+    n_image = s.messages[0].images[0].n_tokens
+    assert prompt.ids.count(cfg.image_token_id) == n_image
+    assert cfg.video_token_id not in prompt.ids

@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -316,6 +317,8 @@ class Store:
             self._syncer.close()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()  # the last connection: checkpoints (and syncs) what is left
+        if not self.folder:  # a store in memory: its pictures went to a folder of its own
+            shutil.rmtree(self.image_dir, ignore_errors=True)
 
     def reader(self) -> Store | None:
         """This store on a read-only connection of its own, for a job reading on another
