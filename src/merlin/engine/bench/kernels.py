@@ -4,8 +4,8 @@
                                           [--no-prefill] [--scale-dtypes] [--json PATH]
 
 In one run, because the shared host's bandwidth moves by 2x from minute to minute:
-  1. the machine's read bandwidth: best of a NumPy float32 matrix-vector dot over 1 GB and a
-     Numba read-only sum with 64 lane accumulators, measured before and after the decode runs;
+  1. the machine's read bandwidth (bench/machine.read_bandwidth), measured before and after
+     the decode runs;
   2. decode (N = 1) and verify (N = 2, 4, 5, 8) products on Qwen3-VL-2B shapes for f32, q8 and
      q4 weights: GB/s of weight bytes, fraction of the bandwidth, V(N)/T(1);
   3. prefill (N = 512) GFLOP/s against NumPy sgemm of the same shape;
@@ -26,7 +26,6 @@ import time
 
 import numba
 import numpy as np
-from numba import njit, prange
 
 from ..kernels.linear import matmul_f32
 from ..kernels.qgroup import (
@@ -41,6 +40,7 @@ from ..kernels.qlinear import (
     prefill_tile_rows,
 )
 from ..quant import bf16_round_up, quantize_q4, quantize_q8
+from .machine import median_time, read_bandwidth, read_sum
 
 # (name, O, K): the decoder's fused linears and the tied lm_head of Qwen3-VL-2B
 SHAPES = [
@@ -55,49 +55,6 @@ FORMATS = ("f32", "q8", "q8g", "q4")
 MIN_BYTES = 256e6  # per configuration: 8x the last-level cache here
 IN_CACHE = ("in-cache", 256, 2048)
 IN_CACHE_CALLS = 64
-
-
-# --------------------------------------------------------------------------- bandwidth
-
-
-@njit(nogil=True, cache=True, fastmath=True, parallel=True)
-def read_sum(a):
-    """Sum of a [M, 64] f32, 64 lane accumulators per task: a pure streaming read."""
-    m = a.shape[0]
-    n_tasks = 256
-    chunk = (m + n_tasks - 1) // n_tasks
-    parts = np.zeros(n_tasks, np.float32)
-    for t in prange(n_tasks):
-        acc = np.zeros(64, np.float32)
-        for r in range(t * chunk, min(m, (t + 1) * chunk)):
-            for j in range(64):
-                acc[j] += a[r, j]
-        parts[t] = acc.sum()
-    return parts.sum()
-
-
-def _median_time(fn, repeats):
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts)), float(min(ts))
-
-
-def measure_bandwidth(nbytes=1 << 30, repeats=5) -> dict:
-    a = np.ones(nbytes // 4, np.float32)
-    v = np.ones(1024, np.float32)
-    mat = a.reshape(-1, 1024)
-    lanes = a.reshape(-1, 64)
-    read_sum(lanes)
-    mat @ v
-    res = {}
-    for name, fn in (("numpy_gemv", lambda: mat @ v), ("numba_sum", lambda: read_sum(lanes))):
-        med, best = _median_time(fn, repeats)
-        res[name] = {"median_GBps": a.nbytes / med / 1e9, "best_GBps": a.nbytes / best / 1e9}
-    res["GBps"] = max(r["median_GBps"] for r in res.values())
-    return res
 
 
 # --------------------------------------------------------------------------- weights
@@ -152,7 +109,7 @@ def bench_decode(
     """Per shape, all formats and N interleaved in every repeat, and a read-bandwidth probe
     (Numba sum over MIN_BYTES) in the same repeat: `of_bandwidth` is the median of per-repeat
     ratios, so a co-tenant that halves the bandwidth for a while moves both alike."""
-    probe = np.ones(int(MIN_BYTES) // 4, np.float32).reshape(-1, 64)
+    probe = np.ones(int(MIN_BYTES) // 4, np.float32)
     read_sum(probe)
     rows = []
     for name, o, k in shapes:
@@ -228,7 +185,7 @@ def bench_quantize(rng, o=12288, k=2048) -> dict:
     w = rng.standard_normal((o, k), dtype=np.float32) * 0.02
     res = {}
     for name, fn in (("q8", quantize_q8), ("q4", quantize_q4)):
-        med, _ = _median_time(lambda fn=fn: fn(w), 3)
+        med = median_time(lambda fn=fn: fn(w), 3)
         res[name] = {"s_per_100M": med / w.size * 1e8}
     return res
 
@@ -243,14 +200,14 @@ def run(
     if in_cache:
         shapes, prefill = [IN_CACHE], False
     result = {"threads": numba.get_num_threads(), "repeats": repeats}
-    result["bandwidth_before"] = measure_bandwidth()
+    result["bandwidth_before"] = read_bandwidth(1.0)
     result["decode"] = bench_decode(shapes, FORMATS, NS, repeats, rng, in_cache=in_cache)
     if scale_dtypes:
         result["decode_f32_scales"] = bench_decode(
             shapes, ("q8", "q4"), (1, 4), repeats, rng, scale_dtype="f32", in_cache=in_cache
         )
-    result["bandwidth_after"] = measure_bandwidth()
-    bw = max(result["bandwidth_before"]["GBps"], result["bandwidth_after"]["GBps"])
+    result["bandwidth_after"] = read_bandwidth(1.0)
+    bw = max(result["bandwidth_before"]["best_gbs"], result["bandwidth_after"]["best_gbs"])
     result["bandwidth_GBps"] = bw
     for key in ("decode", "decode_f32_scales"):
         for row in result.get(key, []):
@@ -269,9 +226,9 @@ def format_report(r: dict) -> str:
     b0, b1 = r["bandwidth_before"], r["bandwidth_after"]
     lines.append(
         f"threads {r['threads']}, repeats {r['repeats']} (medians)\n"
-        f"read bandwidth: before {b0['GBps']:.1f} GB/s"
-        f" (numpy gemv {b0['numpy_gemv']['median_GBps']:.1f},"
-        f" numba sum {b0['numba_sum']['median_GBps']:.1f}), after {b1['GBps']:.1f} GB/s"
+        f"read bandwidth: before {b0['best_gbs']:.1f} GB/s"
+        f" (numpy dot {b0['numpy_dot_gbs']:.1f}, numba sum {b0['numba_sum_gbs']:.1f}),"
+        f" after {b1['best_gbs']:.1f} GB/s"
         f" -> reference {r['bandwidth_GBps']:.1f} GB/s"
     )
     for key, title in (("decode", "decode / verify"), ("decode_f32_scales", "f32 block scales")):

@@ -34,9 +34,10 @@ def median_time(fn, repeats: int = 5) -> float:
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH, parallel=True)
-def _read_sum(a, n_chunks):
-    """Read-only sum, chunks in parallel; reassociation lets LLVM keep several vector
-    accumulators (interleaved), so the loop is limited by memory, not by the add latency."""
+def read_sum(a, n_chunks=256):
+    """Read-only sum of a flat float32 array, chunks in parallel; reassociation lets LLVM
+    keep several vector accumulators (interleaved), so the loop is limited by memory, not by
+    the add latency."""
     chunk = a.shape[0] // n_chunks
     partial = np.zeros(n_chunks, np.float32)
     for c in prange(n_chunks):
@@ -49,13 +50,14 @@ def _read_sum(a, n_chunks):
 
 
 def read_bandwidth(gb: float = 2.0) -> dict:
-    """GB/s reading `gb` gigabytes once: NumPy dot and a Numba sum; the best is the figure."""
+    """GB/s reading `gb` gigabytes once: NumPy dot and a Numba sum (best of 3 each); the
+    better is the figure. The one bandwidth probe of every benchmark."""
     n = int(gb * 1e9 / 4) // 1024 * 1024
     a = np.ones(n, np.float32)
     np.dot(a[:1024], a[:1024])
-    _read_sum(a[: 1024 * 64], 64)
+    read_sum(a[: 1024 * 64], 64)
     dot_s = best_time(lambda: np.dot(a, a))
-    sum_s = best_time(lambda: _read_sum(a, 256))
+    sum_s = best_time(lambda: read_sum(a))
     out = {"numpy_dot_gbs": a.nbytes / dot_s / 1e9, "numba_sum_gbs": a.nbytes / sum_s / 1e9}
     out["best_gbs"] = max(out.values())
     return out
