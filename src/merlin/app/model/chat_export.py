@@ -22,10 +22,11 @@ path it shows, the version selected at each fork, like the window shows it; the 
 stay in the store only (docs/branches.md). Import makes each chat one linear branch.
 
 Import reads and checks the whole file before it writes anything (format, version, every
-field's type and size, every image's bytes against its sha256), then adds all conversations
-in one transaction: a bad file is refused with a message and never half-imported, and nothing
-already in the store is changed. Files are written atomically (a temporary file, then a
-rename), so an export interrupted half-way never leaves a truncated file in the user's place.
+field's type and size, every image's bytes against its sha256), then adds all conversations,
+shown at once (model/store_import.py): a bad file is refused with a message and never
+half-imported, and nothing already in the store is changed. Files are written atomically (a
+temporary file, then a rename), so an export interrupted half-way never leaves a truncated
+file in the user's place.
 """
 
 from __future__ import annotations
@@ -449,6 +450,6 @@ def store_images(store: Store, convs: Sequence[ImportedConversation]) -> list:
 
 
 def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:
-    """Add the checked conversations to the store in one transaction, their images written
-    first (store_images); returns their ids."""
+    """Add the checked conversations to the store, all or nothing (Store.add_conversations),
+    their images written first (store_images); returns their ids."""
     return store.add_conversations(store_images(store, convs))

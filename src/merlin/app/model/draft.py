@@ -30,10 +30,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # not a POSIX system: drafts are not locked (one Merlin a folder)
-    fcntl = None
+from merlin.app.model.file_lock import try_lock
 
 DRAFTS_DIR = "drafts"
 LEGACY_FILES = ("draft.json", "draft.txt")  # the one draft of a folder (before session 27's end)
@@ -188,19 +185,6 @@ def draft_image_files(folder: Path | str) -> set[str] | None:
     return files
 
 
-def _try_lock(path: Path):
-    """An open file holding an exclusive lock on path, or None if another holds it."""
-    f = open(path, "a")  # noqa: SIM115 (held for the window's life)
-    if fcntl is None:
-        return f
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.close()
-        return None
-    return f
-
-
 class DraftKeeper:
     """One window's draft file and lock in a data folder (see the module docstring).
     OSError from the constructor if the folder cannot be written."""
@@ -211,7 +195,7 @@ class DraftKeeper:
         drafts.mkdir(parents=True, exist_ok=True)
         name = uuid.uuid4().hex[:16]
         self.path = drafts / f"{name}.json"
-        self._lock = _try_lock(drafts / f"{name}.lock")
+        self._lock = try_lock(drafts / f"{name}.lock")
         self._taken: list[tuple[Path, object]] = []  # drafts taken over: (file, its lock)
 
     def take_over(self) -> Draft:
@@ -223,7 +207,7 @@ class DraftKeeper:
                 continue
             lock = None
             if path.parent.name == DRAFTS_DIR:
-                lock = _try_lock(path.with_suffix(".lock"))
+                lock = try_lock(path.with_suffix(".lock"))
                 if lock is None:
                     continue  # its window is running
             try:
@@ -243,7 +227,7 @@ class DraftKeeper:
         for lock_path in (self.folder / DRAFTS_DIR).glob("*.lock"):
             if lock_path == own or lock_path.with_suffix(".json").exists():
                 continue
-            lock = _try_lock(lock_path)
+            lock = try_lock(lock_path)
             if lock is not None:
                 with contextlib.suppress(OSError):
                     lock_path.unlink()

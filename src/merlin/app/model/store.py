@@ -17,9 +17,9 @@ user; the failed transaction is rolled back, so what was saved before stays as i
 store keeps working once there is space again (tests/robustness/test_save_faults.py).
 
 Chats are trees of message versions since schema 2 (store_tree.py walks them; messages()
-returns the path shown). A little over 500 lines: Store is the one class that writes the
-database, every method one committed transaction; the layout, the tree walk, errors and
-syncing are in their own modules already.
+returns the path shown). Store is the one class that writes the database, every method one
+committed transaction (an import: short ones, store_import.py); the layout, the tree walk,
+errors and syncing are in their own modules.
 """
 
 from __future__ import annotations
@@ -34,13 +34,16 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from merlin.app.model import store_import
 from merlin.app.model import store_schema as schema
 from merlin.app.model import store_tree as tree
 from merlin.app.model.draft import draft_image_files
+from merlin.app.model.file_lock import try_lock
 from merlin.app.model.store_errors import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -158,6 +161,7 @@ class Store:
         self.interrupted = 0  # answers found half-written when the store opened
         self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
+        self._second = False  # a reader() or writer() copy: the syncer is not its own
         self._writes = 0  # transactions run by this Store (messages() cache)
         self._shown: tuple[tuple, list[MessageRow]] | None = None  # messages()'s last answer
         try:
@@ -185,6 +189,8 @@ class Store:
                 self._db.execute("PRAGMA wal_autocheckpoint = 0")
             self._migrate()
             self.interrupted = self._recover()
+            if self.folder:
+                self._drop_abandoned_imports()
             if self.folder:
                 self.collect_images()  # pictures of chats deleted within IMAGE_GRACE_S
                 self._syncer = Syncer(path)
@@ -257,7 +263,7 @@ class Store:
         # columns an older or partial layout lacks are added (with their defaults)
         with self._transaction():
             schema.complete(self._db, self.folder, StoreError, _SCHEMA_V1 + schema.CHOICES_TABLE)
-            for statement in schema.INDEXES.split(";"):
+            for statement in [*schema.INDEXES.split(";"), store_import.PENDING_TABLE]:
                 if statement.strip():
                     self._db.execute(statement)
 
@@ -313,7 +319,7 @@ class Store:
         return self._syncer.wait(timeout) if self._syncer is not None else True
 
     def close(self) -> None:
-        if self._syncer is not None:
+        if self._syncer is not None and not self._second:  # a second connection's is borrowed
             self._syncer.close()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()  # the last connection: checkpoints (and syncs) what is left
@@ -324,14 +330,29 @@ class Store:
         """This store on a read-only connection of its own, for a job reading on another
         thread: in WAL mode it reads the last commit and never holds this one's writes back.
         close() it after. A store in memory has no second connection: None."""
+        return self._second_connection(writable=False)
+
+    def writer(self) -> Store | None:
+        """This store on a connection of its own for a job writing on another thread (an
+        import: add_conversations keeps each transaction short, so neither waits long for
+        the other). Its commits are synced by this store's syncer. close() it after, before
+        this store. None for a store in memory."""
+        return self._second_connection(writable=True)
+
+    def _second_connection(self, writable: bool) -> Store | None:
         if not self.folder:
             return None
         other = copy.copy(self)
         other._db = sqlite3.connect(
             str(self.folder / DB_NAME), isolation_level=None, timeout=5.0, check_same_thread=False
         )
-        other._db.execute("PRAGMA query_only = ON")
-        other._syncer, other._writes, other._shown = None, 0, None
+        if writable:  # as _open sets its own (per-connection settings)
+            for pragma in ("foreign_keys = ON", "synchronous = NORMAL", "wal_autocheckpoint = 0"):
+                other._db.execute(f"PRAGMA {pragma}")
+        else:
+            other._db.execute("PRAGMA query_only = ON")
+            other._syncer = None
+        other._writes, other._shown, other._second = 0, None, True
         return other
 
     # ---- conversations -------------------------------------------------------------------
@@ -366,15 +387,15 @@ class Store:
             like = like.replace("_", "\\_")
             rows = self._db.execute(
                 "SELECT id, title, updated, created FROM conversations c "
-                "WHERE title LIKE ? ESCAPE '\\' "
+                f"WHERE {store_import.VISIBLE} AND (title LIKE ? ESCAPE '\\' "
                 "OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
-                "AND m.text LIKE ? ESCAPE '\\') ORDER BY updated DESC, id DESC",
+                "AND m.text LIKE ? ESCAPE '\\')) ORDER BY updated DESC, id DESC",
                 (like, like),
             )
         else:
             rows = self._db.execute(
                 "SELECT id, title, updated, created FROM conversations "
-                "ORDER BY updated DESC, id DESC"
+                f"WHERE {store_import.VISIBLE} ORDER BY updated DESC, id DESC"
             )
         return [schema.conversation_row(*r) for r in rows.fetchall()]
 
@@ -382,7 +403,8 @@ class Store:
         if not schema.row_id_ok(conversation_id):  # e.g. a huge id from settings.ini
             return None
         row = self._db.execute(
-            "SELECT id, title, updated, created FROM conversations WHERE id = ?",
+            f"SELECT id, title, updated, created FROM conversations WHERE id = ? AND "
+            f"{store_import.VISIBLE}",
             (conversation_id,),
         ).fetchone()
         return schema.conversation_row(*row) if row else None
@@ -435,37 +457,48 @@ class Store:
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return mid
 
-    def add_conversations(self, conversations: Sequence[tuple]) -> list[int]:
-        """Add whole conversations in ONE transaction (an import: all or nothing). Each is
-        (title, created or None, [(role, text, state, stats, [ImageRef, ...], reasoning or
-        None), ...]); the images must be imported already; the messages follow each other
-        (one branch).
-        Returns the new conversation ids in order."""
-        now = time.time()
-        ids = []
-        with self._transaction() as db:
-            for title, created, messages in conversations:
-                cur = db.execute(
-                    "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
-                    (title, created if created is not None else now, now),
-                )
-                cid = int(cur.lastrowid)
-                ids.append(cid)
-                parent = None
-                for role, text, state, stats, images, reasoning in messages:
-                    cur = db.execute(
-                        "INSERT INTO messages (conversation_id, role, text, state, stats, "
-                        "created, updated, parent_id, reasoning) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (cid, role, text, state, json.dumps(stats), now, now, parent, reasoning),
-                    )
-                    mid = parent = int(cur.lastrowid)
-                    db.executemany(
-                        "INSERT INTO message_images (message_id, position, sha256, ext, name) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        [(mid, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
-                    )
-        return ids
+    def add_conversations(
+        self, conversations: Sequence[tuple], step: int = store_import.IMPORT_STEP
+    ) -> list[int]:
+        """Add whole conversations (an import): all or nothing, shown at once, in
+        transactions of at most `step` messages (store_import.py: the database is never held
+        long). Each is (title, created or None, [(role, text, state, stats, [ImageRef, ...],
+        reasoning or None), ...]); the images must be imported already; the messages follow
+        each other (one branch). Returns the new conversation ids in order."""
+        token = uuid.uuid4().hex
+        lock = None
+        if self.folder:
+            path = store_import.lock_path(self.folder, token)
+            try:
+                path.parent.mkdir(exist_ok=True)
+                lock = try_lock(path)
+            except OSError as e:
+                why = why_not_saved(self.folder, e.errno, e.strerror or str(e))
+                raise StoreError(why) from None
+        try:
+            ids = store_import.add_in_steps(self._transaction, conversations, token, step)
+            with self._transaction() as db:
+                store_import.show(db, token)
+            return ids
+        except BaseException:
+            with contextlib.suppress(StoreError), self._transaction() as db:
+                store_import.delete(db, token)
+            raise
+        finally:
+            if lock is not None:
+                lock.close()
+                path.unlink(missing_ok=True)
+
+    def _drop_abandoned_imports(self) -> None:
+        """Delete the hidden chats of imports whose process died (store_import.py)."""
+        for token, lock in store_import.abandoned(self._db, self.folder):
+            try:
+                with self._transaction() as db:
+                    store_import.delete(db, token)
+            finally:
+                if lock is not None:
+                    lock.close()
+                    store_import.lock_path(self.folder, token).unlink(missing_ok=True)
 
     def update_message(
         self,

@@ -6,10 +6,10 @@ Reading and writing the file (pictures embedded: hundreds of MB) and an export's
 the store's rows run on a thread of its own (widgets/background.py; the rows through a
 read-only connection of its own, Store.reader: in WAL mode reading never blocks the window's
 writes), one import or export at a time, the window responsive meanwhile. An import adds its
-chats in one transaction on the GUI thread (a store in memory is read there too): on another
-connection that transaction would hold the window's own writes (a streamed answer's saves)
-waiting, and past SQLite's 5 s they fail. The store's image collection is held while a job
-runs. export_chat, export_all
+chats on that thread too, through a connection of its own (Store.writer) in short
+transactions, hidden until the last (model/store_import.py), so the window's own writes (a
+streamed answer's saves) never wait long; a store in memory is written on the GUI thread.
+The store's image collection is held while a job runs. export_chat, export_all
 and import_chats return the job (None when nothing started); job.wait() gives what the
 synchronous form would have returned: the file written, the imported chats' ids. Copying a
 chat as Markdown reads it off the GUI thread too (copy_markdown), beside any such job."""
@@ -110,7 +110,14 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
 
     def work():
         convs = chat_export.read_json(path)
-        return convs, chat_export.store_images(store, convs)
+        prepared = chat_export.store_images(store, convs)
+        writer = store.writer()
+        if writer is None:  # a store in memory: added on the GUI thread (done)
+            return convs, prepared, None
+        try:
+            return convs, None, writer.add_conversations(prepared)
+        finally:
+            writer.close()
 
     def failed(e):
         if _failed(window, e, tr("Nothing was imported: {why}")) is NotImplemented:
@@ -118,11 +125,12 @@ def import_chats(window, path: str | None = None) -> BackgroundJob | None:
         return []
 
     def done(read):
-        convs, prepared = read
-        try:
-            ids = store.add_conversations(prepared)
-        except StoreError as e:
-            return failed(e)
+        convs, prepared, ids = read
+        if ids is None:
+            try:
+                ids = store.add_conversations(prepared)
+            except StoreError as e:
+                return failed(e)
         window.refresh_conversations()
         message = tr("Imported {n} chats from {path}").format(n=len(ids), path=path)
         missing = sum(m.missing_images for c in convs for m in c.messages)

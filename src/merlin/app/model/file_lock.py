@@ -1,0 +1,26 @@
+"""An exclusive advisory lock (flock) held by an open file: how a window says "I am still
+running" to other Merlins on the same data folder (drafts, imports in progress). The lock
+goes with the process: a window that crashed or lost power holds none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: nothing is locked (one Merlin a folder)
+    fcntl = None
+
+
+def try_lock(path: Path):
+    """An open file holding an exclusive lock on path (created if missing), or None if
+    another process holds it. Close the file to let go."""
+    f = open(path, "a")  # noqa: SIM115 (held as long as the caller runs)
+    if fcntl is None:
+        return f
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f

@@ -1,0 +1,120 @@
+"""Imported chats are added in short transactions, hidden until the last one shows them all.
+
+An import of a big export (tens of thousands of messages) in one transaction held the
+database for seconds: on the GUI thread the window froze; on a connection of its own the
+window's writes (a streamed answer's saves) waited, and past SQLite's busy timeout they
+failed. So an import writes at most IMPORT_STEP messages a transaction, and each chat it adds
+has a row in `pending_imports` naming the import until the last transaction deletes those
+rows: Store.conversations() never lists a chat with such a row, so the import still appears
+all at once, or not at all.
+
+Each import holds an exclusive lock (file_lock) on `imports/<token>.lock` in the data folder
+while it runs. An import that fails deletes what it added; one whose process died (crash,
+power cut) leaves its hidden chats, which the next opening of the store deletes once it can
+take the lock (an import still running in another Merlin holds it). The table is made at
+every opening, without a schema version: an older Merlin does not know it and would show a
+half-imported chat, nothing worse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from merlin.app.model.file_lock import try_lock
+
+IMPORT_STEP = 400  # messages a transaction: ~5 ms here, a few tens on a board's core
+IMPORTS_DIR = "imports"
+PENDING_TABLE = """
+CREATE TABLE IF NOT EXISTS pending_imports (
+    conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    token TEXT NOT NULL
+)"""
+VISIBLE = "id NOT IN (SELECT conversation_id FROM pending_imports)"  # a conversations filter
+
+Transaction = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
+
+
+def lock_path(folder: Path, token: str) -> Path:
+    return folder / IMPORTS_DIR / f"{token}.lock"
+
+
+def add_in_steps(
+    transaction: Transaction, conversations: Sequence[tuple], token: str, step: int
+) -> list[int]:
+    """Add the conversations (Store.add_conversations' tuples), at most `step` messages a
+    transaction, each marked pending under `token`; the ids in order. They stay hidden:
+    show(token) makes them visible, delete(token) removes them."""
+    now = time.time()
+    ids: list[int] = []
+    items = list(_items(conversations))
+    parent = None
+    for start in range(0, len(items), step):
+        with transaction() as db:
+            for item in items[start : start + step]:
+                if item[0] == "chat":
+                    _, title, created = item
+                    cur = db.execute(
+                        "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                        (title, created if created is not None else now, now),
+                    )
+                    ids.append(int(cur.lastrowid))
+                    db.execute(
+                        "INSERT INTO pending_imports (conversation_id, token) VALUES (?, ?)",
+                        (ids[-1], token),
+                    )
+                    parent = None
+                    continue
+                _, role, text, state, stats, images, reasoning = item
+                cur = db.execute(
+                    "INSERT INTO messages (conversation_id, role, text, state, stats, "
+                    "created, updated, parent_id, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (ids[-1], role, text, state, json.dumps(stats), now, now, parent, reasoning),
+                )
+                parent = int(cur.lastrowid)
+                db.executemany(
+                    "INSERT INTO message_images (message_id, position, sha256, ext, name) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(parent, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+                )
+    return ids
+
+
+def _items(conversations: Sequence[tuple]) -> Iterator[tuple]:
+    for title, created, messages in conversations:
+        yield ("chat", title, created)
+        for message in messages:
+            yield ("message", *message)
+
+
+def show(db: sqlite3.Connection, token: str) -> None:
+    db.execute("DELETE FROM pending_imports WHERE token = ?", (token,))
+
+
+def delete(db: sqlite3.Connection, token: str) -> None:
+    """Delete an import's hidden chats (their messages unlinked first, as
+    Store.delete_conversation does)."""
+    chats = "SELECT conversation_id FROM pending_imports WHERE token = ?"
+    db.execute(f"UPDATE messages SET parent_id = NULL WHERE conversation_id IN ({chats})", (token,))
+    db.execute(f"DELETE FROM conversations WHERE id IN ({chats})", (token,))
+
+
+def abandoned(db: sqlite3.Connection, folder: Path) -> list[tuple[str, object]]:
+    """(token, its lock, held now, or None) of every import with hidden chats whose process
+    is gone; close each lock after deleting its chats."""
+    out = []
+    for (token,) in db.execute("SELECT DISTINCT token FROM pending_imports").fetchall():
+        token = str(token)
+        if not (token.isalnum() and token.isascii() and len(token) <= 64):
+            out.append((token, None))  # not one of ours: no lock file names it
+            continue
+        path = lock_path(folder, token)
+        path.parent.mkdir(exist_ok=True)
+        lock = try_lock(path)
+        if lock is not None:
+            out.append((token, lock))
+    return out

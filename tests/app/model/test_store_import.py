@@ -1,0 +1,132 @@
+"""An import is added in short transactions, hidden until the last one (model/store_import.py):
+the window's own writes never wait for the whole import, a failure leaves nothing, and the
+hidden chats of an import whose process died are deleted by the next opening."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from merlin.app.model import store_import
+from merlin.app.model.file_lock import try_lock
+from merlin.app.model.store import Store, StoreError
+
+
+def chats(n_chats=3, per=10, tag="imported"):
+    return [
+        (
+            f"{tag} {c}",
+            None,
+            [
+                ("user" if i % 2 == 0 else "assistant", f"{tag} {c}.{i}", "done", {}, [], None)
+                for i in range(per)
+            ],
+        )
+        for c in range(n_chats)
+    ]
+
+
+def rows(folder):
+    """Every row of the chat tables, read raw (hidden ones too)."""
+    db = sqlite3.connect(folder / "chats.sqlite3")
+    try:
+        return {
+            t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("conversations", "messages", "pending_imports")
+        }
+    finally:
+        db.close()
+
+
+def test_an_import_is_hidden_until_its_last_step_and_never_holds_the_window(tmp_path):
+    store = Store(tmp_path)
+    own = store.create_conversation("mine")
+    writer = store.writer()
+    steps, go_on = [], threading.Event()
+    real = writer._transaction
+
+    @contextlib.contextmanager
+    def pausing():
+        with real() as db:
+            yield db
+        steps.append(time.perf_counter())
+        if len(steps) == 2:  # between two steps: the window writes and lists
+            assert go_on.wait(20)
+
+    writer._transaction = pausing
+    result = {}
+    job = threading.Thread(target=lambda: result.update(ids=writer.add_conversations(chats(), 7)))
+    job.start()
+    deadline = time.monotonic() + 20
+    while len(steps) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(steps) == 2
+    t0 = time.perf_counter()
+    store.add_message(own, "user", "written while the import runs")
+    assert time.perf_counter() - t0 < 1.0  # the busy timeout is 5 s
+    assert [c.title for c in store.conversations()] == ["mine"]
+    assert store.conversations("imported") == []
+    assert rows(tmp_path)["pending_imports"] > 0
+    go_on.set()
+    job.join(20)
+    writer.close()
+    ids = result["ids"]
+    assert len(ids) == 3 and len(steps) == 6  # 3 chats + 30 messages: 5 steps of 7, then show
+    assert {c.id for c in store.conversations()} == {own, *ids}
+    assert [m.text for m in store.messages(ids[1])] == [f"imported 1.{i}" for i in range(10)]
+    assert rows(tmp_path)["pending_imports"] == 0
+    assert list((tmp_path / store_import.IMPORTS_DIR).iterdir()) == []  # its lock is gone
+    store.close()
+
+
+def test_a_failing_step_leaves_nothing(tmp_path):
+    store = Store(tmp_path)
+    store.create_conversation("mine")
+    before = rows(tmp_path)
+    bad = chats()
+    bad[2][2][4] = ("robot", "not a role", "done", {}, [], None)  # CHECK fails in step 3
+    with pytest.raises(StoreError):
+        store.add_conversations(bad, step=7)
+    assert rows(tmp_path) == before
+    assert [c.title for c in store.conversations()] == ["mine"]
+    assert list((tmp_path / store_import.IMPORTS_DIR).iterdir()) == []
+    store.close()
+
+
+def hidden_import(store, token):
+    """Steps of an import under `token` whose process then died (never shown)."""
+    return store_import.add_in_steps(store._transaction, chats(2, 4, token), token, 3)
+
+
+def test_the_next_opening_deletes_a_dead_imports_chats_not_a_running_ones(tmp_path):
+    store = Store(tmp_path)
+    store.create_conversation("mine")
+    hidden_import(store, "d" * 32)  # dead: nobody holds its lock
+    hidden_import(store, "a" * 32)  # alive: another Merlin still importing
+    hidden_import(store, "../../not-a-token")  # a crafted row: never a file name
+    store.close()
+    (tmp_path / store_import.IMPORTS_DIR).mkdir(exist_ok=True)
+    alive = try_lock(store_import.lock_path(tmp_path, "a" * 32))
+    assert alive is not None
+    reopened = Store(tmp_path)
+    assert [c.title for c in reopened.conversations()] == ["mine"]
+    assert rows(tmp_path) == {"conversations": 3, "messages": 8, "pending_imports": 2}
+    reopened.close()
+    alive.close()  # its process dies too
+    again = Store(tmp_path)
+    assert rows(tmp_path) == {"conversations": 1, "messages": 0, "pending_imports": 0}
+    assert [c.title for c in again.conversations()] == ["mine"]
+    assert not (tmp_path.parent / "not-a-token.lock").exists()
+    again.close()
+
+
+def test_a_store_in_memory_imports_in_steps_too():
+    store = Store(None)
+    assert store.writer() is None
+    ids = store.add_conversations(chats(), step=4)
+    assert [c.id for c in store.conversations()] == ids[::-1]
+    store.close()
