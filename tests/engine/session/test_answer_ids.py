@@ -171,3 +171,30 @@ def test_a_placeholder_the_model_emits_is_text_not_an_image(demo_model, monkeypa
     n_image = s.messages[0].images[0].n_tokens
     assert prompt.ids.count(cfg.image_token_id) == n_image
     assert cfg.video_token_id not in prompt.ids
+
+
+def test_any_special_token_the_model_emits_leaves_the_chat_going(demo_model, monkeypatch, tmp_path):
+    """Whatever control tokens a model samples inside an answer (all of them here, the stop
+    tokens too: ignore_eos), the conversation goes on: a follow-up, a save and a restored
+    session's next turn, the picture's placeholders still the picture's alone."""
+    from PIL import Image
+
+    tok, cfg = demo_model.tokenizer, demo_model.config
+    specials = [i for i in range(cfg.text.vocab_size) if tok.is_special(i)]
+    assert len(specials) >= 20 and cfg.image_token_id in specials
+    picture = tmp_path / "red.png"
+    Image.new("RGB", (64, 64), (220, 20, 20)).save(picture)
+    plain = tok.encode_text("ab")
+    emitted = [plain[0], *specials, plain[-1]]
+    s = Session(demo_model)
+    with monkeypatch.context() as m:
+        scripted(m, emitted)
+        list(s.ask("What?", images=[str(picture)], **dict(GEN, max_new_tokens=len(emitted))))
+    assert s.messages[-1].ids == emitted
+    assert isinstance(list(s.ask("And?", **dict(GEN, max_new_tokens=2)))[-1], Finished)
+    s.save(tmp_path / "chat.msession")
+    again, result = Session.open(demo_model, tmp_path / "chat.msession")
+    assert result.restored, result.reason
+    assert isinstance(list(again.ask("More?", **dict(GEN, max_new_tokens=2)))[-1], Finished)
+    prompt = build_prompt(tok, cfg, again.messages[:-1])
+    assert prompt.ids.count(cfg.image_token_id) == s.messages[0].images[0].n_tokens
