@@ -5,7 +5,7 @@ import pytest
 
 from merlin.engine.errors import InputError
 from merlin.engine.sampling import Sampler, SamplingParams
-from merlin.engine.speculative import Drafter, SpecPolicy, accept_greedy, accept_sampled
+from merlin.engine.speculative import Drafter, SpecPolicy, accept
 
 
 def naive_draft(history, k, n_max=4, n_min=2, exclude=()):
@@ -59,22 +59,33 @@ def test_accept_greedy():
     logits = np.zeros((4, 10), np.float32)
     for row, tok in enumerate([3, 4, 7, 1]):
         logits[row, tok] = 1
-    assert accept_greedy(logits, [3, 4, 5]) == (2, [3, 4, 7])
-    assert accept_greedy(logits, [3, 4, 7]) == (3, [3, 4, 7, 1])
-    assert accept_greedy(logits, [9, 4, 7]) == (0, [3])
+    greedy = Sampler(SamplingParams(temperature=0.0))
+    assert accept(logits, [3, 4, 5], greedy, []) == (2, [3, 4, 7])
+    assert accept(logits, [3, 4, 7], greedy, []) == (3, [3, 4, 7, 1])
+    assert accept(logits, [9, 4, 7], greedy, []) == (0, [3])
 
 
-def test_accept_sampled_keeps_the_target_distribution():
-    """Draft a fixed token; the emitted first token must still follow p exactly."""
-    logits = np.log(np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]], np.float32))
+def test_accept_sampled_emits_what_plain_sampling_would():
+    """With the same seed, the tokens accepted or drawn at each position are plain sampling's
+    (one random number a token, in order): so the first token follows p exactly and a draft
+    d is accepted with probability p(d)."""
+    logits = np.log(np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]], np.float32))
     params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=3)
-    sampler = Sampler(params)
-    n = 40000
-    first = np.zeros(3)
+    spec, plain = Sampler(params), Sampler(params)
+    n = 20000
+    first, hits = np.zeros(3), 0
     for _ in range(n):
-        _, out = accept_sampled(logits, [1], sampler, [])
+        accepted, out = accept(logits, [1, 2], spec, [])
+        expected = [plain.sample(logits[0])]
+        if expected[-1] == 1:
+            expected.append(plain.sample(logits[1]))
+            if expected[-1] == 2:
+                expected.append(plain.sample(logits[2]))
+        assert out == expected and accepted == len(out) - 1
         first[out[0]] += 1
+        hits += accepted > 0
     np.testing.assert_allclose(first / n, [0.5, 0.3, 0.2], atol=0.01)
+    assert abs(hits / n - 0.3) < 0.01
 
 
 def test_policy_modes_and_bad_values():

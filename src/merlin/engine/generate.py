@@ -33,7 +33,7 @@ from .profile import StepProfile, StepTimer
 from .prompt import Prompt
 from .rope import text_positions
 from .sampling import Sampler, SamplingParams
-from .speculative import Drafter, SpecPolicy, SpecStats, accept_greedy, accept_sampled
+from .speculative import Drafter, SpecPolicy, SpecStats, accept
 from .tokenizer import StreamDecoder
 
 FINISH_REASONS = ("stop_token", "max_tokens", "cancelled", "context_full", "error")
@@ -337,7 +337,6 @@ def speculative_step(
     sampler: Sampler,
     history: Sequence[int],
     *,
-    exact_greedy: bool,
     timer: StepTimer | None = None,
 ) -> tuple[int, list[int]]:
     """Feed [last, *drafts] in one forward (its rows equal one-token forwards), accept the
@@ -346,10 +345,7 @@ def speculative_step(
     round_start = cache.length
     logits = decode_step(model, cache, [last, *drafts], rope_delta, all_logits=True, timer=timer)
     check_logits(logits, cache, round_start, "a verify step of the answer")  # NaN/inf: stop
-    if exact_greedy:
-        accepted, new = accept_greedy(logits, drafts)
-    else:
-        accepted, new = accept_sampled(logits, drafts, sampler, history)
+    accepted, new = accept(logits, drafts, sampler, history)
     cache.truncate(round_start + 1 + accepted)
     return accepted, new
 
@@ -394,7 +390,6 @@ def generate(
     policy, spec_notice = SpecPolicy.or_off(options.spec, options.spec_k)
     sampling = options.sampling
     sampler = Sampler(sampling)
-    exact_greedy = sampling.greedy and sampling.repetition_penalty == 1.0
     stream = StreamDecoder(model.tokenizer)
     if drafter is None:
         drafter = Drafter(exclude={model.config.image_token_id, model.config.video_token_id})
@@ -512,9 +507,8 @@ def generate(
             new_tokens = [sampler.sample(logits[-1], history)]
             continue
         accepted, new_tokens = speculative_step(
-            model, cache, last, drafts, rope_delta, sampler, history,
-            exact_greedy=exact_greedy, timer=timer,
-        )  # fmt: skip
+            model, cache, last, drafts, rope_delta, sampler, history, timer=timer
+        )
         policy.record_verify(drafted, accepted, time.perf_counter() - timer._t0)
         stats.tries += 1
         stats.drafted += drafted

@@ -1,8 +1,9 @@
 """Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded RNG.
 
 Order as transformers applies them: repetition penalty -> temperature -> top-k -> top-p ->
-min-p. `probs()` exposes the final distribution so speculative decoding can use the exact
-accept/reject rule on the same distribution that plain sampling draws from.
+min-p. `sample()` takes exactly one random number from the seeded RNG a token (none when
+greedy without a penalty), so speculative decoding, which samples each verified position the
+same way, emits what plain sampling would.
 """
 
 from __future__ import annotations

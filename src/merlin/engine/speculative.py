@@ -8,9 +8,12 @@ Verify: one forward over [last, d1..dK] (the same entry point as decode; its row
 equal to one-token forwards), accept the longest prefix the target agrees with, emit
 accepted + 1 tokens, roll the KV cache back past the accepted prefix.
 
-Acceptance is exact: greedy accepts d when it is the argmax (so output is byte-identical to
-plain decoding); sampling accepts d with probability p(d) and on rejection samples from p with
-d removed and renormalised, so every emitted token is distributed exactly as p.
+Acceptance draws each position's token exactly as plain decoding does (the sampler's next
+random number, one per emitted token, on a row bitwise equal to plain decoding's) and accepts
+the draft while it equals that token. So the output is identical to plain decoding, greedy
+or sampled with a seed, whatever K and whenever auto mode drafts; for a deterministic draft d
+the acceptance rate is p(d), that of the speculative-sampling rule (accept with p(d), else
+draw from p without d), which gave the same distribution but not the same tokens.
 
 Auto mode measures the plain step time T, the verify time V(K) and the hit rate, and drafts
 only while the expected gain is positive: V(K) + overhead < T * (expected accepted + 1).
@@ -78,36 +81,19 @@ class Drafter:
         return []
 
 
-def accept_greedy(logits: np.ndarray, drafts: Sequence[int]) -> tuple[int, list[int]]:
-    """logits: [K+1, V] rows of the verify forward. Returns (accepted count R, the R + 1
-    tokens to emit: the accepted drafts and the target's own next token)."""
-    out = []
-    for i, d in enumerate(drafts):
-        best = int(np.argmax(logits[i]))
-        if best != d:
-            out.append(best)
-            return i, out
-        out.append(d)
-    out.append(int(np.argmax(logits[len(drafts)])))
-    return len(drafts), out
-
-
-def accept_sampled(
-    logits: np.ndarray, drafts: Sequence[int], sampler, history: list[int]
+def accept(
+    logits: np.ndarray, drafts: Sequence[int], sampler, history: Sequence[int]
 ) -> tuple[int, list[int]]:
-    """The exact rule for deterministic drafts: accept d with probability p(d); on rejection
-    draw from p without d (renormalised). history: tokens so far (for repetition penalty)."""
+    """logits: [K+1, V] rows of the verify forward. Each row's token is the one plain decoding
+    would emit there, sampler.sample(row, tokens before it); drafts are accepted while they
+    equal it. Returns (accepted count R, the R + 1 tokens to emit: the accepted drafts and the
+    target's own token after them)."""
     out: list[int] = []
     for i, d in enumerate(drafts):
-        p = sampler.probs(logits[i], history + out)
-        if sampler.rng.random() < p[d]:
-            out.append(d)
-            continue
-        p[d] = 0.0
-        total = p.sum()
-        out.append(sampler.draw(p / total) if total > 0 else int(np.argmax(logits[i])))
-        return i, out
-    out.append(sampler.sample(logits[len(drafts)], history + out))
+        out.append(sampler.sample(logits[i], [*history, *out]))
+        if out[-1] != d:
+            return i, out
+    out.append(sampler.sample(logits[len(drafts)], [*history, *out]))
     return len(drafts), out
 
 
