@@ -428,6 +428,29 @@ def test_restored_session_continues_bitwise(demo_dir, tmp_path, kv, monkeypatch,
     assert spy.encodes == encodes
 
 
+def test_a_session_restored_under_other_vision_weights_encodes_its_pictures_again(
+    demo_dir, tmp_path
+):
+    """A file saved with q8 vision weights, opened with f32 ones (and other text weights: the
+    cache is not used): its picture, unchanged on disk, is encoded again and the chat goes
+    on (its hash, made under q8, had been taken for a changed file). A picture whose file
+    did change is still refused."""
+    picture = image_file(tmp_path / "a.png", 1)
+    saved = load_model(demo_dir, weights="q8", kv="f32", vision_weights="q8")
+    a = Session(saved)
+    list(a.ask("What is this?", [str(picture)], **GEN))
+    a.save(tmp_path / "chat.msession")
+    other = load_model(demo_dir, weights="f32", kv="f32", vision_weights="f32")
+    b, result = Session.open(other, tmp_path / "chat.msession")
+    assert not result.restored and len(b.messages) == 2
+    assert isinstance(list(b.ask("And the colours?", **GEN))[-1], Finished)
+    image_file(picture, 2)  # other pixels, same size; a model without its embedding
+    fresh = load_model(demo_dir, weights="f32", kv="f32", vision_weights="f32")
+    c, _ = Session.open(fresh, tmp_path / "chat.msession")
+    with pytest.raises(InputError, match="changed on disk"):
+        list(c.ask("And now?", **GEN))
+
+
 def test_restore_matches_scratch_and_app_path(demo_model, tmp_path, exact, spy, images):
     a = Session(demo_model, system=SYSTEM)
     two_turns(a, images)

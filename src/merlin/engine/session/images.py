@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import InputError, MerlinError
 from ..prompt import image_hash
+from ..vision.encoder import VISION_WEIGHTS
 from .conversation import SessionImage
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,10 @@ class ImageEmbedding:
     deepstack: np.ndarray  # [levels, n, D] added after decoder layers 0, 1, ...
 
 
-def _salt(vision, max_px) -> str:
-    """What besides the pixels keys an embedding: the budget and the vision weights format."""
-    return f"{vision.weights_format}/{max_px}"
+def _salt(vision, max_px, weights_format: str | None = None) -> str:
+    """What besides the pixels keys an embedding: the budget and the vision weights format
+    (the model's unless given)."""
+    return f"{weights_format or vision.weights_format}/{max_px}"
 
 
 class ImageBank:
@@ -157,7 +159,9 @@ class ImageBank:
 
     def _reprepare(self, im: SessionImage):
         """Pixels of an image whose embedding is not cached (e.g. a session restored from
-        another model's file): prepared again from its file, which must be unchanged."""
+        another model's file): prepared again from its file, which must be unchanged. Its
+        hash may have been made under another vision weights format (a file saved with
+        q8 vision weights, restored with f32): the pixels are what must match."""
         if not im.source or not Path(im.source).is_file():
             raise InputError(
                 f"the image {im.source or '(unnamed)'} of this conversation is needed again "
@@ -165,7 +169,10 @@ class ImageBank:
                 "new message, or start a new chat."
             )
         prepared = self.model.vision.prepare(im.source, im.budget)
-        if image_hash(prepared, _salt(self.model.vision, im.budget)) != im.hash:
+        hashes = {
+            image_hash(prepared, _salt(self.model.vision, im.budget, f)) for f in VISION_WEIGHTS
+        }
+        if im.hash not in hashes:
             raise InputError(
                 f"the image {im.source} changed on disk since it was attached to this "
                 "conversation. Attach it again in a new message, or start a new chat."
