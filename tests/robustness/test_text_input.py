@@ -217,6 +217,28 @@ def test_a_1_mb_paste_in_the_headless_chat(demo_dir):
     assert r.stdout.count('"event": "finished"') == 1
 
 
+def test_bytes_that_are_not_utf8_in_the_headless_chat(demo_dir, tmp_path):
+    """merlin-cli chat under a UTF-8 locale, stdin holding a byte that is not UTF-8: the turn
+    is answered with U+FFFD in its place (it was a UnicodeDecodeError traceback that lost
+    the whole conversation), and a picture path's own bytes still name the file."""
+    from PIL import Image
+
+    picture = os.fsencode(tmp_path) + b"/caf\xe9.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(os.fsdecode(picture))
+    stdin = b"first line\nhi \xff\xfe there\n/image " + picture + b"\nwhat is it?\n"
+    r = subprocess.run(
+        [sys.executable, "-m", "merlin.engine.cli", "chat", "--model", str(demo_dir), "--json"]
+        + ["--temperature", "0", "--max-new-tokens", "2", "--ignore-eos"],
+        input=stdin,
+        capture_output=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONIOENCODING="utf-8", LC_ALL="C.UTF-8"),
+    )
+    stderr = r.stderr.decode(errors="replace")
+    assert r.returncode == 0 and "Traceback" not in stderr, stderr
+    assert r.stdout.count(b'"event": "finished"') == 3, stderr
+
+
 def test_the_limit_is_inclusive(tok):
     assert check_user_text("a" * MAX_MESSAGE_CHARS) == "a" * MAX_MESSAGE_CHARS
     with pytest.raises(InputError):

@@ -102,6 +102,8 @@ def cmd_chat(args) -> int:
         session = Session(model, system=args.system or "", settings=settings)
     pending = list(args.image)
     failed = False
+    if hasattr(sys.stdin, "reconfigure"):  # a byte that is not UTF-8 under a UTF-8 locale:
+        sys.stdin.reconfigure(errors="surrogateescape")  # U+FFFD in a turn, kept in a path
     for raw in sys.stdin:
         line = raw.rstrip("\r\n")
         if not line.strip():
