@@ -1,5 +1,7 @@
 """Sampling: each filter does what it says, seeded runs repeat, bad values are refused."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -83,8 +85,28 @@ def test_seeded_sampling_repeats_and_follows_distribution():
         dict(min_p=1.0),
         dict(repetition_penalty=0),
         dict(temperature=float("nan")),
+        dict(temperature="0.5"),
+        dict(temperature=True),
+        dict(top_k=2.5),
+        dict(top_p=None),
+        dict(seed=-1),
+        dict(seed=1.5),
+        dict(seed="7"),
     ],
 )
 def test_bad_parameters_refused(kw):
     with pytest.raises(InputError):
         Sampler(SamplingParams(**kw))
+
+
+def test_a_tiny_temperature_is_nearly_greedy():
+    """1e-310 (the server allows any temperature from 0 to 100): every probability had been NaN
+    (z / T overflowed to inf, then inf - inf) and arbitrary tokens came out."""
+    logits = np.array([1.0, 3.0, 2.5, -4.0], np.float32)
+    for t in (1e-310, 1e-30, 1e-8):
+        sampler = Sampler(SamplingParams(temperature=t, top_k=0, top_p=1.0, seed=0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            p = sampler.probs(logits)
+        assert np.array_equal(p, [0.0, 1.0, 0.0, 0.0])
+        assert all(sampler.sample(logits) == 1 for _ in range(20))

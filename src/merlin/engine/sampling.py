@@ -9,6 +9,7 @@ same way, emits what plain sampling would.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,19 @@ class SamplingParams:
         def bad(what):
             raise InputError(what)
 
+        def number(value) -> bool:
+            return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+        def whole(value) -> bool:
+            return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+            if not number(getattr(self, name)):
+                bad(f"{name.replace('_', ' ')} must be a number, got {getattr(self, name)!r}.")
+        if not whole(self.top_k):
+            bad(f"top-k must be a whole number of tokens (0: off), got {self.top_k!r}.")
+        if self.seed is not None and not (whole(self.seed) and self.seed >= 0):
+            bad(f"the seed must be a whole number from 0 up, or none, got {self.seed!r}.")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             bad(f"temperature must be 0 (greedy) or positive, got {self.temperature}.")
         if self.top_k < 0:
@@ -72,7 +86,8 @@ class Sampler:
             out = np.zeros_like(z)
             out[int(np.argmax(z))] = 1.0
             return out
-        z /= p.temperature
+        with np.errstate(over="ignore"):  # a tiny temperature: the others go to -inf
+            z = (z - z.max()) / p.temperature  # max first: no inf - inf, whatever temperature
         keep = np.ones(z.shape, bool)
         if 0 < p.top_k < z.shape[0]:
             kth = np.partition(z, -p.top_k)[-p.top_k]
