@@ -134,7 +134,9 @@ def check_state(model, meta: dict, budget: int) -> None:
                 f"its KV cache has {key} {str(got)[:40]!r}; this model uses {value} "
                 "(the file does not belong to this model)"
             )
-    n = _int(desc.get("length"), "the cached length", 0, budget)
+    n = _int(desc.get("length"), "the cached length", 0, MAX_POSITION)
+    if n > budget:  # a file of a longer context: not damaged, too long for this one
+        raise FFE(f"it holds {n} tokens, more than the context budget of {budget} tokens")
     _int(meta.get("rope_delta", 0), "the rope delta", -MAX_POSITION, MAX_POSITION)
     spans = meta.get("spans", [])
     if not isinstance(spans, list) or len(spans) > n:

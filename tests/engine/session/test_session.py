@@ -853,3 +853,28 @@ def test_kv_cache_budget_change_keeps_the_rows():
             cache.reserve(101)
         with pytest.raises(ValueError):
             cache.set_budget(4)  # 6 rows stored: truncate first
+
+
+def test_warm_computes_the_conversation_as_it_stands(demo_model):
+    """warm(): nothing to do for an empty chat (the template had raised); with a system
+    prompt or messages, the rows the next turn then reuses."""
+    empty = Session(demo_model)
+    assert empty.warm()["computed"] == 0 and empty.cached_tokens == 0
+    s = Session(demo_model, system=SYSTEM)
+    done = s.warm()
+    assert done["computed"] > 0 and not done["cancelled"]
+    events = list(s.ask("Hello?", **GEN))
+    assert first(events, PrefillDone).reused >= done["computed"] - 1
+
+
+def test_a_file_longer_than_the_context_budget_says_so(demo_model, tmp_path):
+    """Opened with a smaller context budget than it was saved with: not restored, for that
+    reason (it had been called damaged); its messages go on, recomputed."""
+    a = Session(demo_model, system=SYSTEM)
+    list(a.ask("Hello there, how are you today?", **GEN))
+    a.save(tmp_path / "chat.msession")
+    small = SessionSettings(context_budget=a.cached_tokens - 5)
+    b, result = Session.open(demo_model, tmp_path / "chat.msession", settings=small)
+    assert not result.restored and "damaged" not in result.reason
+    assert f"more than the context budget of {a.cached_tokens - 5} tokens" in result.reason
+    assert len(b.messages) == 2

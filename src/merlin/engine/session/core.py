@@ -472,6 +472,8 @@ class Session:
         "vision_ms", "cancelled"}."""
         t0 = time.perf_counter()
         msgs = self._messages
+        if not msgs and not self.system:  # nothing to render (a template needs a message)
+            return {"reused": 0, "computed": 0, "ms": 0.0, "vision_ms": 0.0, "cancelled": False}
         gen_prompt = bool(msgs) and msgs[-1].role == "user"
         reserve = max(1, self.settings.answer_reserve)
         dropped, p, _ = self._fit(msgs, set(self._dropped), reserve, gen_prompt)

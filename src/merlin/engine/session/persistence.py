@@ -188,8 +188,6 @@ def read_rows(model, reader: arrayfile.Reader, meta: dict, budget: int) -> Cache
         rope_delta = int(meta.get("rope_delta", 0))
     except (KeyError, TypeError, ValueError):
         raise FFE("it is damaged (bad session metadata)") from None
-    if n > budget:
-        raise FFE(f"it holds {n} tokens, more than the context budget of {budget} tokens")
     tokens = reader.read("tokens")
     positions = reader.read("positions")
     if tokens.shape != (n,) or positions.shape != (3, n):
