@@ -420,6 +420,16 @@ def test_cors_only_for_configured_origins(server, demo_model):
         assert r.headers["access-control-allow-origin"] == "http://ui.test"
         r = tc.options("/v1/chat/completions", headers={**pre, "Origin": "http://evil.test"})
         assert r.headers.get("access-control-allow-origin") != "http://evil.test"
+        # the headers the official JavaScript client sends with every request
+        asked = "authorization,content-type,x-stainless-os,x-stainless-retry-count"
+        r = tc.options(
+            "/v1/chat/completions", headers={**pre, "Access-Control-Request-Headers": asked}
+        )
+        assert r.status_code == 200, r.text
+        allowed = r.headers["access-control-allow-headers"].lower()
+        assert all(h in allowed for h in asked.split(","))
+        r = tc.get("/health", headers={"Origin": "http://ui.test"})
+        assert "retry-after" in r.headers["access-control-expose-headers"].lower()
 
 
 def test_a_client_that_leaves_a_whole_answer_cancels_it(server):

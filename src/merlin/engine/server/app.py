@@ -352,7 +352,10 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                 CORSMiddleware,
                 allow_origins=list(config.cors_origins),
                 allow_methods=["GET", "POST", "OPTIONS"],
-                allow_headers=["Authorization", "Content-Type"],
+                # whatever headers the client's preflight names: the official JavaScript
+                # client adds x-stainless-* to every request, and a browser refused them
+                allow_headers=["*"],
+                expose_headers=["Retry-After"],  # a 429's wait, readable by browser code
             )
         )
     app = Starlette(

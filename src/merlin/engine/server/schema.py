@@ -71,6 +71,7 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty
 UNSUPPORTED = {
     "tools": "tool calls are not supported by Merlin's server; send plain messages.",
     "functions": "function calls are not supported by Merlin's server; send plain messages.",
+    "logit_bias": "token biases are not supported by Merlin's server; leave it out.",
 }
 
 
