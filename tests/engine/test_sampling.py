@@ -110,3 +110,32 @@ def test_a_tiny_temperature_is_nearly_greedy():
             p = sampler.probs(logits)
         assert np.array_equal(p, [0.0, 1.0, 0.0, 0.0])
         assert all(sampler.sample(logits) == 1 for _ in range(20))
+
+
+def reference_probs(logits, temperature, top_k, top_p, min_p):
+    """The filters over the whole vocabulary, with a full stable sort for top-p."""
+    z = logits.astype(np.float64) / temperature
+    if 0 < top_k < len(z):
+        z = np.where(z >= np.sort(z)[-top_k], z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    cut = int(np.searchsorted(np.cumsum(p[order]), top_p, side="left")) + 1
+    p[order[cut:]] = 0.0
+    p[p < min_p * p.max()] = 0.0
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_large_vocabularies_keep_the_same_tokens_as_a_full_sort(seed):
+    """Top-p sorts only the largest candidates, more until their mass reaches p: the kept set
+    is the full sort's, ties at every boundary included."""
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal(20_000) * rng.uniform(0.5, 6)).astype(np.float32)
+    logits[rng.integers(0, 20_000, 2_000)] = np.round(logits.max() - 1)  # many ties
+    for top_k, top_p, min_p in ((0, 0.95, 0.0), (0, 0.5, 0.0), (3000, 0.9, 0.01), (50, 0.99, 0)):
+        params = SamplingParams(temperature=0.9, top_k=top_k, top_p=top_p, min_p=min_p)
+        got = Sampler(params).probs(logits)
+        want = reference_probs(logits, 0.9, top_k, top_p, min_p)
+        assert np.array_equal(got > 0, want > 0), (top_k, top_p)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
