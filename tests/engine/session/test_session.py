@@ -878,3 +878,30 @@ def test_a_file_longer_than_the_context_budget_says_so(demo_model, tmp_path):
     assert not result.restored and "damaged" not in result.reason
     assert f"more than the context budget of {a.cached_tokens - 5} tokens" in result.reason
     assert len(b.messages) == 2
+
+
+def test_a_fine_tune_of_the_same_size_and_times_is_another_checkpoint(demo_dir, tmp_path):
+    """A session saved on a checkpoint is not restored on another with the same config, file
+    names, sizes and modification times whose weights differ in the middle of the file only
+    (a merged LoRA: header, embeddings and vision tower unchanged); it was, and the answer
+    came from the other model's KV cache. A copy that keeps the times restores."""
+    import shutil
+
+    copy, tuned = tmp_path / "copy", tmp_path / "tuned"
+    shutil.copytree(demo_dir, copy)  # copy2: the times are kept
+    shutil.copytree(demo_dir, tuned)
+    weights = tuned / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    middle = slice(len(data) * 3 // 10, len(data) * 7 // 10)
+    data[middle] = bytes(b ^ 0x80 for b in data[middle])  # bf16 signs, mostly
+    stat = (demo_dir / "model.safetensors").stat()
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    a = Session(load_model(demo_dir))
+    list(a.ask("Hello?", **GEN))
+    a.save(tmp_path / "chat.msession")
+    same, result = Session.open(load_model(copy), tmp_path / "chat.msession")
+    assert result.restored, result.reason
+    other, result = Session.open(load_model(tuned), tmp_path / "chat.msession")
+    assert not result.restored and "checkpoint" in result.reason
+    assert len(other.messages) == 2

@@ -58,25 +58,34 @@ class CachedRows:
     embeddings: dict[str, ImageEmbedding] = field(default_factory=dict)
 
 
+FINGERPRINT_SAMPLES = 32  # evenly spaced 64 KiB pieces of each weights file, besides its ends
+
+
 def checkpoint_fingerprint(model) -> str:
-    """Names, sizes, first and last MiB of the weight files: a different checkpoint with the
-    same config.json (a fine-tune) gets another fingerprint. Memoised on the model."""
+    """Names, sizes and modification times of the weight files, their first and last MiB and
+    FINGERPRINT_SAMPLES pieces spread over them: a different checkpoint with the same
+    config.json (a fine-tune, e.g. a merged LoRA, whose header, embeddings and vision tower
+    are the base model's) gets another fingerprint, at a few MiB read a file. A copied
+    folder gets another one too (its times): its sessions are recomputed once. Memoised on
+    the model."""
     cached = model.__dict__.get("_session_fingerprint")
     if cached:
         return cached
     h = hashlib.sha256()
-    mib = 1 << 20
+    mib, piece = 1 << 20, 1 << 16
     for p in sorted(Path(model.folder).glob("*.safetensors")):
-        size = p.stat().st_size
-        h.update(f"{p.name}:{size};".encode())
         try:
+            st = p.stat()
+            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns};".encode())
             with open(p, "rb") as f:
                 h.update(f.read(mib))
-                if size > 2 * mib:
-                    f.seek(size - mib)
-                    h.update(f.read(mib))
+                for i in range(1, FINGERPRINT_SAMPLES + 1):
+                    f.seek(st.st_size * i // (FINGERPRINT_SAMPLES + 1))
+                    h.update(f.read(piece))
+                f.seek(max(0, st.st_size - mib))
+                h.update(f.read(mib))
         except OSError:
-            pass
+            h.update(f"{p.name}: unreadable;".encode())
     value = h.hexdigest()[:16]
     model.__dict__["_session_fingerprint"] = value
     return value
