@@ -823,6 +823,12 @@ def test_cli_chat_continues_across_processes(demo_dir, tmp_path):
     r = run_chat(demo_dir, f"/image {tmp_path / 'missing.png'}\nHi?\nHello again?\n")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "missing.png" in r.stderr and len(answers(r.stdout)[0]) == 1
+    # only "/image" and a path is the command: a question starting so is a turn
+    r = run_chat(demo_dir, "/images look blurry, why?\n/imagery is nice\n")
+    assert r.returncode == 0 and len(answers(r.stdout)[0]) == 2, r.stderr
+    # a picture with no turn after it is named, not dropped in silence
+    r = run_chat(demo_dir, "Hi?\n/image " + str(tmp_path / "late.png") + "\n")
+    assert r.returncode == 2 and "late.png" in r.stderr and len(answers(r.stdout)[0]) == 1
 
 
 def test_kv_cache_budget_change_keeps_the_rows():

@@ -108,8 +108,9 @@ def cmd_chat(args) -> int:
         line = raw.rstrip("\r\n")
         if not line.strip():
             continue
-        if line.startswith("/image"):
-            image = line[len("/image") :].strip()
+        command, *rest = line.split(maxsplit=1)
+        if command == "/image":  # "/images look blurry, why?" is a question
+            image = rest[0].strip() if rest else ""
             if not image:
                 _note("error: /image needs a file path.")
                 failed = True
@@ -133,6 +134,9 @@ def cmd_chat(args) -> int:
         if interrupted:
             _note("interrupted")
             return 130
+    if pending:
+        _note(f"error: no turn came after the picture {pending[-1]}; it was not sent.")
+        failed = True
     return EXIT_USER_ERROR if failed else 0
 
 
