@@ -97,7 +97,7 @@ def test_settings_dialog_edits_a_copy(qtbot):
     assert s.max_new_tokens == AppSettings().max_new_tokens
 
 
-def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
+def test_hf_cache_scan_finds_the_checkpoints_merlin_runs_only(tmp_path):
     from merlin.app.model.hf_scan import find_checkpoints
 
     def snapshot(repo, config, weights=True):
@@ -115,15 +115,17 @@ def test_hf_cache_scan_finds_qwen3vl_only(tmp_path):
         {"architectures": ["Qwen3VLForConditionalGeneration"]},
         weights=False,
     )
+    snapshot("Qwen/Qwen3-30B-A3B", {"model_type": "qwen3_moe"})
     snapshot("other/llama", {"model_type": "llama"})
     (tmp_path / "models--broken" / "snapshots" / "x").mkdir(parents=True)
     (tmp_path / "models--broken" / "snapshots" / "x" / "config.json").write_text("{not json")
     found = find_checkpoints([tmp_path, tmp_path / "missing"])
     assert [(f.name, f.complete) for f in found] == [
+        ("Qwen/Qwen3-30B-A3B", True),
         ("Qwen/Qwen3-VL-2B-Instruct", True),
         ("Qwen/Qwen3-VL-8B-Instruct", False),
     ]
-    assert found[0].path == good
+    assert found[1].path == good
 
 
 def test_session_inputs_for_a_conversation_with_images(demo_model, tmp_path):

@@ -4,6 +4,7 @@ naming the file for every malformed input."""
 import json
 import shutil
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +262,21 @@ def test_unreadable_folder_is_not_a_missing_config(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "lstat", lstat)
     with pytest.raises(CheckpointError, match="Permission denied.*permissions"):
         load_config(folder)
+
+
+def test_a_model_is_named_after_its_folder_or_its_hub_repository(demo_model, tmp_path, monkeypatch):
+    """The name the server publishes: a snapshot of the Hugging Face cache is its repository
+    (its folder is a commit hash), "." is the folder it means (it was an empty id)."""
+    import dataclasses
+
+    snapshot = tmp_path / "models--Qwen--Qwen3-VL-2B-Instruct" / "snapshots" / "0123abcd"
+    plain = tmp_path / "my model"
+    for folder in (snapshot, plain):
+        folder.mkdir(parents=True)
+    named = {
+        dataclasses.replace(demo_model, folder=snapshot).name,
+        dataclasses.replace(demo_model, folder=plain).name,
+    }
+    assert named == {"Qwen/Qwen3-VL-2B-Instruct", "my model"}
+    monkeypatch.chdir(plain)
+    assert dataclasses.replace(demo_model, folder=Path(".")).name == "my model"

@@ -141,6 +141,23 @@ def test_generation_config_eos_outside_the_vocabulary(ws, demo_dir, eos):
         shutil.copy(demo_dir / "generation_config.json", ws / "generation_config.json")
 
 
+@pytest.mark.parametrize("eos", [None, []])
+def test_generation_config_without_eos_stops_on_the_chat_end_tokens(ws, demo_dir, eos):
+    """No eos_token_id, null or an empty list (it had been "no end-of-sequence token is known"
+    although the tokenizer has <|im_end|>): the chat template's end tokens."""
+    raw = json.loads((demo_dir / "generation_config.json").read_text())
+    (ws / "generation_config.json").write_text(json.dumps({**raw, "eos_token_id": eos}))
+    tok = _tokenizer(demo_dir)
+    try:
+        defaults = read_generation_defaults(ws, tok)
+    finally:
+        shutil.copy(demo_dir / "generation_config.json", ws / "generation_config.json")
+    assert defaults.eos_ids == {
+        tok.special_tokens["<|im_end|>"],
+        tok.special_tokens["<|endoftext|>"],
+    }
+
+
 _tokenizers = {}
 HUB_MAX_PIXELS = 16_777_216  # Qwen3-VL's preprocessor longest_edge: the most Merlin allows
 

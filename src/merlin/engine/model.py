@@ -48,6 +48,17 @@ class Model:
         return self.text.new_cache(n, self.kv_fmt)
 
     @property
+    def name(self) -> str:
+        """What the checkpoint is called: its Hugging Face repository ("Qwen/Qwen3-VL-2B-
+        Instruct") when it is a snapshot in the hub's cache (whose folder is a commit hash),
+        else its folder's name, the path resolved first ("." has none)."""
+        folder = Path(self.folder).resolve()
+        repo = folder.parent.parent.name
+        if folder.parent.name == "snapshots" and repo.startswith("models--"):
+            return repo[len("models--") :].replace("--", "/")
+        return folder.name or str(folder)
+
+    @property
     def eos_ids(self) -> frozenset[int]:
         return self.defaults.eos_ids
 
@@ -69,6 +80,8 @@ def read_generation_defaults(folder: Path, tokenizer: Tokenizer) -> GenerationDe
     def is_id(e) -> bool:
         return isinstance(e, int) and not isinstance(e, bool)
 
+    if eos == []:  # as if there were none: the chat's own end tokens
+        eos = None
     if is_id(eos) or (isinstance(eos, list) and all(is_id(e) for e in eos)):
         eos_ids = set(eos) if isinstance(eos, list) else {eos}
         outside = sorted(e for e in eos_ids if not 0 <= e < tokenizer.vocab_size)

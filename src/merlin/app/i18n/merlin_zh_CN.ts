@@ -1000,8 +1000,8 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />
-      <source>{folder} is not a Qwen3-VL checkpoint (see config.json).</source>
-      <translation>{folder} 不是 Qwen3-VL 检查点（见 config.json）。</translation>
+      <source>{folder} is not a checkpoint Merlin runs (Qwen3-VL, Qwen3-VL-MoE or Qwen3-MoE: see config.json).</source>
+      <translation>{folder} 不是 Merlin 能运行的模型（Qwen3-VL、Qwen3-VL-MoE 或 Qwen3-MoE：见 config.json）。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />

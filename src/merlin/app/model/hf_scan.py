@@ -1,7 +1,10 @@
-"""Find Qwen3-VL checkpoints in the Hugging Face cache, so the model dialog can offer them.
+"""Find the checkpoints Merlin runs in the Hugging Face cache, so the model dialog can offer
+them.
 
 Qt-free. Looks at `$HF_HUB_CACHE`, `$HF_HOME/hub` and `~/.cache/huggingface/hub` for
-`models--*/snapshots/*/config.json` whose model type or architecture is Qwen3-VL.
+`models--*/snapshots/*/config.json` whose model type is one the engine loads
+(engine.config.SUPPORTED_MODEL_TYPES: Qwen3-VL, Qwen3-VL-MoE, the text-only Qwen3-MoE), or
+whose architecture names one of those.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from merlin.engine.config import SUPPORTED_MODEL_TYPES
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -40,7 +45,10 @@ def hf_cache_dirs() -> list[Path]:
     return out
 
 
-def is_qwen3vl_folder(folder: Path) -> bool:
+ARCHITECTURES = ("Qwen3VL", "Qwen3Moe")  # Qwen3VLForConditionalGeneration, Qwen3VLMoe..., ...
+
+
+def is_supported_folder(folder: Path) -> bool:
     config = folder / "config.json"
     try:
         if not config.is_file() or config.stat().st_size > MAX_CONFIG_BYTES:
@@ -52,8 +60,8 @@ def is_qwen3vl_folder(folder: Path) -> bool:
         return False
     archs = raw.get("architectures") or []
     model_type = str(raw.get("model_type", ""))
-    return model_type.startswith("qwen3_vl") or any(
-        isinstance(a, str) and a.startswith("Qwen3VL") for a in archs
+    return model_type in SUPPORTED_MODEL_TYPES or any(
+        isinstance(a, str) and a.startswith(ARCHITECTURES) for a in archs
     )
 
 
@@ -79,7 +87,7 @@ def find_checkpoints(roots: list[Path] | None = None) -> list[FoundCheckpoint]:
                 reverse=True,
             )
             for snap in snapshots:
-                if is_qwen3vl_folder(snap):
+                if is_supported_folder(snap):
                     found.append(FoundCheckpoint(name, snap, _complete(snap)))
                     break  # the newest snapshot of each repo
     return found

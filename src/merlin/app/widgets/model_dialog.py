@@ -51,8 +51,11 @@ def folder_problem(folder: str) -> str:
             "{folder} has no config.json, so it is not a Hugging Face checkpoint folder. Choose "
             "the folder that holds config.json and the .safetensors files."
         ).format(folder=folder)
-    if not hf_scan.is_qwen3vl_folder(path):
-        return tr("{folder} is not a Qwen3-VL checkpoint (see config.json).").format(folder=folder)
+    if not hf_scan.is_supported_folder(path):
+        return tr(
+            "{folder} is not a checkpoint Merlin runs (Qwen3-VL, Qwen3-VL-MoE or Qwen3-MoE: "
+            "see config.json)."
+        ).format(folder=folder)
     return ""
 
 

@@ -42,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="require 'Authorization: Bearer KEY' (default: $MERLIN_API_KEY; generated and "
         "printed when listening beyond this machine without one)",
     )
-    p.add_argument("--model-name", default=None, help="model id in /v1/models (default: folder)")
+    p.add_argument(
+        "--model-name",
+        default=None,
+        help="model id in /v1/models (default: the checkpoint's name, Model.name)",
+    )
     p.add_argument(
         "--allow-images",
         default=None,
@@ -165,7 +169,7 @@ def run(args) -> int:
     model = _load(args)
     if not args.no_warm_up:
         warm_up(model)
-    name = args.model_name or model.folder.name
+    name = args.model_name or model.name
     mb = 1024 * 1024
     config = ServerConfig(
         model_name=name,

@@ -60,7 +60,7 @@ class EmbeddedServer:
             raise MerlinError(f"port {options.port} is not a port number; use 1..65535.")
         key, _ = api_key_for(options.host, options.api_key)
         sock = bind(options.host, int(options.port))
-        name = options.model_name or model.folder.name
+        name = options.model_name or model.name
         config = ServerConfig(
             model_name=name,
             api_key=key,
