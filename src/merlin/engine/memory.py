@@ -34,6 +34,7 @@ from pathlib import Path
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config
 from .errors import InputError, MerlinError, ResourceError
+from .formats import WEIGHT_CHOICES
 from .kernels.kv_layout import KEY_BLOCK, key_tiles
 from .kv_cache import KV_FORMATS
 from .linear import WEIGHT_FORMATS, quantizable
@@ -191,7 +192,7 @@ def gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
 
 
-def _check_formats(weights: str, kv: str) -> str:
+def check_formats(weights: str, kv: str) -> str:
     """The concrete weights format ("auto" resolved: engine/autoweights.py), after checking."""
     if weights == "auto":
         from .autoweights import resolve
@@ -199,7 +200,7 @@ def _check_formats(weights: str, kv: str) -> str:
         weights = resolve(weights)
     if weights not in WEIGHT_FORMATS:
         raise InputError(
-            f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
+            f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_CHOICES)}."
         )
     if kv not in KV_FORMATS:
         raise InputError(f"unknown KV cache format {kv!r}; choose one of {', '.join(KV_FORMATS)}.")
@@ -237,7 +238,7 @@ def estimate_for(
     """The estimate from a parsed config whose tensor shapes have been checked. map_experts:
     a mixture-of-experts model's experts stay in the memory-mapped weight cache (only one
     layer of them counted as resident); quantized formats only (f32 is not cached)."""
-    weights = _check_formats(weights, kv)
+    weights = check_formats(weights, kv)
     limit = cfg.text.max_position_embeddings
     context = min(context or min(DEFAULT_CONTEXT, limit), limit)
     if context < 1:
@@ -283,7 +284,7 @@ def estimate_memory(
     `context` tokens (default: DEFAULT_CONTEXT, at most the model's maximum) and images of up
     to `image_pixels` pixels (default: the checkpoint's preprocessor max_pixels). Reads only
     config.json and the safetensors headers; raises CheckpointError for a broken checkpoint."""
-    weights = _check_formats(weights, kv)
+    weights = check_formats(weights, kv)
     folder = Path(folder).expanduser()
     cfg = load_config(folder)
     with Checkpoint(folder) as ckpt:

@@ -11,8 +11,7 @@ from . import memory, weight_cache
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config, read_json
 from .errors import CheckpointError, InputError
-from .kv_cache import KV_FORMATS, KVCache
-from .linear import WEIGHT_FORMATS
+from .kv_cache import KVCache
 from .moe.cache import ExpertSink
 from .sampling import SamplingParams
 from .text import TextModel, check_text_tensors, load_text_weights
@@ -148,16 +147,7 @@ def load_model(
     memory-mapped weight cache instead of anonymous memory; None (default) maps them only
     when the model does not fit in memory otherwise but does with them mapped. weights "auto":
     engine/autoweights.py."""
-    if weights == "auto":
-        from .autoweights import resolve
-
-        weights = resolve(weights)
-    if weights not in WEIGHT_FORMATS:
-        raise InputError(
-            f"unknown weights format {weights!r}; choose one of {', '.join(WEIGHT_FORMATS)}."
-        )
-    if kv not in KV_FORMATS:
-        raise InputError(f"unknown KV cache format {kv!r}; choose one of {', '.join(KV_FORMATS)}.")
+    weights = memory.check_formats(weights, kv)
     t0 = time.perf_counter()
     folder = Path(folder).expanduser()
     config = load_config(folder)
