@@ -391,6 +391,29 @@ def test_experts_mapped_from_the_weight_cache(text_folder, tmp_path):
         assert np.array_equal(_prompt_logits(mapped), _prompt_logits(plain))
 
 
+def test_a_cache_disk_without_room_converts_in_memory(text_folder, tmp_path, monkeypatch, caplog):
+    """Too little free space for the converted weights: nothing is written (a conversion had
+    filled the disk with layer files, every start), the model runs from memory, the log says
+    what to do; experts that must be mapped from the cache are refused with the reason."""
+    import logging
+
+    from merlin.engine import weight_cache
+    from merlin.engine.errors import ResourceError
+    from merlin.engine.model import load_model
+
+    monkeypatch.setattr(weight_cache, "free_bytes", lambda: 1000)
+    with caplog.at_level(logging.WARNING, logger="merlin.engine.weight_cache"):
+        model = load_model(text_folder, weights="q4", map_experts=False)
+    assert (
+        "converted in memory at every start" in caplog.text and "MERLIN_WEIGHT_CACHE" in caplog.text
+    )
+    cache = tmp_path / "cache"
+    assert not cache.exists() or not any(cache.iterdir())
+    assert np.isfinite(_prompt_logits(model)).all()
+    with pytest.raises(ResourceError, match="MERLIN_WEIGHT_CACHE"):
+        load_model(text_folder, weights="q4", map_experts=True)
+
+
 def test_memory_guard_maps_experts_only_when_needed(text_folder, monkeypatch):
     from merlin.engine import memory
     from merlin.engine.errors import ResourceError

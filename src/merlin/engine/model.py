@@ -10,7 +10,7 @@ from pathlib import Path
 from . import memory, weight_cache
 from .checkpoint import Checkpoint
 from .config import ModelConfig, load_config, read_json
-from .errors import CheckpointError, InputError
+from .errors import CheckpointError, InputError, ResourceError
 from .kv_cache import KVCache
 from .moe.cache import ExpertSink
 from .sampling import SamplingParams
@@ -183,6 +183,17 @@ def load_model(
         # quantized weights are cached on disk (f32 would be 4x the checkpoint: not cached)
         key = weight_cache.cache_key(ckpt, config, weights) if weights != "f32" else None
         weights_ = weight_cache.load(key, config, map_experts=mapped) if key else None
+        if weights_ is None and key:
+            cached = needs.text_weights + needs.mapped_experts
+            if not weight_cache.has_room(cached):
+                if mapped:  # the experts were to be read from the cache's file
+                    raise ResourceError(
+                        f"{folder.name} fits in memory only with its experts mapped from the "
+                        f"weight cache, and its disk has not {cached / 1e9:.1f} GB free "
+                        f"({weight_cache.cache_dir()}). Free some space there or set "
+                        "MERLIN_WEIGHT_CACHE to a folder on a larger disk."
+                    )
+                key = None
         if weights_ is None:
             sink = None
             if key and config.is_moe:  # experts written (and mapped) layer by layer

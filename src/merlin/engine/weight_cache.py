@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -49,6 +50,38 @@ STALE_PART_SECONDS = 600
 
 def cache_dir() -> Path:
     return Path(os.environ.get("MERLIN_WEIGHT_CACHE") or Path(user_cache_dir("merlin")) / "weights")
+
+
+ROOM_MARGIN = 256 * 1024**2  # left free on the cache's disk besides the file
+
+
+def free_bytes() -> int | None:
+    """Free space on the disk of the cache folder (its nearest existing parent), or None."""
+    folder = cache_dir()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def has_room(nbytes: int) -> bool:
+    """Whether a cache entry of nbytes fits on the cache folder's disk (logged when not):
+    without the room a conversion would write until the disk is full, every start, and
+    leave what it wrote behind."""
+    free = free_bytes()
+    if free is None or free >= nbytes + ROOM_MARGIN:
+        return True
+    log.warning(
+        "the weight cache in %s has %.1f GB free, the converted weights need %.1f GB: they "
+        "are converted in memory at every start. Free some space or set MERLIN_WEIGHT_CACHE "
+        "to a folder on a larger disk.",
+        cache_dir(),
+        free / 1e9,
+        nbytes / 1e9,
+    )
+    return False
 
 
 def cache_key(ckpt: Checkpoint, cfg: ModelConfig, fmt: str) -> str:
