@@ -398,7 +398,7 @@ def test_a_cache_disk_without_room_converts_in_memory(text_folder, tmp_path, mon
     import logging
 
     from merlin.engine import weight_cache
-    from merlin.engine.errors import ResourceError
+    from merlin.engine.errors import InputError, ResourceError
     from merlin.engine.model import load_model
 
     monkeypatch.setattr(weight_cache, "free_bytes", lambda: 1000)
@@ -412,6 +412,8 @@ def test_a_cache_disk_without_room_converts_in_memory(text_folder, tmp_path, mon
     assert np.isfinite(_prompt_logits(model)).all()
     with pytest.raises(ResourceError, match="MERLIN_WEIGHT_CACHE"):
         load_model(text_folder, weights="q4", map_experts=True)
+    with pytest.raises(InputError, match="q4 or q8"):  # f32 is never cached: it was ignored
+        load_model(text_folder, weights="f32", map_experts=True)
 
 
 def test_memory_guard_maps_experts_only_when_needed(text_folder, monkeypatch):

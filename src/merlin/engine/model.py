@@ -168,6 +168,11 @@ def load_model(
             )
 
         mappable = config.is_moe and weights != "f32" and map_experts is not False
+        if map_experts and config.is_moe and weights == "f32":
+            raise InputError(
+                "experts are mapped from the weight cache, which holds quantized weights only: "
+                "choose q4 or q8 weights, or do not ask to map the experts."
+            )
         available = memory.available_memory() if check_memory else None
 
         def best(w, k, c):  # in memory when it fits, else with the experts mapped
