@@ -388,15 +388,53 @@ def test_folder_that_is_not_a_checkpoint(qtbot, make_window, tmp_path):
     assert stored(w)[1].state == "done"
 
 
-def test_load_can_be_cancelled_and_the_previous_model_stays(qtbot, make_window, demo_dir):
+def endless_load(monkeypatch):
+    """The engine's load reports progress until it is cancelled (a load that cannot finish
+    before the test's Cancel)."""
+    import time
+
+    import merlin.engine.model as model_mod
+
+    def load_model(folder, *args, progress=None, **kwargs):
+        while True:
+            progress(0.5, "reading the weights")  # raises once cancelled
+            time.sleep(0.01)
+
+    monkeypatch.setattr(model_mod, "load_model", load_model)
+
+
+def test_load_can_be_cancelled_and_the_previous_model_stays(
+    qtbot, make_window, demo_dir, monkeypatch
+):
+    """Cancel on the load banner: the banner goes, the model label names the model in use
+    (both had stayed on "Loading…" for good) and the settings keep the model that loaded
+    (the cancelled choice had become the next start's)."""
     w = make_window()
     first = w.controller.model
-    w.controller.load_model(str(demo_dir), "q8", "q8")
-    w.controller.cancel_load()
+    weights = w.settings.weights
+    endless_load(monkeypatch)
+    w.load(str(demo_dir), "q8", "q8")
+    qtbot.waitUntil(lambda: w.load_banner.isVisible(), timeout=10_000)
+    w.load_banner.sig_action.emit()  # its Cancel button
     qtbot.waitUntil(lambda: w.controller.loading is None, timeout=120_000)
-    assert w.controller.model is first or w.controller.model.weights == "q8"
+    assert w.controller.model is first and not w.load_banner.isVisible()
+    assert w.model_label.text() != "Loading…" and first.weights in w.model_label.text()
+    assert w.settings.weights == weights != "q8"
+    monkeypatch.undo()
     send(qtbot, w, "still works?")
     assert stored(w)[-1].state == "done"
+
+
+def test_a_first_load_cancelled_offers_to_choose_a_model(qtbot, make_window, monkeypatch):
+    endless_load(monkeypatch)
+    w = make_window(wait=False)
+    qtbot.waitUntil(lambda: w.load_banner.isVisible(), timeout=10_000)
+    w.load_banner.sig_action.emit()
+    qtbot.waitUntil(lambda: w.controller.loading is None, timeout=120_000)
+    assert w.controller.model is None and not w.load_banner.isVisible()
+    assert w.model_label.text() == "No model loaded"
+    assert w.model_banner.isVisible() and "No model is loaded" in w.model_banner.label.text()
+    assert w.model_banner.action.text() == "Choose a model…"
 
 
 def test_engine_formats_are_attached_as_they_are(qtbot, data_dir, tmp_path):  # noqa: F811
@@ -602,3 +640,27 @@ def test_a_draft_picture_that_fails_during_an_edit_is_reported_with_the_draft(
     assert "first question, edited" in [m.text for m in stored(w)]  # the edit was sent
     assert w.composer.text() == "my draft"  # the draft came back, its bad picture reported
     assert w.composer.attachments() == [] and "bad.png" in w.composer.notice.text()
+
+
+def test_the_waiting_notice_goes_when_the_answer_starts(qtbot, make_window, monkeypatch):
+    """ "Your message is saved and will be answered when the model is ready" had stayed on
+    after the answer."""
+    import threading
+
+    import merlin.engine.model as model_mod
+
+    go, real = threading.Event(), model_mod.load_model
+
+    def gated(*args, **kwargs):
+        assert go.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_mod, "load_model", gated)
+    w = make_window(wait=False)
+    send(qtbot, w, "Are you there?", wait=False)
+    qtbot.waitUntil(lambda: w.notice_banner.isVisible(), timeout=10_000)
+    assert "when the model is ready" in w.notice_banner.label.text()
+    go.set()
+    qtbot.waitUntil(lambda: len(stored(w)) == 2 and not w.controller.busy, timeout=120_000)
+    assert not w.notice_banner.isVisible()
+    assert [r.state for r in stored(w)] == ["done", "done"]

@@ -148,8 +148,12 @@ def test_conversation_list_new_rename_search_delete(qtbot, make_window):
     send(qtbot, w, "about cats")
     assert w.conversations.titles() == ["about cats", "about boats"]
     boats = w.store.conversations("boats")[0].id
-    w.conversations.sig_rename_requested.emit(boats, "Lake trip")
+    w.conversations.list.item(1).setText("Lake trip")  # what editing the row does
     assert w.conversations.titles() == ["about cats", "Lake trip"]
+    assert w.store.conversation(boats).title == "Lake trip"
+    w.conversations.list.item(1).setText("   ")  # a blank title is no rename: the row keeps it
+    assert w.conversations.titles() == ["about cats", "Lake trip"]
+    assert w.store.conversation(boats).title == "Lake trip"
     w.conversations.search.setText("lake")  # searched once typing pauses
     assert w.conversations.titles() == ["about cats", "Lake trip"]
     qtbot.waitUntil(lambda: w.conversations.titles() == ["Lake trip"])

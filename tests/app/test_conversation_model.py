@@ -85,6 +85,9 @@ class FakeView:
     def message(self, mid):
         return next((m for m in self.items if m.id == mid), None)
 
+    def last_message_id(self):
+        return self.items[-1].id if self.items else None
+
     def remove_from(self, mid):
         self.items = [m for m in self.items if m.id < mid]
 
@@ -211,6 +214,80 @@ def test_a_message_waits_for_the_model_and_is_answered_when_it_loads(world):
     assert any(e[0] == "notice" and "when the model is ready" in e[2] for e in events)
     m.on_loaded(INFO)
     assert engine.jobs and store.messages(m.current_id)[0].state == "done"
+
+
+def test_every_message_sent_while_loading_is_answered_and_marked_so(world):
+    """Two messages sent before the model loaded: both leave the queued state (the first had
+    stayed "waiting for the model to load" for good, across restarts)."""
+    m, store, engine, view, composer, events = world
+    assert m.send("first while loading") and m.send("second while loading")
+    assert [r.state for r in store.messages(m.current_id)] == ["queued", "queued"]
+    m.on_loaded(INFO)
+    assert [r.state for r in store.messages(m.current_id)] == ["done", "done", "streaming"]
+    assert [i.state for i in view.items[:2]] == ["done", "done"]
+
+
+def test_a_load_replaced_by_a_newer_one_ends_quietly(world):
+    """Choosing another model while one loads cancels the first: its end (cancelled, failed
+    or even loaded) must not end the newer load's progress or say the load was cancelled."""
+    m, store, engine, view, composer, events = world
+    progress = []
+    m.load_progress = lambda f, phase: progress.append(phase)
+    m.load_model("/first", "q4", "q8")
+    m.load_model("/second", "q8", "q8")
+    newer = m.loading
+    m.on_load_cancelled()  # the first one's end
+    assert m.loading is newer and not any(e[0] == "notice" for e in events)
+    m.on_load_progress(0.5, "reading")
+    assert progress[-1] == "reading" and not m.ready
+    m.on_loaded(INFO)
+    assert m.loading is None and m.ready
+    m.load_model("/third", "q4", "q8")
+    m.load_model("/fourth", "q4", "q8")
+    m.on_loaded(INFO)  # the third loaded before it saw its cancel: in use, still loading
+    assert m.model is INFO and m.loading is not None and not m.ready
+    m.on_load_cancelled()  # the fourth, cancelled by the user
+    assert m.loading is None and m.ready
+    assert events[-1][0] == "notice" and "previous model stays" in events[-1][2]
+
+
+def test_a_chat_deleted_in_another_window_gets_a_new_one(world, tmp_path):
+    """Another window on the same data folder deleted the chat shown: the message starts a
+    new chat (it had failed on a foreign key, every time, the chat still shown)."""
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("Hello")
+    m.on_event(engine.jobs[-1].job_id, finished())
+    old = m.current_id
+    other = Store(tmp_path / "data")
+    other.delete_conversation(old)
+    other.close()
+    assert m.send("Still there?")
+    assert m.current_id != old and store.conversation(m.current_id) is not None
+    assert [r.text for r in store.messages(m.current_id)][:1] == ["Still there?"]
+    assert any(e[0] == "notice" and "deleted in another window" in e[2] for e in events)
+
+
+def test_a_message_goes_after_the_last_one_shown(world, tmp_path):
+    """Another window went on in the same chat: this window's message follows what this
+    window shows (a new version beside the other's turn), not the other's last answer, so
+    the model never answers from turns this user did not see."""
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("Shared question")
+    m.on_event(engine.jobs[-1].job_id, finished())
+    cid, shown = m.current_id, [r.id for r in store.messages(m.current_id)]
+    other = Store(tmp_path / "data")
+    q = other.add_message(cid, "user", "the other window's question")
+    other.add_message(cid, "assistant", "the other window's answer", parent_id=q)
+    other.close()
+    assert m.send("This window's question")
+    path = [r.id for r in store.messages(cid)]
+    assert path[: len(shown)] == shown and store.messages(cid)[len(shown)].text == (
+        "This window's question"
+    )
+    assert [t.text for t in engine.jobs[-1].turns][-1] == "This window's question"
+    assert "the other window's question" not in [t.text for t in engine.jobs[-1].turns]
 
 
 def test_the_load_request_carries_the_map_experts_setting(world):

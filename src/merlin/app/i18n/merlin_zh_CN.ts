@@ -80,8 +80,18 @@
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
+      <source>Loading was cancelled; no model is loaded.</source>
+      <translation>已取消加载；当前没有加载模型。</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/conversation.py" />
       <source>This message cannot be sent: {why}</source>
       <translation>无法发送此消息：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/conversation.py" />
+      <source>This chat was deleted in another window; your message starts a new one.</source>
+      <translation>此对话已在另一个窗口中删除；你的消息将开始一个新对话。</translation>
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
@@ -1612,6 +1622,11 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>Cancel</source>
       <translation>取消</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>No model is loaded; your messages are kept and answered once one loads.</source>
+      <translation>当前没有加载模型；你的消息会保留，模型加载后即会回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />

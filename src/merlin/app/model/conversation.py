@@ -150,6 +150,7 @@ class ConversationModel(Branching):
         self.tr: Callable[[str], str] = tr or (lambda text: text)
         self.model: ModelInfo | None = None
         self.loading: LoadRequest | None = None
+        self._superseded = 0  # loads replaced by a newer one whose end has not come yet
         self.current_id: int | None = None
         self.answer: Answer | None = None
         self.editing_id: int | None = None
@@ -197,6 +198,7 @@ class ConversationModel(Branching):
         remote: a merlin.app.model.remote.RemoteConfig, to answer with that server instead."""
         if self.loading is not None:
             self.loading.cancel.set()
+            self._superseded += 1  # its end (cancelled, failed or loaded) comes first
         if self.answer is not None:
             self.answer.job.cancel.set()  # the engine finishes the answer, then loads
         mapped = MAP_EXPERTS.get(self.settings.map_experts)  # read at each load
@@ -216,8 +218,18 @@ class ConversationModel(Branching):
         if self.loading is not None:
             self.load_progress(fraction, phase)
 
+    def _superseded_ended(self) -> bool:
+        """Whether the load that just ended was one a newer load_model replaced (the engine
+        loads one after the other): then the newer one is still loading."""
+        if self._superseded:
+            self._superseded -= 1
+            return True
+        return False
+
     def on_loaded(self, info: ModelInfo) -> None:
-        self.loading = None
+        superseded = self._superseded_ended()  # it is the model in use until the newer loads
+        if not superseded:
+            self.loading = None
         self.loaded_hook()
         self.model = info
         self.stats.model_name = info.name
@@ -225,19 +237,28 @@ class ConversationModel(Branching):
         self.stats.spec_mode, self.stats.spec_k = self.settings.spec_mode, self.settings.spec_k
         self.stats.clear_history()
         self.model_changed(info)
+        if superseded:
+            return
         self.model_ready()
         self._prepare_session()
         self._answer_waiting()
 
     def on_load_failed(self, message: str) -> None:
+        if self._superseded_ended():
+            return
         self.loading = None
         self.load_failed(message)
         self.model_ready()
 
     def on_load_cancelled(self) -> None:
+        if self._superseded_ended():
+            return
         tr = self.tr
         self.loading = None
-        self.notice("info", tr("Loading was cancelled; the previous model stays."))
+        if self.model is not None:
+            self.notice("info", tr("Loading was cancelled; the previous model stays."))
+        else:
+            self.notice("info", tr("Loading was cancelled; no model is loaded."))
         self.model_ready()
         self._answer_waiting()
 
@@ -247,11 +268,17 @@ class ConversationModel(Branching):
         rows = self.store.messages(self.current_id)
         if rows and rows[-1].role == "user":
             self.waiting_for_model = False
-            widget = self.view.message(rows[-1].id)
-            if widget is not None:
-                widget.set_state("done")
-            if rows[-1].state == "queued":
-                self.store.update_message(rows[-1].id, state="done")
+            waiting = []  # the user's messages since the last answer, all answered now
+            for r in reversed(rows):
+                if r.role != "user":
+                    break
+                waiting.append(r)
+            for r in waiting:
+                widget = self.view.message(r.id)
+                if widget is not None:
+                    widget.set_state("done")
+                if r.state == "queued":
+                    self.store.update_message(r.id, state="done")
             self._start_answer()
 
     # ---- sending -------------------------------------------------------------------------
@@ -275,9 +302,20 @@ class ConversationModel(Branching):
         except InputError as e:  # too long: say so under the box, keep the text in it
             self.composer.show_notice(tr("This message cannot be sent: {why}").format(why=e))
             return False
+        if self.current_id is not None and self.store.conversation(self.current_id) is None:
+            # deleted in another Merlin window on the same data folder
+            self.notice(
+                "info",
+                tr("This chat was deleted in another window; your message starts a new one."),
+            )
+            self.current_id, self.editing_id = None, None
+            self.view.clear()
+            self.conversations_changed()
         # an edit is a new version of the edited message (branching.py): nothing is replaced
         edited = self.editing_id if self.current_id is not None else None
-        parent = self.edit_parent() if edited is not None else AT_END
+        # after the last message shown: another window on this chat may have gone on
+        last = self.view.last_message_id() if self.current_id is not None else None
+        parent = self.edit_parent() if edited is not None else (AT_END if last is None else last)
         try:
             refs = [self._stored_image(a) for a in attachments]
             self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])

@@ -436,10 +436,21 @@ class Store:
         reasoning: str | None = None,
     ) -> int:
         """Insert and commit one message (its images must be imported already), below
-        parent_id (None: a first message; by default the last message shown). It becomes the
+        parent_id (None: a first message; by default, or when parent_id was deleted meanwhile
+        by another window, the last message shown). It becomes the
         version its fork shows: a sibling already there stays, as another version."""
         now = time.time()
         with self._transaction() as db:
+            if parent_id is not AT_END and parent_id is not None:
+                gone = (
+                    db.execute(
+                        "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                        (parent_id, conversation_id),
+                    ).fetchone()
+                    is None
+                )
+                if gone:  # deleted meanwhile (another window): below the end of the path
+                    parent_id = AT_END
             if parent_id is AT_END:
                 parent_id = tree.last_of_path(db, conversation_id)
             cur = db.execute(

@@ -377,6 +377,9 @@ class ChatView(QScrollArea):
     def messages(self) -> list[MessageWidget]:
         return list(self._messages)
 
+    def last_message_id(self) -> int | None:
+        return self._messages[-1].message_id if self._messages else None
+
     def message(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self._messages if w.message_id == message_id), None)
 

@@ -37,6 +37,7 @@ from merlin.app.widgets.icons import icon
 ID_ROLE = Qt.UserRole + 1
 TIME_ROLE = Qt.UserRole + 2  # when the chat was last used (seconds since the epoch)
 DATE_ROLE = Qt.UserRole + 3  # that, as the list's second line says it
+TITLE_ROLE = Qt.UserRole + 4  # the title the store holds
 DATE_SCALE = 0.85  # the date line's font, relative to the title's
 PAD = 3  # pixels above, between and below the two lines
 
@@ -151,6 +152,7 @@ class ConversationList(QWidget):
         for row in rows:
             item = QListWidgetItem(row.title)
             item.setData(ID_ROLE, row.id)
+            item.setData(TITLE_ROLE, row.title)  # what a blank rename goes back to
             item.setData(TIME_ROLE, float(row.updated or row.created or 0.0))
             item.setFlags(item.flags() | Qt.ItemIsEditable)
             self.list.addItem(item)
@@ -206,7 +208,14 @@ class ConversationList(QWidget):
             return
         title = item.text().strip()
         if title:
+            filling, self._filling = self._filling, True  # setData is not a rename
+            item.setData(TITLE_ROLE, title)
+            self._filling = filling
             self.sig_rename_requested.emit(item.data(ID_ROLE), title)
+        else:  # a chat keeps its title: a blank row had stayed until the next refresh
+            filling, self._filling = self._filling, True
+            item.setText(item.data(TITLE_ROLE))
+            self._filling = filling
 
     def _delete_current(self) -> None:
         cid = self.current_id()

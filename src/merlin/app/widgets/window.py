@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self._closed = False  # closeEvent ran: the store is closed, nothing may read it
         self.file_job = None  # the running chat import or export (widgets/chat_files.py)
+        self._chosen = None  # (source, weights, kv, remote) of a load chosen here, until it loads
         self.settings = settings or load_settings()
         self._settings_read = dataclasses.replace(self.settings)  # what save_settings compares
         self.translations = translations or shared_translations()
@@ -180,6 +181,7 @@ class MainWindow(QMainWindow):
         self.controller.ask = self.ask
         c = self.controller
         self.thinking_switch.bind(c)
+        c.sig_model_ready.connect(self._load_ended)
         c.sig_model_ready.connect(self.sig_model_ready)
         c.sig_model_changed.connect(self.on_model_changed)
         c.sig_load_progress.connect(self.on_load_progress)
@@ -362,6 +364,17 @@ class MainWindow(QMainWindow):
         self.load(choice.source, choice.weights, choice.kv, choice.remote)
 
     def load(self, source: str, weights: str = "f32", kv: str = "f32", remote=None) -> None:
+        """Load a model; the settings remember it once it has loaded (a cancelled or failed
+        load had become the next start's choice)."""
+        self._chosen = (source, weights, kv, remote)
+        self.controller.load_model(source, weights, kv, remote=remote)
+
+    def _remember_model(self, info: ModelInfo) -> None:
+        """The settings after a model chosen in this window has loaded."""
+        if self._chosen is None or info.source != self._chosen[0]:
+            return
+        source, weights, kv, remote = self._chosen
+        self._chosen = None
         s = self.settings
         s.model_source = "" if source == SOURCE_DEMO else source
         if remote is not None:  # an OpenAI-compatible server (app/remote.py)
@@ -372,7 +385,22 @@ class MainWindow(QMainWindow):
             recent = [source] + [f for f in s.recent_folders.split("\n") if f and f != source]
             s.recent_folders = "\n".join(recent[:8])
         self._save_settings()
-        self.controller.load_model(source, weights, kv, remote=remote)
+
+    def _load_ended(self) -> None:
+        """A load ended (loaded, failed or cancelled): its banner goes; with no model at all
+        (a first load cancelled) the model banner offers to choose one."""
+        c = self.controller
+        if c.loading is not None:  # a newer load goes on
+            return
+        self._chosen = None
+        self.load_banner.setVisible(False)
+        self._update_model_label()
+        if c.model is None and not self.model_banner.isVisible():
+            self.model_banner.show_message(
+                "info",
+                tr("No model is loaded; your messages are kept and answered once one loads."),
+                tr("Choose a model…"),
+            )
 
     def on_load_progress(self, fraction: float, phase: str) -> None:
         self.load_banner.show_progress(
@@ -385,7 +413,9 @@ class MainWindow(QMainWindow):
         self._update_model_label()
 
     def on_model_changed(self, info: ModelInfo) -> None:
-        self.load_banner.setVisible(False)
+        self._remember_model(info)
+        if self.controller.loading is None:
+            self.load_banner.setVisible(False)
         self._update_model_banner(info)
         self._update_model_label()
 
@@ -499,7 +529,9 @@ class MainWindow(QMainWindow):
         self.notice_banner.show_message(kind, text)
 
     def on_busy_changed(self, busy: bool) -> None:
-        if busy and self.notice_banner.kind == "error":
+        """An answer starting makes the notices before it old news ("your message will be
+        answered when the model is ready", an error of the last try); warnings stay."""
+        if busy and self.notice_banner.kind in ("error", "info"):
             self.notice_banner.setVisible(False)
 
     def ask(self, title: str, text: str) -> bool:
