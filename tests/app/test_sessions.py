@@ -378,8 +378,11 @@ def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):
     assert drafts_on_disk(folder()).empty and not list(folder().glob("drafts/*.json"))
     w2.composer.set_text("put aside")
     w2.controller.begin_edit(w2.store.messages(w2.controller.current_id)[0].id)
-    w2.close()
-    assert drafts_on_disk(folder()).text == "put aside"
+    w2.save_draft()
+    assert drafts_on_disk(folder()).text == "put aside"  # the edit, unchanged, is no writing
+    w2.composer.set_text("sent now, rewritten")
+    w2.close()  # mid-edit: the rewrite is kept after the draft (it had been lost)
+    assert drafts_on_disk(folder()).text == "put aside\n\nsent now, rewritten"
 
 
 def test_unsent_pictures_and_their_detail_survive_a_restart(

@@ -257,6 +257,7 @@ class Composer(QWidget):
         self._busy = False
         self._editing = False
         self._saved_draft: tuple[str, list[Attachment]] | None = None
+        self._edit_original = ""  # the edited message's text, as the edit began
         self._saved_generation: int | None = None  # the put-aside draft's files being read
         self._draft_problems: list[str] = []  # and what went wrong reading them
         self._readings: list[_Reading] = []
@@ -342,10 +343,14 @@ class Composer(QWidget):
 
     def draft(self) -> tuple[str, list[Attachment], list[tuple[str, str, str]]]:
         """What the user wrote and has not sent: while an earlier message is edited, what was
-        put aside for it, else the box's text and pictures, and the files still being read
-        for it as (path, name, detail)."""
+        put aside for it (with the edit's text after it once it differs from the message:
+        closing the window mid-edit had lost the rewrite), else the box's text and pictures,
+        and the files still being read for it as (path, name, detail)."""
         if self._editing and self._saved_draft is not None:
             text, attachments = self._saved_draft
+            edited = self.text()
+            if edited.strip() and edited != self._edit_original:  # the rewrite is kept too
+                text = f"{text}\n\n{edited}" if text.strip() else edited
             return text, list(attachments), self._pending_sources(self._saved_generation)
         return self.text(), self.attachments(), self._pending_sources(self._generation)
 
@@ -419,6 +424,7 @@ class Composer(QWidget):
             self._saved_generation = self._generation
             self._draft_problems, self._read_problems = self._read_problems, []
         self._editing = True
+        self._edit_original = text
         self._replace_contents(text, attachments)
         self.edit_bar.setVisible(True)
         self.edit.setFocus()
