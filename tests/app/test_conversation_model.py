@@ -290,6 +290,17 @@ def test_a_message_goes_after_the_last_one_shown(world, tmp_path):
     assert "the other window's question" not in [t.text for t in engine.jobs[-1].turns]
 
 
+def test_an_export_mid_answer_finds_the_text_so_far(world):
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("Tell me")
+    m.on_event(engine.jobs[-1].job_id, Tokens("Once upon", [1, 2], profile()))
+    m.flush()  # shown, too soon to be committed
+    assert store.messages(m.current_id)[-1].text == ""
+    m.commit_streaming()  # what an export does first
+    assert store.messages(m.current_id)[-1].text == "Once upon"
+
+
 def test_the_load_request_carries_the_map_experts_setting(world):
     m, store, engine, view, composer, events = world
     for setting, wanted in (("always", True), ("never", False), ("auto", None), ("odd", None)):

@@ -463,6 +463,12 @@ class ConversationModel(Branching):
         if changed and time.monotonic() - a.committed_at >= COMMIT_S:
             self._commit(a)
 
+    def commit_streaming(self) -> None:
+        """The answer streaming now, as far as it has come, into the store (an export reads
+        the store)."""
+        if self.answer is not None:
+            self._commit(self.answer)
+
     def _commit(self, a: Answer, state: str | None = None, stats: dict | None = None) -> None:
         tr = self.tr
         try:

@@ -203,7 +203,9 @@ def _named(window, typed: Path, suffix: str) -> Path | None:
 
 def _export(window, target: Path, plan, failure: str, success) -> BackgroundJob | None:
     """plan(store) reads what to export from the store and returns the writer of `target`;
-    both run off the GUI thread; then the notice success(path), or failure with why."""
+    both run off the GUI thread; then the notice success(path), or failure with why. An
+    answer streaming now goes in as far as it has come (its last commit could be empty)."""
+    window.controller.conversation.commit_streaming()
 
     def failed(e):
         return _failed(window, e, failure)
