@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..formats import WEIGHT_FORMATS
 from ..kv_cache import KV_FORMATS
-from ..model import WEIGHT_FORMATS
 from . import board as board_section
 from . import kernels as kernels_section
 from . import peer as peer_section
