@@ -288,6 +288,16 @@ def test_a_message_goes_after_the_last_one_shown(world, tmp_path):
     )
     assert [t.text for t in engine.jobs[-1].turns][-1] == "This window's question"
     assert "the other window's question" not in [t.text for t in engine.jobs[-1].turns]
+    m.on_event(engine.jobs[-1].job_id, finished())
+    # the other window edits the first question (a new version: its path now goes there)
+    shown = [r.id for r in store.messages(cid)]
+    other = Store(tmp_path / "data")
+    other.add_message(cid, "user", "the other window's edit", parent_id=None)
+    other.close()
+    assert m.send("Go on")
+    rows = store.messages(cid)
+    assert [r.id for r in rows][: len(shown)] == shown and rows[len(shown)].text == "Go on"
+    assert [t.text for t in engine.jobs[-1].turns][0] == "Shared question"
 
 
 def test_an_export_mid_answer_finds_the_text_so_far(world):

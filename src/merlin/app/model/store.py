@@ -451,6 +451,8 @@ class Store:
                 )
                 if gone:  # deleted meanwhile (another window): below the end of the path
                     parent_id = AT_END
+                else:  # the path shown goes through it (another window may have switched)
+                    tree.show_path_to(db, conversation_id, parent_id)
             if parent_id is AT_END:
                 parent_id = tree.last_of_path(db, conversation_id)
             cur = db.execute(

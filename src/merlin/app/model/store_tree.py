@@ -119,6 +119,29 @@ def show_newest(db: sqlite3.Connection, conversation_id: int, parent: int | None
     )
 
 
+def show_path_to(db: sqlite3.Connection, conversation_id: int, message_id: int) -> None:
+    """Every fork above message_id shows the message on the way to it, so the selected path
+    goes through it (a window adding below the last message it shows, while another window
+    switched a version further up). Inside a transaction; one read of the chat's tree."""
+    children = _children(db, conversation_id)
+    parent_of = {kid: parent for parent, kids in children.items() for kid in kids}
+    choices = _choices(db, conversation_id)
+    node = message_id
+    while node in parent_of:
+        parent = parent_of[node]
+        kids = children[parent]
+        shown = choices.get(parent) if choices.get(parent) in kids else kids[-1]
+        if shown != node:
+            db.execute(
+                "INSERT OR REPLACE INTO message_choices (conversation_id, parent_id, child_id) "
+                "VALUES (?, ?, ?)",
+                (conversation_id, parent, node),
+            )
+        if parent == ROOT:
+            break
+        node = parent
+
+
 def choose(db: sqlite3.Connection, message_id: int) -> bool:
     """Show message_id at its fork (the path below it: its own remembered choices). Inside a
     transaction. False: no such message."""
