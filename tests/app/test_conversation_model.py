@@ -224,6 +224,11 @@ def test_every_message_sent_while_loading_is_answered_and_marked_so(world):
     assert [r.state for r in store.messages(m.current_id)] == ["queued", "queued"]
     m.on_loaded(INFO)
     assert [r.state for r in store.messages(m.current_id)] == ["done", "done", "streaming"]
+    # the waiting notice is withdrawn (only it: other notices stay when an answer starts)
+    assert events[-2:] == [
+        ("notice", "done", "Your message is saved and will be answered when the model is ready."),
+        ("busy", True),
+    ]
     assert [i.state for i in view.items[:2]] == ["done", "done"]
 
 

@@ -92,7 +92,8 @@ class ChatController(QObject):
     sig_busy_changed(bool): an answer started (True) or ended (False).
     sig_answer_finished(str): the answer's final state (done, stopped, error).
     sig_conversations_changed(): titles, order or membership of the conversation list changed.
-    sig_notice(str, str): kind (info, warning, error) and a message for the banner.
+    sig_notice(str, str): kind (info, warning, error) and a message for the banner; kind
+        "done": that message no longer applies (it goes if it is still shown).
     sig_session(object): a SessionReport from the worker (saved session restored or saved).
     """
 

@@ -100,11 +100,6 @@
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
-      <source>Your message is saved and will be answered when the model is ready.</source>
-      <translation>你的消息已保存，模型就绪后将会回答。</translation>
-    </message>
-    <message>
-      <location filename="../../app/model/conversation.py" />
       <source>The answer failed: {why}</source>
       <translation>回答失败：{why}</translation>
     </message>

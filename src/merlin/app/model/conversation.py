@@ -262,11 +262,16 @@ class ConversationModel(Branching):
         self.model_ready()
         self._answer_waiting()
 
+    def _waiting_notice(self) -> str:
+        return self.tr("Your message is saved and will be answered when the model is ready.")
+
     def _answer_waiting(self) -> None:
         if not self.ready or self.answer is not None or self.current_id is None:
             return
         rows = self.store.messages(self.current_id)
         if rows and rows[-1].role == "user":
+            if self.waiting_for_model:
+                self.notice("done", self._waiting_notice())  # no longer true: it goes
             self.waiting_for_model = False
             waiting = []  # the user's messages since the last answer, all answered now
             for r in reversed(rows):
@@ -354,9 +359,7 @@ class ConversationModel(Branching):
             self._start_answer()
         else:
             self.waiting_for_model = True
-            self.notice(
-                "info", tr("Your message is saved and will be answered when the model is ready.")
-            )
+            self.notice("info", self._waiting_notice())
         self._update_actions()
         return True
 

@@ -526,12 +526,14 @@ class MainWindow(QMainWindow):
     # ---- notices -------------------------------------------------------------------------
 
     def on_notice(self, kind: str, text: str) -> None:
+        if kind == "done":  # a notice that no longer applies (controller.sig_notice)
+            if self.notice_banner.isVisible() and self.notice_banner.label.text() == text:
+                self.notice_banner.setVisible(False)
+            return
         self.notice_banner.show_message(kind, text)
 
     def on_busy_changed(self, busy: bool) -> None:
-        """An answer starting makes the notices before it old news ("your message will be
-        answered when the model is ready", an error of the last try); warnings stay."""
-        if busy and self.notice_banner.kind in ("error", "info"):
+        if busy and self.notice_banner.kind == "error":  # the last try's error is old news
             self.notice_banner.setVisible(False)
 
     def ask(self, title: str, text: str) -> bool:
