@@ -83,6 +83,41 @@ def test_an_import_is_hidden_until_its_last_step_and_never_holds_the_window(tmp_
     store.close()
 
 
+def test_the_window_writes_between_the_steps_of_a_running_import(tmp_path):
+    """An import running freely on its own thread (steps made slow, as on a board's SD card)
+    while the window saves now and then: each save waits for one step at most, not for the
+    whole import (its next step had started microseconds after each commit, before SQLite's
+    busy handler retried: a save waited for the import, or failed after 5 s)."""
+    store = Store(tmp_path)
+    own = store.create_conversation("mine")
+    writer = store.writer()
+    real = writer._transaction
+
+    @contextlib.contextmanager
+    def slow():
+        with real() as db:
+            time.sleep(0.03)
+            yield db
+
+    writer._transaction = slow
+    job = threading.Thread(target=lambda: writer.add_conversations(chats(4, 400), 40))
+    t0 = time.perf_counter()
+    job.start()
+    waits = []
+    while job.is_alive():
+        t = time.perf_counter()
+        store.add_message(own, "user", "saved while importing")
+        waits.append(time.perf_counter() - t)
+        time.sleep(0.05)
+    job.join()
+    took = time.perf_counter() - t0
+    writer.close()
+    assert took > 0.9 and len(waits) >= 5  # 41 steps of 30 ms and more
+    assert max(waits) < 0.4, (max(waits), took)
+    assert len(store.conversations()) == 5
+    store.close()
+
+
 def test_a_failing_step_leaves_nothing(tmp_path):
     store = Store(tmp_path)
     store.create_conversation("mine")
@@ -99,7 +134,7 @@ def test_a_failing_step_leaves_nothing(tmp_path):
 
 def hidden_import(store, token):
     """Steps of an import under `token` whose process then died (never shown)."""
-    return store_import.add_in_steps(store._transaction, chats(2, 4, token), token, 3)
+    return store_import.add_in_steps(store._transaction, chats(2, 4, token), token, 3, lambda: None)
 
 
 def test_the_next_opening_deletes_a_dead_imports_chats_not_a_running_ones(tmp_path):

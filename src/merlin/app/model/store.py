@@ -161,6 +161,7 @@ class Store:
         self.interrupted = 0  # answers found half-written when the store opened
         self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
+        self._turns = store_import.WriteTurns()  # shared with reader() and writer() copies
         self._second = False  # a reader() or writer() copy: the syncer is not its own
         self._writes = 0  # transactions run by this Store (messages() cache)
         self._shown: tuple[tuple, list[MessageRow]] | None = None  # messages()'s last answer
@@ -276,6 +277,10 @@ class Store:
         """One committed transaction. A failure rolls it back (SQLite may have done so
         already, e.g. on a full disk) and a SQLite error becomes a StoreError for the user."""
         self._writes += 1
+        with self._turns.writing():  # a long job's next step waits for this (store_import.py)
+            yield from self._transaction_now()
+
+    def _transaction_now(self) -> Iterator[sqlite3.Connection]:
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -488,14 +493,16 @@ class Store:
             except OSError as e:
                 why = why_not_saved(self.folder, e.errno, e.strerror or str(e))
                 raise StoreError(why) from None
+        between = self._turns.wait_turn
         try:
-            ids = store_import.add_in_steps(self._transaction, conversations, token, step)
+            ids = store_import.add_in_steps(self._transaction, conversations, token, step, between)
+            between()
             with self._transaction() as db:
                 store_import.show(db, token)
             return ids
         except BaseException:
-            with contextlib.suppress(StoreError), self._transaction() as db:
-                store_import.delete(db, token)
+            with contextlib.suppress(StoreError):
+                store_import.delete_in_steps(self._transaction, token, step, between)
             raise
         finally:
             if lock is not None:
@@ -506,8 +513,9 @@ class Store:
         """Delete the hidden chats of imports whose process died (store_import.py)."""
         for token, lock in store_import.abandoned(self._db, self.folder):
             try:
-                with self._transaction() as db:
-                    store_import.delete(db, token)
+                store_import.delete_in_steps(
+                    self._transaction, token, store_import.IMPORT_STEP, self._turns.wait_turn
+                )
             finally:
                 if lock is not None:
                     lock.close()

@@ -3,7 +3,10 @@
 An import of a big export (tens of thousands of messages) in one transaction held the
 database for seconds: on the GUI thread the window froze; on a connection of its own the
 window's writes (a streamed answer's saves) waited, and past SQLite's busy timeout they
-failed. So an import writes at most IMPORT_STEP messages a transaction, and each chat it adds
+failed. So an import writes at most IMPORT_STEP messages a transaction, and between two it
+lets a write of this process that is waiting go first (WriteTurns: SQLite's busy handler
+retries only now and then, and a writer starting its next transaction at once would keep the
+lock for the whole import). Each chat it adds
 has a row in `pending_imports` naming the import until the last transaction deletes those
 rows: Store.conversations() never lists a chat with such a row, so the import still appears
 all at once, or not at all.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -37,6 +41,33 @@ CREATE TABLE IF NOT EXISTS pending_imports (
 VISIBLE = "id NOT IN (SELECT conversation_id FROM pending_imports)"  # a conversations filter
 
 Transaction = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
+TURN_WAIT_S = 10.0  # the longest a step waits for the writes ahead of it
+
+
+class WriteTurns:
+    """The connections of one Store in this process (its own and its writer()'s) count
+    their transactions in progress or waiting for the lock; a long job (an import) waits
+    between its steps until none is."""
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def writing(self):
+        with self._idle:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def wait_turn(self) -> None:
+        """Until no other transaction of this process is in progress or waiting."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._active == 0, TURN_WAIT_S)
 
 
 def lock_path(folder: Path, token: str) -> Path:
@@ -44,16 +75,22 @@ def lock_path(folder: Path, token: str) -> Path:
 
 
 def add_in_steps(
-    transaction: Transaction, conversations: Sequence[tuple], token: str, step: int
+    transaction: Transaction,
+    conversations: Sequence[tuple],
+    token: str,
+    step: int,
+    between: Callable[[], None],
 ) -> list[int]:
     """Add the conversations (Store.add_conversations' tuples), at most `step` messages a
-    transaction, each marked pending under `token`; the ids in order. They stay hidden:
-    show(token) makes them visible, delete(token) removes them."""
+    transaction, calling between() before each; each chat marked pending under `token`;
+    the ids in order. They stay hidden: show(token) makes them visible, delete_in_steps
+    removes them."""
     now = time.time()
     ids: list[int] = []
     items = list(_items(conversations))
     parent = None
     for start in range(0, len(items), step):
+        between()
         with transaction() as db:
             for item in items[start : start + step]:
                 if item[0] == "chat":
@@ -95,12 +132,29 @@ def show(db: sqlite3.Connection, token: str) -> None:
     db.execute("DELETE FROM pending_imports WHERE token = ?", (token,))
 
 
-def delete(db: sqlite3.Connection, token: str) -> None:
-    """Delete an import's hidden chats (their messages unlinked first, as
-    Store.delete_conversation does)."""
+def delete_in_steps(
+    transaction: Transaction, token: str, step: int, between: Callable[[], None]
+) -> None:
+    """Delete an import's hidden chats, at most `step` messages a transaction (newest first,
+    each unlinked from its parent first: no cascade goes down a chat), then the chats."""
     chats = "SELECT conversation_id FROM pending_imports WHERE token = ?"
-    db.execute(f"UPDATE messages SET parent_id = NULL WHERE conversation_id IN ({chats})", (token,))
-    db.execute(f"DELETE FROM conversations WHERE id IN ({chats})", (token,))
+    while True:
+        between()
+        with transaction() as db:
+            ids = [
+                r[0]
+                for r in db.execute(
+                    f"SELECT id FROM messages WHERE conversation_id IN ({chats}) "
+                    "ORDER BY id DESC LIMIT ?",
+                    (token, step),
+                )
+            ]
+            if not ids:
+                db.execute(f"DELETE FROM conversations WHERE id IN ({chats})", (token,))
+                return
+            marks = ",".join("?" * len(ids))
+            db.execute(f"UPDATE messages SET parent_id = NULL WHERE id IN ({marks})", ids)
+            db.execute(f"DELETE FROM messages WHERE id IN ({marks})", ids)
 
 
 def abandoned(db: sqlite3.Connection, folder: Path) -> list[tuple[str, object]]:
