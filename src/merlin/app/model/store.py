@@ -339,8 +339,9 @@ class Store:
 
     def writer(self) -> Store | None:
         """This store on a connection of its own for a job writing on another thread (an
-        import: add_conversations keeps each transaction short, so neither waits long for
-        the other). Its commits are synced by this store's syncer. close() it after, before
+        import: add_conversations keeps each transaction short and lets this store's
+        waiting writes go first between them, store_import.WriteTurns). Its commits are
+        synced by this store's syncer. close() it after, before
         this store. None for a store in memory."""
         return self._second_connection(writable=True)
 

@@ -7,8 +7,9 @@ the store's rows run on a thread of its own (widgets/background.py; the rows thr
 read-only connection of its own, Store.reader: in WAL mode reading never blocks the window's
 writes), one import or export at a time, the window responsive meanwhile. An import adds its
 chats on that thread too, through a connection of its own (Store.writer) in short
-transactions, hidden until the last (model/store_import.py), so the window's own writes (a
-streamed answer's saves) never wait long; a store in memory is written on the GUI thread.
+transactions, hidden until the last, letting the window's own writes (a streamed answer's
+saves) go first between them (model/store_import.py); a store in memory is written on the
+GUI thread.
 The store's image collection is held while a job runs. export_chat, export_all
 and import_chats return the job (None when nothing started); job.wait() gives what the
 synchronous form would have returned: the file written, the imported chats' ids. Copying a
