@@ -211,6 +211,33 @@ def test_budget_with_drafts_gives_the_plain_greedy_answer(think_model):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("k", [4, 8])
+def test_budget_with_drafts_gives_the_plain_sampled_answer(think_model, k):
+    """Sampled with a seed: the budget closing the block in the middle of a verified run
+    makes its later positions void; their random numbers are given back, so the answer is
+    plain decoding's token for token (they had been spent, and every later token differed).
+    The drafter knows the answer without a budget (the same draws up to the budget), so a
+    verified run goes past the position where the budget replaces the sampled token."""
+    from merlin.engine.speculative import Drafter
+
+    p = build_prompt(think_model.tokenizer, think_model.config, "Count: 1 2 1 2 1 2 1 2")
+    for seed in range(3):
+        sampling = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, seed=seed)
+        opts = dict(sampling=sampling, max_new_tokens=30, ignore_eos=True, thinking_budget=5)
+        plain = list(generate(think_model, p, AnswerOptions(**opts, spec="off")))[-1]
+        assert plain.thinking_budget_closed
+        free = {**opts, "thinking_budget": None}
+        unbudgeted = list(generate(think_model, p, AnswerOptions(**free, spec="off")))[-1]
+        drafter = Drafter()
+        drafter.extend(list(p.ids) + unbudgeted.token_ids + [0])
+        drafter.extend(list(p.ids))
+        spec = list(
+            generate(think_model, p, AnswerOptions(**opts, spec="on", spec_k=k), drafter=drafter)
+        )
+        assert spec[-1].token_ids == plain.token_ids, (seed, k)
+        assert spec[-1].spec["hits"] > 0
+
+
 def test_thinking_off_on_an_always_thinking_template_answers_at_once(think_model):
     close, _ = thinking.close_ids(think_model.tokenizer)
     s = Session(think_model)

@@ -434,6 +434,7 @@ def generate(
     step = 0
     new_tokens = [sampler.sample(logits, history)]  # decided by the last forward
     rows, drafted, accepted, round_start = n - start, 0, 0, 0
+    rng_before = None  # the sampler's RNG before a verify (its void positions give it back)
     while True:
         # emit what the last forward decided, up to a stop token or the token budget
         emit, answer, reasoning, n_reasoning, replaced = [], [], [], 0, False
@@ -459,6 +460,8 @@ def generate(
             # a verify cached the fed token and the accepted drafts: keep only emitted ones
             # (a closing id the budget put in place of a draft is not in the cache)
             cache.truncate(round_start + 1 + min(len(emit) - replaced, accepted))
+            if replaced and len(emit) < len(new_tokens):  # as many draws as plain decoding
+                sampler.rewind(rng_before, len(emit))
         text = "".join(answer)
         generated += emit
         history += emit
@@ -506,6 +509,7 @@ def generate(
             policy.record_step(time.perf_counter() - timer._t0)
             new_tokens = [sampler.sample(logits[-1], history)]
             continue
+        rng_before = sampler.rng.bit_generator.state
         accepted, new_tokens = speculative_step(
             model, cache, last, drafts, rope_delta, sampler, history, timer=timer
         )

@@ -104,6 +104,15 @@ class Sampler:
         u = self.rng.random() * cdf[-1]
         return int(ids[min(np.searchsorted(cdf, u, side="right"), len(ids) - 1)])
 
+    def rewind(self, state: dict, tokens: int) -> None:
+        """Back to the RNG `state` (rng.bit_generator.state, taken before a verify), then as
+        if `tokens` tokens were sampled since: a verify whose later positions were made void
+        (the thinking budget closed the block there) gives their random numbers back, so
+        the answer stays plain decoding's."""
+        self.rng.bit_generator.state = state
+        if not (self.params.greedy and self.params.repetition_penalty == 1.0):
+            self.rng.random(tokens)
+
     def _candidates(self, logits: np.ndarray, history: Sequence[int]):
         """(token ids in increasing order, their probabilities): every token the final
         distribution gives a nonzero probability."""
