@@ -381,8 +381,16 @@ def test_unsent_text_survives_closing_and_a_crash(qtbot, make_window, data_dir):
     w2.save_draft()
     assert drafts_on_disk(folder()).text == "put aside"  # the edit, unchanged, is no writing
     w2.composer.set_text("sent now, rewritten")
-    w2.close()  # mid-edit: the rewrite is kept after the draft (it had been lost)
-    assert drafts_on_disk(folder()).text == "put aside\n\nsent now, rewritten"
+    picture = folder().parent / "added.png"
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (10, 200, 10)).save(picture)
+    w2.composer.add_paths([str(picture)])  # a picture added to the edit
+    w2.composer.wait_attachments()
+    w2.close()  # mid-edit: the rewrite and the picture are kept after the draft (were lost)
+    kept = drafts_on_disk(folder())
+    assert kept.text == "put aside\n\nsent now, rewritten"
+    assert [i.name for i in kept.images] == ["added.png"]
 
 
 def test_unsent_pictures_and_their_detail_survive_a_restart(

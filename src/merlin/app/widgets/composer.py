@@ -257,7 +257,8 @@ class Composer(QWidget):
         self._busy = False
         self._editing = False
         self._saved_draft: tuple[str, list[Attachment]] | None = None
-        self._edit_original = ""  # the edited message's text, as the edit began
+        # the edited message's text and picture paths as the edit began
+        self._edit_original: tuple[str, set[str]] = ("", set())
         self._saved_generation: int | None = None  # the put-aside draft's files being read
         self._draft_problems: list[str] = []  # and what went wrong reading them
         self._readings: list[_Reading] = []
@@ -343,15 +344,19 @@ class Composer(QWidget):
 
     def draft(self) -> tuple[str, list[Attachment], list[tuple[str, str, str]]]:
         """What the user wrote and has not sent: while an earlier message is edited, what was
-        put aside for it (with the edit's text after it once it differs from the message:
-        closing the window mid-edit had lost the rewrite), else the box's text and pictures,
-        and the files still being read for it as (path, name, detail)."""
+        put aside for it, with the edit's text after it once it differs from the message and
+        the pictures added to the edit (closing the window mid-edit had lost them), else the
+        box's text and pictures; and the files still being read for it as (path, name,
+        detail)."""
         if self._editing and self._saved_draft is not None:
             text, attachments = self._saved_draft
-            edited = self.text()
-            if edited.strip() and edited != self._edit_original:  # the rewrite is kept too
+            pending = self._pending_sources(self._saved_generation)
+            edited, (original, had) = self.text(), self._edit_original
+            if edited.strip() and edited != original:  # the rewrite is kept too
                 text = f"{text}\n\n{edited}" if text.strip() else edited
-            return text, list(attachments), self._pending_sources(self._saved_generation)
+            added = [a for a in self.attachments() if a.path not in had]
+            pending = pending + self._pending_sources(self._generation)  # the edit's own
+            return text, [*attachments, *added], pending
         return self.text(), self.attachments(), self._pending_sources(self._generation)
 
     def _pending_sources(self, generation: int | None) -> list[tuple[str, str, str]]:
@@ -424,7 +429,7 @@ class Composer(QWidget):
             self._saved_generation = self._generation
             self._draft_problems, self._read_problems = self._read_problems, []
         self._editing = True
-        self._edit_original = text
+        self._edit_original = (text, {a.path for a in attachments})
         self._replace_contents(text, attachments)
         self.edit_bar.setVisible(True)
         self.edit.setFocus()
