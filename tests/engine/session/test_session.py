@@ -41,6 +41,7 @@ from merlin.engine.model import load_model
 from merlin.engine.rope import mrope_positions, text_positions
 from merlin.engine.sampling import SamplingParams
 from merlin.engine.session import (
+    SESSION_KIND,
     ContextTrimmed,
     Message,
     Session,
@@ -909,5 +910,18 @@ def test_a_fine_tune_of_the_same_size_and_times_is_another_checkpoint(demo_dir, 
     same, result = Session.open(load_model(copy), tmp_path / "chat.msession")
     assert result.restored, result.reason
     other, result = Session.open(load_model(tuned), tmp_path / "chat.msession")
-    assert not result.restored and "checkpoint" in result.reason
+    assert not result.restored and "other weight files" in result.reason
     assert len(other.messages) == 2
+    # a file an earlier Merlin saved (its fingerprint made another way) says so
+    with arrayfile.Reader(tmp_path / "chat.msession", SESSION_KIND) as r:
+        arrays = {name: r.read(name) for name in r.entries}
+        meta = r.meta
+    meta["identity"]["checkpoint"] = "0123456789abcdef"
+    arrayfile.write(
+        tmp_path / "old.msession",
+        SESSION_KIND,
+        meta,
+        [arrayfile.array_spec(n, a) for n, a in arrays.items()],
+    )
+    _, result = Session.open(load_model(demo_dir), tmp_path / "old.msession")
+    assert not result.restored and "earlier Merlin" in result.reason

@@ -59,6 +59,7 @@ class CachedRows:
 
 
 FINGERPRINT_SAMPLES = 32  # evenly spaced 64 KiB pieces of each weights file, besides its ends
+FINGERPRINT_VERSION = "2:"  # how the fingerprint is made; files of another say so
 
 
 def checkpoint_fingerprint(model) -> str:
@@ -86,7 +87,7 @@ def checkpoint_fingerprint(model) -> str:
                 h.update(f.read(mib))
         except OSError:
             h.update(f"{p.name}: unreadable;".encode())
-    value = h.hexdigest()[:16]
+    value = FINGERPRINT_VERSION + h.hexdigest()[:16]
     model.__dict__["_session_fingerprint"] = value
     return value
 
@@ -116,7 +117,9 @@ def identity_mismatch(saved: dict, current: dict) -> str | None:
     if saved.get("config") != current["config"]:
         return "it was saved with another model (config.json differs)"
     if saved.get("checkpoint") != current["checkpoint"]:
-        return "it was saved with other weight files (the checkpoint changed)"
+        if not str(saved.get("checkpoint", "")).startswith(FINGERPRINT_VERSION):
+            return "an earlier Merlin saved it and identified the weight files another way"
+        return "it was saved with other weight files (changed, replaced or copied since)"
     if saved.get("weights") != current["weights"]:
         return (
             f"it was saved with {saved.get('weights')} weights; the model now runs "
