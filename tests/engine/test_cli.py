@@ -161,3 +161,31 @@ def test_unknown_kv_format(demo_dir):
     assert_user_error(
         run_cli("generate", "--model", str(demo_dir), "--kv", "q3", "hi"), "unknown KV cache format"
     )
+
+
+def test_a_small_forward_runs_on_one_kernel_thread(demo_dir, monkeypatch):
+    """Decode and verify steps of a tiny model (the demo's 1.6 MB a token) run their kernels
+    on the calling thread alone, a long prefill on the pool; the count comes back after."""
+    import numba
+
+    from merlin.engine import text
+    from merlin.engine.model import load_model
+    from merlin.engine.rope import text_positions
+
+    seen = []
+    real = text.TextModel._forward
+
+    def spy(self, *args, **kwargs):
+        seen.append(numba.get_num_threads())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(text.TextModel, "_forward", spy)
+    pool = numba.get_num_threads()
+    model = load_model(demo_dir, weights="q4").text
+    rows = text.SERIAL_WORK_BYTES // model.w.bytes_per_token + 1  # the pool's work
+    assert 4 < rows < 1000
+    cache = model.new_cache(rows + 8)
+    ids = np.zeros(rows, np.int64)
+    model.forward(ids[:4], text_positions(0, 4), cache)
+    model.forward(ids, text_positions(4, rows), cache)
+    assert seen == [1, pool] and numba.get_num_threads() == pool

@@ -30,8 +30,13 @@ from .moe.weights import ExpertWeights, accepted_shapes, expected_expert_tensors
 from .profile import StepTimer
 from .quant import BLOCK, QTensor, quantize
 from .rope import MRope
+from .threads import one_thread
 
 PREFIX = "model.language_model."
+# A forward whose weight bytes a token x rows are under this runs on one kernel thread
+# (TextModel.forward): the demo model's decode and verify (1.6 MB a token at q4); any real
+# checkpoint (the 2B reads 1.1 GB a token) and long prefills use the pool.
+SERIAL_WORK_BYTES = 16 << 20
 
 
 @dataclass
@@ -263,7 +268,25 @@ class TextModel:
         c = self.cfg
         return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, fmt)
 
-    def forward(
+    def forward(self, ids: np.ndarray, positions: np.ndarray, cache: KVCache, **kw):
+        """Run N new tokens, append their K/V to the cache and return logits.
+
+        ids: [N] int; positions: [3, N] int (t, h, w); embeds: [M, D] f32 rows that replace
+        the token embeddings at row indexes embed_rows [M] (image tokens); deepstack: list of
+        [M, D] f32 added to those rows after layers 0, 1, ...; logits: "last" -> [1, V],
+        "all" -> [N, V], "none" -> None; timer: a StepTimer to fill.
+
+        A forward whose weight work (bytes a token x N) is under SERIAL_WORK_BYTES runs its
+        kernels on this thread alone: waking the pool for each of its small products cost
+        more than it saved (the tiny demo model decoded 3,000 tokens/s on one thread and
+        130-140 on two while other work shared the cores). Rows are the same either way (the
+        kernels' results do not depend on the thread count)."""
+        if self.w.bytes_per_token * len(ids) >= SERIAL_WORK_BYTES:
+            return self._forward(ids, positions, cache, **kw)
+        with one_thread():
+            return self._forward(ids, positions, cache, **kw)
+
+    def _forward(
         self,
         ids: np.ndarray,
         positions: np.ndarray,
@@ -275,13 +298,6 @@ class TextModel:
         logits: str = "last",
         timer: StepTimer | None = None,
     ) -> np.ndarray | None:
-        """Run N new tokens, append their K/V to the cache and return logits.
-
-        ids: [N] int; positions: [3, N] int (t, h, w); embeds: [M, D] f32 rows that replace
-        the token embeddings at row indexes embed_rows [M] (image tokens); deepstack: list of
-        [M, D] f32 added to those rows after layers 0, 1, ...; logits: "last" -> [1, V],
-        "all" -> [N, V], "none" -> None.
-        """
         c = self.cfg
         timer = timer or StepTimer()
         n = len(ids)

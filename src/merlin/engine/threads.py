@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numba
@@ -32,3 +33,16 @@ def set_threads(n: int | None) -> int:
         raise InputError(f"threads must be at least 1, got {n}.")
     numba.set_num_threads(min(n, limit))
     return numba.get_num_threads()
+
+
+@contextlib.contextmanager
+def one_thread():
+    """The kernels run on the calling thread alone inside this block (the count is the
+    calling thread's own, so other engine threads keep theirs). For work too small to pay
+    for waking the pool: see text.SERIAL_WORK_BYTES."""
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(saved)
