@@ -191,3 +191,31 @@ def test_closing_the_window_stops_an_encode_in_progress(qtbot, make_window, tmp_
     window.close()
     assert not window.isVisible()
     assert outcome == [True] and window.controller.thread.isFinished()
+
+
+def test_a_picture_refused_for_its_budget_leaves_the_engine_free(qtbot, make_window, tmp_path):
+    """A detail whose tokens do not fit the context is an error on the chip, and the engine
+    is free after it: its lock had stayed held, and every later answer waited for good."""
+    window = make_window(context_budget=512)
+    seen = statuses(window)
+    window.composer.add_paths([photo(tmp_path / "big.png", 1200, 900)])
+    window.composer.wait_attachments()
+    qtbot.waitUntil(lambda: any(s.state in ("done", "error") for s in seen), timeout=60_000)
+    window.composer.chip(window.composer.attachments()[0]).choose_detail("detailed")
+    qtbot.waitUntil(lambda: seen[-1].state == "error", timeout=30_000)
+    assert "context" in seen[-1].message
+    assert not window.controller.worker.engine_lock.locked()
+    window.composer.remove_attachment(window.composer.attachments()[0])
+    send(qtbot, window, "hello?")
+    assert window.store.messages(window.controller.current_id)[-1].state == "done"
+
+
+def test_the_detail_presets_are_the_loaded_models(qtbot, make_window, shapes_dir):
+    """The shipped demo model reads pictures in 16 to 25 tokens: its presets say so (they
+    were Qwen3-VL's 256 / 1024 / 16384 whatever the model, and every choice was refused)."""
+    from merlin.engine.vision.budget import PRESETS, preset_tokens
+
+    window = make_window(model=str(shapes_dir))
+    pre = window.controller.worker._model.vision.preprocess
+    assert window.composer._presets == {k: preset_tokens(k, pre) for k in PRESETS}
+    assert max(window.composer._presets.values()) < 256

@@ -272,7 +272,7 @@ class ChatController(QObject):
 
     def on_loaded(self, info) -> None:
         self.conversation.on_loaded(info)
-        self.images.model_ready(info.vision)
+        self.images.model_ready(info.vision, info.image_presets)
 
     def on_load_failed(self, message: str) -> None:
         self.conversation.on_load_failed(message)

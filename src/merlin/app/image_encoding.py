@@ -115,8 +115,11 @@ class ImageEncoding(QObject):
             job.cancel.set()
         self._jobs.clear()
 
-    def model_ready(self, vision: bool) -> None:
-        """A model finished loading: encode what is attached already."""
+    def model_ready(self, vision: bool, presets: dict | None = None) -> None:
+        """A model finished loading: its detail presets on the chips (the checkpoint's own
+        image limits), and encode what is attached already."""
+        if presets:
+            self.composer.set_presets(presets)
         self.ready = bool(vision)
         for key, (_a, job) in list(self._jobs.items()):
             job.cancel.set()

@@ -196,6 +196,7 @@ class EngineWorker(QObject):
                 if model.experts_mapped and model.memory
                 else 0,
                 demo_model=_is_demo_model(model.folder),
+                image_presets=_image_presets(vision),
                 **thinking_info(model.tokenizer),
             )
         )
@@ -360,11 +361,11 @@ class EngineWorker(QObject):
             self.sig_image.emit(ImageStatus(job.key, "cancelled"))
             return
         try:
-            im = s.image(BudgetedImage(job.path, job.tokens))
-            secs = cost.estimate_seconds(model.vision.encoder, [im.grid_thw])
-            self.sig_image.emit(ImageStatus(job.key, "estimate", im.n_tokens, secs))
-            s.vision_progress = self._progress(job.key)
-            try:
+            try:  # the lock goes back whatever fails (a picture refused for its budget too)
+                im = s.image(BudgetedImage(job.path, job.tokens))
+                secs = cost.estimate_seconds(model.vision.encoder, [im.grid_thw])
+                self.sig_image.emit(ImageStatus(job.key, "estimate", im.n_tokens, secs))
+                s.vision_progress = self._progress(job.key)
                 s.encode_image(im, job.cancel)
                 if s is self._session:  # the chat shown: its next turn's rows, while typing
                     self._prefill_ahead(s, job, im)
@@ -502,3 +503,13 @@ def _is_random_checkpoint(folder) -> bool:
         return any(spec.name in name for spec in (demo.DEMO, demo.QWEN3VL_2B))
     except Exception:
         return False
+
+
+def _image_presets(vision) -> dict:
+    """Image tokens of each detail preset for this checkpoint's preprocessing (a model with
+    smaller limits than Qwen3-VL's had every preset refused)."""
+    from merlin.engine.vision.budget import PRESETS, preset_tokens
+
+    if vision is None:
+        return {}
+    return {name: preset_tokens(name, vision.preprocess) for name in PRESETS}

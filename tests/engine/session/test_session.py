@@ -925,3 +925,26 @@ def test_a_fine_tune_of_the_same_size_and_times_is_another_checkpoint(demo_dir, 
     )
     _, result = Session.open(load_model(demo_dir), tmp_path / "old.msession")
     assert not result.restored and "earlier Merlin" in result.reason
+
+
+def test_editing_a_restored_message_refuses_a_changed_picture(demo_dir, tmp_path):
+    """A session restored without its cache (other weights) whose picture's file changed:
+    editing that message refuses the file as asking does (the edit had gone on with the new
+    picture), and an unchanged file is prepared again at the budget it was sent with."""
+    from merlin.engine.vision.budget import BudgetedImage
+
+    picture = image_file(tmp_path / "a.png", 1, (640, 480))
+    a = Session(load_model(demo_dir, weights="f32", kv="f32"))
+    list(a.ask("What is this?", [BudgetedImage(str(picture), 64)], **GEN))  # a budget of its own
+    saved = a.messages[0].images[0]
+    assert saved.n_tokens <= 64
+    a.save(tmp_path / "chat.msession")
+    other = load_model(demo_dir, weights="q8", kv="f32")
+    b, result = Session.open(other, tmp_path / "chat.msession")
+    assert not result.restored
+    list(b.edit(0, "What is it?", **GEN))
+    assert b.messages[0].images[0].grid_thw == saved.grid_thw  # its own budget, not the default
+    image_file(picture, 2, (640, 480))  # other pixels, same size
+    c, _ = Session.open(load_model(demo_dir, weights="q8", kv="f32"), tmp_path / "chat.msession")
+    with pytest.raises(InputError, match="changed on disk"):
+        list(c.edit(0, "What is it now?", **GEN))

@@ -55,6 +55,9 @@ class ModelInfo:
     thinking_switchable: bool = False
     thinking_always: bool = False  # the template opens the block (always thinks)
     thinking_reason: str = ""  # why there is no thinking (engine's words, English)
+    # image tokens of each detail preset ("fast", "detailed", "full") for this checkpoint's
+    # preprocessing (engine.vision.budget.preset_tokens); empty: Qwen3-VL's defaults
+    image_presets: dict = field(default_factory=dict)
 
 
 @dataclass

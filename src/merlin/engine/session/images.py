@@ -71,15 +71,17 @@ class ImageBank:
         the pixel budget; InputError naming the file when it is unusable)."""
         if isinstance(image, SessionImage):
             if image.prepared is None and image.hash not in self.embeddings and image.source:
-                # neither pixels nor embedding (a session restored without its cache):
-                # prepare the file again now, so the rendering uses its current grid
-                try:
-                    fresh = self.image(image.source)
-                except MerlinError:
+                # neither pixels nor embedding (a session restored without its cache): the
+                # file prepared again at its own budget, which must give the same pixels
+                # (an edit had gone on with a changed file where ask() refused it)
+                if not Path(image.source).is_file():
                     return image  # the embedding step says what is missing, if needed
-                if fresh.hash != image.hash:
-                    log.info("image %s prepared again differs from the saved one", image.source)
-                return fresh
+                try:
+                    prepared = self.model.vision.prepare(image.source, image.budget)
+                except MerlinError:
+                    return image
+                self._check_unchanged(prepared, image)
+                return self._wrap(prepared, image.source, image.budget)
             return image
         vision = self.model.vision
         if vision is None:
@@ -169,6 +171,13 @@ class ImageBank:
                 "new message, or start a new chat."
             )
         prepared = self.model.vision.prepare(im.source, im.budget)
+        self._check_unchanged(prepared, im)
+        return prepared
+
+    def _check_unchanged(self, prepared, im: SessionImage) -> None:
+        """InputError unless `prepared` has im's pixels (its hash may have been made under
+        another vision weights format: a file saved with q8 vision weights, opened with
+        f32)."""
         hashes = {
             image_hash(prepared, _salt(self.model.vision, im.budget, f)) for f in VISION_WEIGHTS
         }
@@ -177,7 +186,6 @@ class ImageBank:
                 f"the image {im.source} changed on disk since it was attached to this "
                 "conversation. Attach it again in a new message, or start a new chat."
             )
-        return prepared
 
     def keep_only(self, used: Iterable[str]) -> None:
         """Forget the embeddings of images no message uses any more."""
