@@ -604,7 +604,8 @@ def test_editing_never_waits_for_the_drafts_pictures_and_they_come_back_with_it(
     w.composer.add_paths([str(png(tmp_path / "edit.png"))])  # read at once
     qtbot.waitUntil(lambda: [a.name for a in w.composer.attachments()] == ["edit.png"])
     gates["during.png"].set()
-    qtbot.waitUntil(lambda: [a.name for a in w.composer.draft()[1]] == ["during.png"])
+    # the draft on disk: the put-aside one's pictures, then the one added to the edit
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.draft()[1]] == ["during.png", "edit.png"])
     assert [a.name for a in w.composer.attachments()] == ["edit.png"]  # not into the edit
 
     w.composer.cancel_edit()

@@ -316,6 +316,38 @@ def test_an_export_mid_answer_finds_the_text_so_far(world):
     assert store.messages(m.current_id)[-1].text == "Once upon"
 
 
+def test_each_message_keeps_the_budget_its_picture_was_sent_with(world, tmp_path):
+    """The same picture sent at "fast", then again at the default: the first message still
+    carries its own budget, after a restart too (budgets were kept per picture content for
+    the app's run: the later send changed the earlier turn, and a restart forgot them)."""
+    from PIL import Image
+
+    from merlin.engine.vision.budget import BudgetedImage
+
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    picture = tmp_path / "p.png"
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(picture)
+
+    @dataclass
+    class Attached:
+        path: str
+        name: str
+        tokens: int | None
+
+    m.image_tokens = lambda a: a.tokens
+    m.send("Look", [Attached(str(picture), "p.png", 64)])
+    m.on_event(engine.jobs[-1].job_id, finished())
+    m.send("Again", [Attached(str(picture), "p.png", None)])
+    first, second = engine.jobs[-1].turns[0].images[0], engine.jobs[-1].turns[-1].images[0]
+    assert isinstance(first, BudgetedImage) and first.tokens == 64
+    assert isinstance(second, str) and second == first.path
+    reopened = Store(tmp_path / "data")
+    rows = reopened.messages(m.current_id)
+    assert [r.images[0].tokens for r in rows if r.images] == [64, None]
+    reopened.close()
+
+
 def test_the_load_request_carries_the_map_experts_setting(world):
     m, store, engine, view, composer, events = world
     for setting, wanted in (("always", True), ("never", False), ("auto", None), ("odd", None)):

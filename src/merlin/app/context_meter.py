@@ -61,7 +61,7 @@ class ContextMeter(QObject):
         rows = m.store.messages(m.current_id) if m.current_id is not None else []
         if m.editing_id is not None:  # sending replaces that message and what follows
             rows = [r for r in rows if r.id < m.editing_id]
-        turns, _missing = prompt_turns(rows, m.store.image_path, m.image_for)
+        turns, _missing = prompt_turns(rows, m.store.image_path)
         images = []
         for a in c.attachments():
             tokens = c.image_tokens(a)

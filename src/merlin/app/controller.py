@@ -169,10 +169,7 @@ class ChatController(QObject):
         self.images = ImageEncoding(composer, settings.generation_options, self)
         self.images.sig_job.connect(self.worker.encode_image)
         self.worker.sig_image.connect(self.images.on_status)
-        m.image_for = self.images.image
-        m.images_stored = lambda attachments, paths: [
-            self.images.remember(p, a) for a, p in zip(attachments, paths)
-        ]
+        m.image_tokens = composer.image_tokens
         m.stopped = self.images.stop_sent
         composer.store_file = lambda path, name: self.store.import_image(path, name)
         # the loaded model on the OpenAI API while the app is open (Model > Serve)
@@ -294,8 +291,10 @@ class ChatController(QObject):
         if row is None:
             return
         self.composer.begin_edit(row.text, [])
-        self.composer.add_paths(
-            [str(self.store.image_path(ref)) for ref in row.images], [r.name for r in row.images]
+        self.composer.add_paths(  # each at the detail it was sent with
+            [str(self.store.image_path(ref)) for ref in row.images],
+            [r.name for r in row.images],
+            [self.composer.detail_of(r.tokens) for r in row.images],
         )
 
     def start_serving(self, options) -> None:

@@ -9,11 +9,10 @@ blocks done. Send queues the answer behind it on the same thread, so the answer 
 what is left of the encode. Removing the image, or changing its detail (which re-encodes it
 at the new budget), sets the old job's cancel Event: the encoder stops between blocks.
 
-The budget chosen for each image travels with the message: send() records it for the image's
-stored path (content-addressed), and the turns the worker receives carry it
-(engine.vision.budget.BudgetedImage), so later turns render the picture exactly as it was
-encoded and the session's cache stays valid. (Kept for the app's run; after a restart an
-old image uses the settings' budget again.)
+The budget chosen for each image travels with the message: it is stored with the message's
+image (model/store.ImageRef.tokens) and the turns the worker receives carry it
+(engine.vision.budget.BudgetedImage), so later turns, after a restart too, render the picture
+exactly as it was encoded and the session's cache stays valid.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from PySide6.QtCore import QObject, Signal
 
 from merlin.app.i18n import tr
 from merlin.app.worker import GENERATION_KEY, ImageJob, ImageStatus
-from merlin.engine.vision.budget import BudgetedImage, preset_tokens
+from merlin.engine.vision.budget import preset_tokens
 from merlin.engine.vision.preprocess import PreprocessConfig
 
 
@@ -61,7 +60,6 @@ class ImageEncoding(QObject):
         self._keys = itertools.count(1)
         self._jobs: dict[int, tuple[object, ImageJob]] = {}  # key -> (attachment, job)
         self._tokens: dict[int, int] = {}  # key -> tokens the image became
-        self._paths: dict[str, int] = {}  # stored image path -> its budget (sent images)
         self.last: dict[int, ImageStatus] = {}  # key -> latest status (tests, panel)
         pre = PreprocessConfig()
         composer.set_presets({k: preset_tokens(k, pre) for k in ("fast", "detailed", "full")})
@@ -153,18 +151,3 @@ class ImageEncoding(QObject):
             self.sig_encoder.emit(tr("{s} s").format(s=f"{st.seconds:.2f}"))
         elif st.state == "cancelled":
             self.sig_encoder.emit(tr("stopped"))
-
-    # ---- budgets of sent images ------------------------------------------------------------
-
-    def remember(self, stored_path: str, attachment) -> None:
-        """The attachment was sent as stored_path: its budget goes with it from now on."""
-        tokens = self.composer.image_tokens(attachment)
-        if tokens is not None:
-            self._paths[stored_path] = tokens
-        else:
-            self._paths.pop(stored_path, None)
-
-    def image(self, stored_path: str):
-        """What a turn carries for this stored image: the path, with its budget if chosen."""
-        tokens = self._paths.get(stored_path)
-        return stored_path if tokens is None else BudgetedImage(stored_path, tokens)

@@ -35,6 +35,7 @@ the model state); split, each part would need all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import sqlite3
@@ -166,8 +167,7 @@ class ConversationModel(Branching):
         self.loaded_hook: Callable[[], None] = _nothing  # after a model is in use
         # images encoded on attach (the Qt binding's app/image_encoding.py): a stored image's
         # path -> what the engine gets (its budget with it); attachments stored; answer stopped
-        self.image_for: Callable[[str], object] = lambda path: path
-        self.images_stored: Callable[[list, list], None] = lambda attachments, paths: None
+        self.image_tokens: Callable[[object], int | None] = lambda attachment: None
         self.stopped: Callable[[], None] = _nothing
         self.confirm: Callable[[str, str], bool] = lambda title, text: True
         # the thinking switch of the chat shown ("on", "off", None: the template's default)
@@ -322,8 +322,11 @@ class ConversationModel(Branching):
         last = self.view.last_message_id() if self.current_id is not None else None
         parent = self.edit_parent() if edited is not None else (AT_END if last is None else last)
         try:
-            refs = [self._stored_image(a) for a in attachments]
-            self.images_stored(attachments, [str(self.store.image_path(r)) for r in refs])
+            # each picture with the budget it is sent at, kept with the message
+            refs = [
+                dataclasses.replace(self._stored_image(a), tokens=self.image_tokens(a))
+                for a in attachments
+            ]
             if self.current_id is None:
                 self.current_id = self.store.create_conversation(title(text, bool(refs), tr))
                 if self.thinking_switch is not None:  # switched before the chat existed
@@ -372,7 +375,7 @@ class ConversationModel(Branching):
         return self.store.import_image(attachment.path, attachment.name)
 
     def turns(self, rows: list[MessageRow]) -> list[Turn]:
-        turns, dropped = prompt_turns(rows, self.store.image_path, self.image_for)
+        turns, dropped = prompt_turns(rows, self.store.image_path)
         if dropped:  # older images that are gone are left out, with a notice
             self.notice("info", missing_images_notice(dropped, self.tr))
         return turns

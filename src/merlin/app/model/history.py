@@ -15,6 +15,7 @@ from pathlib import Path
 
 from merlin.app.model.prompting import Turn
 from merlin.engine.safe_open import is_regular
+from merlin.engine.vision.budget import BudgetedImage
 
 # file extensions of what engine.vision.image_file.IMAGE_FORMATS decodes
 ENGINE_SUFFIXES = {"png", "jpg", "jpeg", "jfif", "jpe", "webp", "gif", "bmp", "tif", "tiff"}
@@ -24,12 +25,11 @@ def usable(path: Path) -> bool:
     return path.suffix.lower().lstrip(".") in ENGINE_SUFFIXES and is_regular(path)
 
 
-def prompt_turns(
-    rows, image_path: Callable, image_for: Callable = str
-) -> tuple[list[Turn], list[str]]:
+def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
     """(turns, names of the images left out). rows: store MessageRows in order;
-    image_path(ref) -> Path; image_for(path str) -> what the engine gets for it (the path, or
-    it with its own budget). Failed or empty answers are left out (never sent back)."""
+    image_path(ref) -> Path. An image goes to the engine as its path, with the budget it was
+    sent with when it had one of its own (engine.vision.budget.BudgetedImage). Failed or
+    empty answers are left out (never sent back)."""
     last_user = max((i for i, r in enumerate(rows) if r.role == "user"), default=-1)
     turns, dropped = [], []
     for i, r in enumerate(rows):
@@ -39,7 +39,7 @@ def prompt_turns(
         for ref in r.images:
             p = Path(image_path(ref))
             if i == last_user or usable(p):
-                paths.append(image_for(str(p)))
+                paths.append(str(p) if ref.tokens is None else BudgetedImage(str(p), ref.tokens))
             else:
                 dropped.append(ref.name or p.name)
         ids = r.stats.get("token_ids") if r.role == "assistant" else None

@@ -99,11 +99,14 @@ _MIGRATIONS = {1: _SCHEMA_V1, 2: schema.BRANCHES_V2, 3: schema.THINKING_MIGRATIO
 
 @dataclass(frozen=True)
 class ImageRef:
-    """An image kept by the store: content hash, file extension, the name the user saw."""
+    """An image kept by the store: content hash, file extension, the name the user saw; in
+    a message, the image-token budget it was sent with (None: the settings' default), so
+    later turns read it as it was read then."""
 
     sha256: str
     ext: str
     name: str
+    tokens: int | None = None
 
 
 @dataclass
@@ -469,9 +472,9 @@ class Store:
             mid = int(cur.lastrowid)
             tree.show_newest(db, conversation_id, parent_id)
             db.executemany(
-                "INSERT INTO message_images (message_id, position, sha256, ext, name) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(mid, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+                "INSERT INTO message_images (message_id, position, sha256, ext, name, tokens) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(mid, i, im.sha256, im.ext, im.name, im.tokens) for i, im in enumerate(images)],
             )
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return mid
@@ -612,14 +615,15 @@ class Store:
             (conversation_id,),
         ).fetchall()
         images: dict[int, list[ImageRef]] = {}
-        for mid, sha, ext, name in self._db.execute(
-            "SELECT mi.message_id, mi.sha256, mi.ext, mi.name FROM message_images mi "
+        for mid, sha, ext, name, tokens in self._db.execute(
+            "SELECT mi.message_id, mi.sha256, mi.ext, mi.name, mi.tokens FROM message_images mi "
             "JOIN messages m ON m.id = mi.message_id WHERE m.conversation_id = ? "
             "ORDER BY mi.message_id, mi.position",
             (conversation_id,),
         ):
             if schema.image_ref_ok(sha, ext):  # never a path outside images/
-                images.setdefault(mid, []).append(ImageRef(sha, ext, str(name)))
+                budget = schema.image_tokens(tokens)
+                images.setdefault(mid, []).append(ImageRef(sha, ext, str(name), budget))
         out = []
         for mid, cid, role, text, state, stats, reasoning in rows:
             step = path.get(mid)

@@ -114,9 +114,12 @@ def add_in_steps(
                 )
                 parent = int(cur.lastrowid)
                 db.executemany(
-                    "INSERT INTO message_images (message_id, position, sha256, ext, name) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [(parent, i, im.sha256, im.ext, im.name) for i, im in enumerate(images)],
+                    "INSERT INTO message_images (message_id, position, sha256, ext, name, "
+                    "tokens) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (parent, i, im.sha256, im.ext, im.name, im.tokens)
+                        for i, im in enumerate(images)
+                    ],
                 )
     return ids
 

@@ -61,6 +61,9 @@ COLUMNS = {
         "sha256": None,
         "ext": "TEXT NOT NULL DEFAULT 'img'",
         "name": "TEXT NOT NULL DEFAULT ''",
+        # the image-token budget it was sent with (NULL: the settings' default); added to
+        # an older file at opening, which an older Merlin ignores
+        "tokens": "INTEGER",
     },
 }
 # schema 2: the tree of versions (a new column, a new table; no row of version 1 is lost)
@@ -219,3 +222,11 @@ def image_ref_ok(sha, ext) -> bool:
         and isinstance(ext, str)
         and bool(_EXT.fullmatch(ext))
     )
+
+
+def image_tokens(value) -> int | None:
+    """A message image's stored budget, or None (the default) when it is not a sensible
+    count of image tokens (a hand-edited database)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 20:
+        return value
+    return None

@@ -480,9 +480,13 @@ class Composer(QWidget):
         )
         self.add_paths(paths)
 
-    def add_paths(self, paths: list[str], names: list[str] | None = None) -> int:
-        """Attach files (names: what the user sees, default the file names), read on a worker
-        thread; unusable ones are reported inline once read. Returns how many are read."""
+    def add_paths(
+        self, paths: list[str], names: list[str] | None = None, details: list[str] | None = None
+    ) -> int:
+        """Attach files (names: what the user sees, default the file names; details: each
+        one's detail, default the settings'), read on a worker thread; unusable ones are
+        reported inline once read. Returns how many are read."""
+        details = details or [""] * len(paths)
         files = list(zip(paths, names or [None] * len(paths), strict=True))
         if not files:
             return 0
@@ -494,8 +498,11 @@ class Composer(QWidget):
                 self.show_notice(too_many)
                 return 0
             self._read_problems.append(too_many)
-        sources = [(str(p), n or Path(p).name, "") for p, n in files]
-        self._read([lambda p=p, n=n: read_image(p, n) for p, n in files], sources)
+        sources = [(str(p), n or Path(p).name, d) for (p, n), d in zip(files, details)]
+        self._read(
+            [lambda p=p, n=n, d=d: _with_detail(read_image(p, n), d) for p, n, d in sources],
+            sources,
+        )
         return len(files)
 
     def add_image(self, image: QImage | bytes, name: str | None = None, ext: str = "png") -> bool:
@@ -659,6 +666,10 @@ class Composer(QWidget):
     def image_tokens(self, attachment: Attachment) -> int | None:
         """The budget chosen for this attachment (None: the default)."""
         return self._presets.get(attachment.detail) if attachment.detail else None
+
+    def detail_of(self, tokens: int | None) -> str:
+        """The detail whose budget is `tokens` ("" for None or a budget no preset has)."""
+        return next((name for name, t in self._presets.items() if t == tokens), "")
 
     def set_image_status(self, attachment: Attachment, text: str) -> None:
         c = self.chip(attachment)
