@@ -148,6 +148,17 @@ SCRIPTS = {
         "200 OK", CHUNK + b'data: {"error":{"message":"out of memory"}}\n\n', chunked_sse=True
     ),
     "silent": None,
+    "malformed": _reply(
+        "200 OK",
+        b"data: []\n\ndata: null\n\ndata: 5\n\n"
+        + b'data: {"choices":["x"]}\n\ndata: {"choices":[{"delta":"x"}]}\n\n'
+        + b'data: {"choices":[{"delta":{"content":5}}]}\n\n'
+        + b'data: {"usage":5}\n\ndata: {"usage":{"prompt_tokens":"abc"}}\n\n'
+        + CHUNK
+        + b'data: {"choices":[{"delta":{"content":[{"type":"text","text":"lo"}]},'
+        + b'"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n',
+        chunked_sse=True,
+    ),
     "slow": _reply("200 OK", CHUNK, chunked_sse=True),  # one chunk, then silence
 }
 
@@ -173,7 +184,7 @@ def scripted():
                 if SCRIPTS[name] is None:
                     time.sleep(5)
                     return
-                if name in ("drop", "error_event", "slow"):
+                if name in ("drop", "error_event", "slow", "malformed"):
                     head, _, body = SCRIPTS[name].partition(b"\r\n\r\n")
                     conn.sendall(head + b"\r\n\r\n")
                     time.sleep(0.05)
@@ -312,3 +323,67 @@ def test_stop_works_while_the_server_is_silent(scripted):
             threading.Timer(0.3, cancel.set).start()  # the Stop button, while nothing comes
     assert time.monotonic() - t0 < 4
     assert events[-1].reason == "cancelled" and events[-1].totals["text"] == "Hel"
+
+
+def test_events_of_the_wrong_shape_are_skipped(scripted):
+    """Valid JSON that is not an event of the API ([] or null, a string choice, a number
+    for content or usage) is skipped like a comment; content given as parts is text (they
+    had raised TypeError / AttributeError and the answer failed as an engine bug)."""
+    fin = run(backend(scripted("malformed")), [Turn("user", "hi")])[-1]
+    assert isinstance(fin, Finished) and fin.reason == "stop_token", fin.totals
+    assert fin.totals["text"] == "Hello"
+
+
+def test_stop_works_before_the_server_answers_at_all(scripted):
+    """A server that accepted the request and has sent nothing yet (busy with others):
+    Stop ends the answer at once (it waited for the server's headers, up to the timeout)."""
+    cancel = threading.Event()
+    b = backend(scripted("silent"), read_timeout=60)
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.monotonic()
+    events = list(b.respond([Turn("user", "hi")], GREEDY, cancel))
+    assert time.monotonic() - t0 < 2
+    assert events[-1].reason == "cancelled"
+
+
+def test_an_address_or_key_a_client_cannot_use_is_refused_before_loading():
+    from merlin.app.model.remote import check_api_key, normalize_url
+
+    for url in ("http://[::1/v1", "https://:8000"):
+        with pytest.raises(RemoteError):
+            normalize_url(url)
+    with pytest.raises(RemoteError, match="printable ASCII"):
+        check_api_key("sk-clé")
+    assert check_api_key("sk-abc_123") == "sk-abc_123"
+
+
+def test_a_remote_load_always_ends(scripted, monkeypatch):
+    """Whatever fails while asking the server (here a key a header cannot carry, as the
+    dialog would have let through before), the load ends with a message: it had raised
+    out of the worker's slot and the window stayed "Loading" for good. Cancel during a
+    silent model list ends it at once."""
+    from merlin.app import remote_worker
+
+    class Worker:
+        def __init__(self):
+            self.ends = []
+            self.sig_load_progress = type("S", (), {"emit": lambda *a: None})()
+            self.sig_load_failed = type("S", (), {"emit": lambda _s, m: self.ends.append(m)})()
+            self.sig_load_cancelled = type(
+                "S", (), {"emit": lambda _s: self.ends.append("cancelled")}
+            )()
+            self.sig_loaded = type("S", (), {"emit": lambda _s, i: self.ends.append(i)})()
+
+    class Request:
+        def __init__(self, config):
+            self.remote, self.source, self.cancel = config, "remote", threading.Event()
+
+    w = Worker()
+    remote_worker.connect(w, Request(RemoteConfig(scripted("silent"), api_key="sk-clé")))
+    assert len(w.ends) == 1 and "API key" in w.ends[0]
+    w = Worker()
+    request = Request(RemoteConfig(scripted("silent")))
+    threading.Timer(0.3, request.cancel.set).start()
+    t0 = time.monotonic()
+    remote_worker.connect(w, request)
+    assert w.ends == ["cancelled"] and time.monotonic() - t0 < 2

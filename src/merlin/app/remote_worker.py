@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from merlin.app.model.remote import RemoteBackend, RemoteError, list_models
+from merlin.app.model.remote import LIST_TIMEOUT, RemoteBackend, RemoteError, list_models, waited
 
 
 def connect(worker, request) -> None:
@@ -22,7 +22,15 @@ def connect(worker, request) -> None:
     t0 = time.perf_counter()
     worker.sig_load_progress.emit(0.1, "connecting to the server")
     try:
-        models = list_models(config)
+        answered, models = waited(lambda: list_models(config), request.cancel, LIST_TIMEOUT)
+        if request.cancel.is_set():
+            worker.sig_load_cancelled.emit()
+            return
+        if not answered:
+            raise RemoteError(
+                f"{config.url} sent no model list within {LIST_TIMEOUT:g} s. Is it an "
+                "OpenAI-compatible server, and is it busy?"
+            )
         if not models:
             raise RemoteError(f"{config.url} offers no models.")
         model = config.model or models[0]
@@ -32,6 +40,9 @@ def connect(worker, request) -> None:
             )
     except RemoteError as e:
         worker.sig_load_failed.emit(str(e))
+        return
+    except Exception as e:  # never a load without an end (the window waited for good)
+        worker.sig_load_failed.emit(f"the server could not be asked ({type(e).__name__}: {e}).")
         return
     if request.cancel.is_set():
         worker.sig_load_cancelled.emit()

@@ -79,11 +79,55 @@ def normalize_url(url: str) -> str:
         raise RemoteError(f"{url}: the address must start with http:// or https://.")
     if not url.endswith("/v1") and "/v1/" not in url + "/":
         url += "/v1"
+    import httpx
+
+    try:
+        host = httpx.URL(url).host
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        raise RemoteError(f"{url} is not an address a client can use ({e}).") from None
+    if not host:
+        raise RemoteError(f"{url} names no server.")
     return url
 
 
+def check_api_key(key: str) -> str:
+    """The key, or RemoteError: an HTTP header carries printable ASCII only."""
+    if key and not (key.isascii() and key.isprintable()):
+        raise RemoteError(
+            "the API key has characters an HTTP header cannot carry (only printable ASCII); "
+            "paste the key exactly as the server gave it."
+        )
+    return key
+
+
 def _headers(key: str) -> dict:
-    return {"Authorization": f"Bearer {key}"} if key else {}
+    return {"Authorization": f"Bearer {check_api_key(key)}"} if key else {}
+
+
+def waited(work, cancel: threading.Event | None, seconds: float):
+    """work() on a thread of its own, waited for at most `seconds` and until `cancel` is set:
+    (True, its result) or (False, None) when cancelled or out of time; its exception is
+    raised here. A blocking request then ends on its own timeouts, unwatched (a server that
+    trickles a byte a second, or stays silent, had held a load that could not be cancelled)."""
+    box: dict = {}
+    finished = threading.Event()
+
+    def run():
+        try:
+            box["value"] = work()
+        except BaseException as e:  # raised in the waiting thread
+            box["error"] = e
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, daemon=True, name="merlin-remote-wait").start()
+    deadline = time.monotonic() + seconds
+    while not finished.wait(0.05):
+        if (cancel is not None and cancel.is_set()) or time.monotonic() > deadline:
+            return False, None
+    if "error" in box:
+        raise box["error"]
+    return True, box.get("value")
 
 
 def _timeout(config: RemoteConfig):
@@ -232,6 +276,31 @@ def chat_messages(turns, system: str = "", max_pixels: int | None = None) -> lis
 # ---- answering ------------------------------------------------------------------------------
 
 
+def _text_of(value) -> str:
+    """A delta's text: a string, or the text of a list of content parts; else nothing."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(
+            p["text"] for p in value if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def _counts(usage: dict) -> dict:
+    """A usage object with only whole numbers where it gives counts (a server's odd values
+    dropped, not raised)."""
+
+    def whole(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    out = {k: whole(usage.get(k)) for k in ("prompt_tokens", "completion_tokens")}
+    details = usage.get("prompt_tokens_details")
+    cached = whole(details.get("cached_tokens")) if isinstance(details, dict) else None
+    out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def _interrupt(response) -> None:
     """Wake a thread blocked reading `response`: closing a socket does not interrupt a recv()
     in another thread on Linux, shutting it down does."""
@@ -311,14 +380,23 @@ class RemoteBackend:
                     return
 
         watcher = threading.Thread(target=watch, daemon=True, name="merlin-remote-cancel")
+        sent = False
         try:
             request = client.build_request(
                 "POST", cfg.url + "/chat/completions", json=body, headers=_headers(cfg.api_key)
             )
+            # sent on a thread of its own: Stop ends the wait for the server's first bytes
+            # (a busy server answers when it starts on the request)
             try:
-                response = client.send(request, stream=True)
+                sent, response = waited(
+                    lambda: client.send(request, stream=True), cancel, float("inf")
+                )
             except httpx.HTTPError as e:
+                sent = True
                 yield finished("error", _network_message(e, cfg.url, cfg))
+                return
+            if not sent:
+                yield finished("cancelled")  # the sending thread ends on the client's close
                 return
             watcher.start()
             if response.status_code != 200:
@@ -341,18 +419,22 @@ class RemoteBackend:
                         obj = json.loads(data)
                     except ValueError:
                         continue  # a keep-alive or a comment
+                    if not isinstance(obj, dict):
+                        continue  # not an event of the API: skipped, as a comment is
                     if "error" in obj:
                         err = obj["error"]
                         msg = err.get("message") if isinstance(err, dict) else str(err)
                         yield finished("error", f"the server stopped the answer: {msg}")
                         return
-                    if obj.get("usage"):
-                        state["usage"] = obj["usage"]
-                    for choice in obj.get("choices") or []:
-                        d = choice.get("delta") or {}
-                        delta = d.get("content") or ""
-                        thought = d.get("reasoning_content") or ""  # a thinking model's
-                        thought = thought if isinstance(thought, str) else ""
+                    if isinstance(obj.get("usage"), dict):
+                        state["usage"] = _counts(obj["usage"])
+                    choices = obj.get("choices")
+                    for choice in choices if isinstance(choices, list) else []:
+                        if not isinstance(choice, dict):
+                            continue
+                        d = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                        delta = _text_of(d.get("content"))
+                        thought = _text_of(d.get("reasoning_content"))  # a thinking model's
                         if delta or thought:
                             now = time.perf_counter()
                             if state["first"] is None:
@@ -363,7 +445,7 @@ class RemoteBackend:
                             state["text"].append(delta)
                             profile = StepProfile(step=state["chunks"])
                             yield Tokens(delta, [-1], profile, thought, 1 if thought else 0)
-                        if choice.get("finish_reason"):
+                        if isinstance(choice.get("finish_reason"), str):
                             reason = choice["finish_reason"]
             except (httpx.HTTPError, httpx.StreamError, OSError) as e:
                 if cancel.is_set() or closed_by_cancel.is_set():
@@ -393,4 +475,4 @@ class RemoteBackend:
             done.set()
             if response is not None:
                 response.close()
-            client.close()
+            client.close()  # a send still waiting for its headers ends here

@@ -19,7 +19,13 @@ from PySide6.QtWidgets import (
 )
 
 from merlin.app.i18n import tr
-from merlin.app.model.remote import RemoteConfig, RemoteError, list_models, normalize_url
+from merlin.app.model.remote import (
+    RemoteConfig,
+    RemoteError,
+    check_api_key,
+    list_models,
+    normalize_url,
+)
 from merlin.app.widgets.background import BackgroundJob
 
 
@@ -69,6 +75,7 @@ class RemoteBox(QGroupBox):
         """Why the address cannot be used ('' when it may be)."""
         try:
             normalize_url(self.url.text())
+            check_api_key(self.key.text().strip())
         except RemoteError as e:
             return str(e)
         return ""
