@@ -170,6 +170,22 @@ async def _watch_disconnect(request: Request, job) -> None:
             return
 
 
+# an answer that ended before it was finished while its client still listens: the server
+# stopped it (Serve turned off, another model loading) or the engine failed
+UNFINISHED = ("cancelled", "error")
+
+
+def _unfinished(done: Finished) -> ApiError:
+    """The error a client gets for an answer cut short (it had been told "stop", so a cut
+    answer looked whole)."""
+    why = "; ".join(done.totals.get("notices") or []) or (
+        "the server stopped it (it is shutting down, or another model is loading)"
+        if done.reason == "cancelled"
+        else "the engine failed"
+    )
+    return ApiError(f"the answer was not finished: {why}.", None, status=503)
+
+
 def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None) -> Starlette:
     """The ASGI app serving `model` (adapter: the engine sessions; default settings if None)."""
     adapter = adapter or EngineAdapter(model)
@@ -277,6 +293,8 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                     parts.append(value.text)
                     thought.append(value.reasoning)
                 elif isinstance(value, Finished):
+                    if value.reason in UNFINISHED:
+                        raise _unfinished(value)
                     reasoning = "".join(thought) if "reasoning" in value.totals else None
                     return JSONResponse(
                         R.completion(
@@ -312,6 +330,9 @@ def create_app(model, config: ServerConfig, adapter: EngineAdapter | None = None
                         ttft = (time.perf_counter() - t0) * 1e3
                         job.first_sent.set()
                 elif isinstance(value, Finished):
+                    if value.reason in UNFINISHED:  # never a finish the client takes as whole
+                        yield R.sse(_unfinished(value).body())
+                        return
                     finish = R.FINISH.get(value.reason, "stop")
                     yield R.sse(R.chunk(cid, name, created_at, {}, finish, req.include_usage))
                     if req.include_usage:

@@ -98,5 +98,8 @@ class EmbeddedServer:
         return self._thread.is_alive()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving: answers in progress or waiting end now, as errors to their clients
+        (a cut answer had been sent on, then ended as if finished)."""
+        self._server.config.app.state.queue.cancel_all()
         self._server.should_exit = True
         self._thread.join(timeout)

@@ -61,6 +61,7 @@ class GenerationQueue:
         self._lock = threading.Lock()
         self._line: list[Job] = []  # submitted, not yet taken by the generation thread
         self.busy = False
+        self._current: Job | None = None  # the job being computed
         self._mean_s = 5.0
         self._thread = threading.Thread(target=self._run, name="merlin-generation", daemon=True)
         self._thread.start()
@@ -92,6 +93,14 @@ class GenerationQueue:
         self._q.put(job)
         return job
 
+    def cancel_all(self) -> None:
+        """Stop the job being computed at its next step and every job in line (the server is
+        stopping): their clients get an error, not an answer that looks finished."""
+        with self._lock:
+            jobs = [*self._line, *([self._current] if self._current is not None else [])]
+        for job in jobs:
+            job.cancel.set()
+
     def close(self, timeout: float = 5.0) -> None:
         self._q.put(None)
         self._thread.join(timeout)
@@ -103,11 +112,11 @@ class GenerationQueue:
                 return
             with self._lock:
                 self._line.remove(job)
-                self.busy = True
+                self.busy, self._current = True, job
             t0 = time.perf_counter()
             try:
-                if job.cancel.is_set():
-                    job.put("end")
+                if job.cancel.is_set():  # its client left, or the server is stopping
+                    job.put("error", ApiError("the server stopped first.", None, status=503))
                     continue
                 with self._engine_lock:
                     self._compute(job)
@@ -130,7 +139,7 @@ class GenerationQueue:
                 dt = time.perf_counter() - t0
                 self._mean_s = 0.8 * self._mean_s + 0.2 * dt
                 with self._lock:
-                    self.busy = False
+                    self.busy, self._current = False, None
 
     @staticmethod
     def _compute(job: Job) -> None:
