@@ -148,6 +148,15 @@ SCRIPTS = {
         "200 OK", CHUNK + b'data: {"error":{"message":"out of memory"}}\n\n', chunked_sse=True
     ),
     "silent": None,
+    "whole": _reply(
+        "200 OK",
+        b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":'
+        + b'{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}],'
+        + b'"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}',
+    ),
+    "vllm404": _reply(
+        "404 Not Found", b'{"object":"error","message":"The model `x` does not exist."}'
+    ),
     "malformed": _reply(
         "200 OK",
         b"data: []\n\ndata: null\n\ndata: 5\n\n"
@@ -387,3 +396,13 @@ def test_a_remote_load_always_ends(scripted, monkeypatch):
     t0 = time.monotonic()
     remote_worker.connect(w, request)
     assert w.ends == ["cancelled"] and time.monotonic() - t0 < 2
+
+
+def test_a_server_that_ignores_stream_and_one_that_words_errors_its_own_way(scripted):
+    """A whole chat.completion where a stream was asked for is the answer (it had been an
+    error that lost it); vLLM's error body is shown (only OpenAI's had been)."""
+    fin = run(backend(scripted("whole")), [Turn("user", "hi")])[-1]
+    assert fin.reason == "stop_token" and fin.totals["text"] == "Hello there"
+    assert fin.totals["generated_tokens"] == 2
+    fin = run(backend(scripted("vllm404")), [Turn("user", "hi")])[-1]
+    assert fin.reason == "error" and "does not exist" in fin.totals["notices"][0]

@@ -139,11 +139,17 @@ def _timeout(config: RemoteConfig):
 def _status_message(status: int, body: str, url: str, headers=None) -> str:
     detail = ""
     try:
-        err = json.loads(body).get("error")
+        obj = json.loads(body)
+        err = obj.get("error")
         detail = err.get("message", "") if isinstance(err, dict) else str(err or "")
+        # vLLM's {"object": "error", "message": ...}, FastAPI's {"detail": ...}
+        detail = detail or str(obj.get("message") or obj.get("detail") or "")
     except (ValueError, AttributeError):
         detail = body.strip()[:300]
-    detail = f" ({detail})" if detail else ""
+    detail = f" ({detail[:300]})" if detail else ""
+    if 300 <= status < 400:
+        where = (headers or {}).get("location") or "another address"
+        return f"the server sends the request to {where} ({status}): use that address."
     if status in (401, 403):
         return f"the server refused the API key ({status}){detail}. Check the key in Load a model."
     if status == 404:
@@ -276,6 +282,25 @@ def chat_messages(turns, system: str = "", max_pixels: int | None = None) -> lis
 # ---- answering ------------------------------------------------------------------------------
 
 
+def _whole_answer(body: bytes) -> tuple[str, str, str | None, dict | None]:
+    """(text, reasoning, finish reason, usage) of a whole chat.completion body; ValueError
+    when it is not one."""
+    obj = json.loads(body)
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("not a chat completion")
+    message = choices[0].get("message")
+    message = message if isinstance(message, dict) else {}
+    reason = choices[0].get("finish_reason")
+    usage = obj.get("usage")
+    return (
+        _text_of(message.get("content")),
+        _text_of(message.get("reasoning_content")),
+        reason if isinstance(reason, str) else None,
+        _counts(usage) if isinstance(usage, dict) else None,
+    )
+
+
 def _text_of(value) -> str:
     """A delta's text: a string, or the text of a list of content parts; else nothing."""
     if isinstance(value, str):
@@ -332,6 +357,21 @@ class RemoteBackend:
                 if options.sampling.get(k) is not None:
                     body[k] = options.sampling[k]
         return body
+
+    @staticmethod
+    def _whole(body: bytes, state: dict, finished, t0: float) -> Iterator:
+        """The events of a whole (not streamed) completion."""
+        try:
+            text, thought, reason, usage = _whole_answer(body)
+        except ValueError:
+            yield finished("error", "the server's answer was not a chat completion.")
+            return
+        now = time.perf_counter()
+        state.update(first=now, last=now, chunks=1, usage=usage)
+        state["text"].append(text)
+        yield PrefillDone(0, 0.0, (now - t0) * 1e3)
+        yield Tokens(text, [-1], StepProfile(step=1), thought, 1 if thought else 0)
+        yield finished({"length": "max_tokens"}.get(reason or "stop", "stop_token"))
 
     def respond(self, turns, options, cancel: threading.Event | None = None) -> Iterator:
         """Stream the answer to the last turn (see the module docstring for the events).
@@ -404,6 +444,10 @@ class RemoteBackend:
                 yield finished(
                     "error", _status_message(response.status_code, text, cfg.url, response.headers)
                 )
+                return
+            if response.headers.get("content-type", "").startswith("application/json"):
+                # a server that ignores "stream": one whole completion
+                yield from self._whole(response.read(), state, finished, t0)
                 return
             reason = None
             try:
