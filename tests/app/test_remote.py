@@ -343,16 +343,37 @@ def test_events_of_the_wrong_shape_are_skipped(scripted):
     assert fin.totals["text"] == "Hello"
 
 
-def test_stop_works_before_the_server_answers_at_all(scripted):
+def test_stop_works_before_the_server_answers_at_all():
     """A server that accepted the request and has sent nothing yet (busy with others):
-    Stop ends the answer at once (it waited for the server's headers, up to the timeout)."""
+    Stop ends the answer at once (it waited for the server's headers, up to the timeout),
+    and the server sees the connection close then (it had computed on for nobody)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    closed = threading.Event()
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            conn.settimeout(20)
+            try:
+                while conn.recv(1024):
+                    pass
+            except OSError:
+                pass
+            closed.set()  # end of file: the client closed the connection
+
+    threading.Thread(target=serve, daemon=True).start()
     cancel = threading.Event()
-    b = backend(scripted("silent"), read_timeout=60)
+    b = backend(f"http://127.0.0.1:{srv.getsockname()[1]}/v1", read_timeout=60)
     threading.Timer(0.3, cancel.set).start()
     t0 = time.monotonic()
     events = list(b.respond([Turn("user", "hi")], GREEDY, cancel))
     assert time.monotonic() - t0 < 2
     assert events[-1].reason == "cancelled"
+    assert closed.wait(3)
+    srv.close()
 
 
 def test_an_address_or_key_a_client_cannot_use_is_refused_before_loading():

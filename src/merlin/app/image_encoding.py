@@ -62,7 +62,8 @@ class ImageEncoding(QObject):
         self._tokens: dict[int, int] = {}  # key -> tokens the image became
         self.last: dict[int, ImageStatus] = {}  # key -> latest status (tests, panel)
         pre = PreprocessConfig()
-        composer.set_presets({k: preset_tokens(k, pre) for k in ("fast", "detailed", "full")})
+        self._default_presets = {k: preset_tokens(k, pre) for k in ("fast", "detailed", "full")}
+        composer.set_presets(self._default_presets)
         composer.sig_attached.connect(self.start)
         composer.sig_detached.connect(self.cancel)
         composer.sig_detail.connect(self.restart)
@@ -116,8 +117,8 @@ class ImageEncoding(QObject):
     def model_ready(self, vision: bool, presets: dict | None = None) -> None:
         """A model finished loading: its detail presets on the chips (the checkpoint's own
         image limits), and encode what is attached already."""
-        if presets:
-            self.composer.set_presets(presets)
+        # a remote server's model has none of its own: Qwen3-VL's
+        self.composer.set_presets(presets or self._default_presets)
         self.ready = bool(vision)
         for key, (_a, job) in list(self._jobs.items()):
             job.cancel.set()

@@ -948,3 +948,19 @@ def test_editing_a_restored_message_refuses_a_changed_picture(demo_dir, tmp_path
     c, _ = Session.open(load_model(demo_dir, weights="q8", kv="f32"), tmp_path / "chat.msession")
     with pytest.raises(InputError, match="changed on disk"):
         list(c.edit(0, "What is it now?", **GEN))
+
+
+def test_an_earlier_turns_budget_another_model_does_not_allow_is_the_nearest(demo_model, tmp_path):
+    """A picture kept with a budget chosen under another model (the app stores each
+    message's): from an earlier turn (strict=False) it is read at the nearest budget this
+    model allows, where a budget just chosen (strict) is refused with that nearest value."""
+    from merlin.engine.vision.budget import BudgetedImage, InvalidBudget, max_tokens
+
+    picture = image_file(tmp_path / "a.png", 1, (640, 480))
+    too_many = max_tokens(demo_model.vision.preprocess) + 1000
+    s = Session(demo_model)
+    with pytest.raises(InvalidBudget):
+        s.image(BudgetedImage(str(picture), too_many))
+    kept = s.image(BudgetedImage(str(picture), too_many, strict=False))
+    assert kept.n_tokens <= max_tokens(demo_model.vision.preprocess)
+    assert isinstance(list(s.ask("What is it?", [kept], **GEN))[-1], Finished)

@@ -39,7 +39,9 @@ def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
         for ref in r.images:
             p = Path(image_path(ref))
             if i == last_user or usable(p):
-                paths.append(str(p) if ref.tokens is None else BudgetedImage(str(p), ref.tokens))
+                # its own budget; the nearest the model allows if it was another model's
+                own = BudgetedImage(str(p), ref.tokens, strict=False)
+                paths.append(str(p) if ref.tokens is None else own)
             else:
                 dropped.append(ref.name or p.name)
         ids = r.stats.get("token_ids") if r.role == "assistant" else None

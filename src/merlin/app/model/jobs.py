@@ -56,7 +56,7 @@ class ModelInfo:
     thinking_always: bool = False  # the template opens the block (always thinks)
     thinking_reason: str = ""  # why there is no thinking (engine's words, English)
     # image tokens of each detail preset ("fast", "detailed", "full") for this checkpoint's
-    # preprocessing (engine.vision.budget.preset_tokens); empty: Qwen3-VL's defaults
+    # preprocessing (engine.vision.budget.preset_tokens); empty (a remote model): Qwen3-VL's
     image_presets: dict = field(default_factory=dict)
 
 

@@ -322,16 +322,21 @@ def _counts(usage: dict) -> dict:
     out = {k: whole(usage.get(k)) for k in ("prompt_tokens", "completion_tokens")}
     details = usage.get("prompt_tokens_details")
     cached = whole(details.get("cached_tokens")) if isinstance(details, dict) else None
-    out["prompt_tokens_details"] = {"cached_tokens": cached}
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
     return {k: v for k, v in out.items() if v is not None}
 
 
 def _interrupt(response) -> None:
     """Wake a thread blocked reading `response`: closing a socket does not interrupt a recv()
     in another thread on Linux, shutting it down does."""
+    _shut_down(response.extensions.get("network_stream"))
+
+
+def _shut_down(stream) -> None:
+    """Shut down the socket under an httpcore network stream (None: nothing to do)."""
     import socket
 
-    stream = response.extensions.get("network_stream")
     try:
         sock = stream.get_extra_info("socket") if stream is not None else None
         if sock is not None:
@@ -364,7 +369,13 @@ class RemoteBackend:
         try:
             text, thought, reason, usage = _whole_answer(body)
         except ValueError:
-            yield finished("error", "the server's answer was not a chat completion.")
+            try:
+                err = json.loads(body).get("error")
+                why = err.get("message") if isinstance(err, dict) else str(err or "")
+            except (ValueError, AttributeError):
+                why = ""
+            why = f"the server stopped the answer: {why}" if why else "not a chat completion"
+            yield finished("error", f"the server's answer was {why}.")
             return
         now = time.perf_counter()
         state.update(first=now, last=now, chunks=1, usage=usage)
@@ -422,8 +433,18 @@ class RemoteBackend:
         watcher = threading.Thread(target=watch, daemon=True, name="merlin-remote-cancel")
         sent = False
         try:
+            streams: list = []  # the connection's stream, once open (httpx's trace hook)
+
+            def trace(event: str, info: dict) -> None:
+                if event.endswith("connect_tcp.complete") and info.get("return_value"):
+                    streams.append(info["return_value"])
+
             request = client.build_request(
-                "POST", cfg.url + "/chat/completions", json=body, headers=_headers(cfg.api_key)
+                "POST",
+                cfg.url + "/chat/completions",
+                json=body,
+                headers=_headers(cfg.api_key),
+                extensions={"trace": trace},
             )
             # sent on a thread of its own: Stop ends the wait for the server's first bytes
             # (a busy server answers when it starts on the request)
@@ -435,8 +456,10 @@ class RemoteBackend:
                 sent = True
                 yield finished("error", _network_message(e, cfg.url, cfg))
                 return
-            if not sent:
-                yield finished("cancelled")  # the sending thread ends on the client's close
+            if not sent:  # the server learns at once: the socket is shut down
+                for stream in streams:
+                    _shut_down(stream)
+                yield finished("cancelled")
                 return
             watcher.start()
             if response.status_code != 200:
@@ -447,7 +470,17 @@ class RemoteBackend:
                 return
             if response.headers.get("content-type", "").startswith("application/json"):
                 # a server that ignores "stream": one whole completion
-                yield from self._whole(response.read(), state, finished, t0)
+                try:
+                    whole = response.read()
+                except (httpx.HTTPError, httpx.StreamError, OSError) as e:
+                    cut = cancel.is_set() or closed_by_cancel.is_set()
+                    yield (
+                        finished("cancelled")
+                        if cut
+                        else finished("error", _network_message(e, cfg.url, cfg))
+                    )
+                    return
+                yield from self._whole(whole, state, finished, t0)
                 return
             reason = None
             try:

@@ -178,11 +178,10 @@ UNFINISHED = ("cancelled", "error")
 def _unfinished(done: Finished) -> ApiError:
     """The error a client gets for an answer cut short (it had been told "stop", so a cut
     answer looked whole)."""
-    why = "; ".join(done.totals.get("notices") or []) or (
-        "the server stopped it (it is shutting down, or another model is loading)"
-        if done.reason == "cancelled"
-        else "the engine failed"
-    )
+    if done.reason == "cancelled":
+        why = "the server stopped it (it is shutting down, or another model is loading)"
+    else:
+        why = "; ".join(done.totals.get("notices") or []) or "the engine failed"
     return ApiError(f"the answer was not finished: {why}.", None, status=503)
 
 

@@ -63,7 +63,12 @@ class ImageBank:
 
         own = image.tokens if isinstance(image, budget.BudgetedImage) else None
         pre = self.model.vision.preprocess
-        max_px, _ = budget.resolve(pre, own, self.image_tokens, self.max_pixels, self.context)
+        try:
+            max_px, _ = budget.resolve(pre, own, self.image_tokens, self.max_pixels, self.context)
+        except budget.InvalidBudget as e:
+            if own is None or getattr(image, "strict", True):
+                raise
+            max_px, _ = budget.resolve(pre, e.nearest, None, None, self.context)
         return max_px
 
     def image(self, image) -> SessionImage:

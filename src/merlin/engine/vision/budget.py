@@ -50,10 +50,13 @@ class InvalidBudget(InputError):
 @dataclass(frozen=True)
 class BudgetedImage:
     """An image file with its own token budget (the composer's per-image choice); a plain
-    path gets the session's budget."""
+    path gets the session's budget. strict=False: a budget kept from an earlier turn, maybe
+    chosen under another model, becomes the nearest one this model allows instead of being
+    refused (a chat whose old picture's budget the new model did not allow could not go on)."""
 
     path: str
     tokens: int | None = None
+    strict: bool = True
 
     def __fspath__(self) -> str:
         return self.path
