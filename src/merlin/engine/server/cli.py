@@ -141,10 +141,10 @@ def warm_up(model) -> None:
 def run(args) -> int:
     check_options(args)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (a missing server extra is said here)
 
         from .app import ServerConfig, create_app
-        from .transport import uvicorn_config
+        from .transport import uvicorn_server
     except ImportError as e:
         raise MerlinError(
             f"merlin-cli serve needs the server extra ({e.name} is missing): "
@@ -193,7 +193,7 @@ def run(args) -> int:
     app = create_app(model, config, adapter)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    server = uvicorn.Server(uvicorn_config(app, access_log=args.log_requests))
+    server = uvicorn_server(app, access_log=args.log_requests)
 
     async def started():  # printed once uvicorn accepts connections
         while not server.started:
