@@ -249,6 +249,9 @@ class TextModel:
         self.scale = np.float32(cfg.head_dim**-0.5)
         # called with (layer, idx [N, k], weights [N, k]) after each routed layer (tests)
         self.on_routing: Callable | None = None
+        # forwards of this many rows or more use the kernel pool (forward); computed once:
+        # bytes_per_token walks every matrix
+        self._pool_rows = -(-SERIAL_WORK_BYTES // max(1, weights.bytes_per_token))
 
     @property
     def experts_read(self) -> int:
@@ -281,7 +284,7 @@ class TextModel:
         more than it saved (the tiny demo model decoded 3,000 tokens/s on one thread and
         130-140 on two while other work shared the cores). Rows are the same either way (the
         kernels' results do not depend on the thread count)."""
-        if self.w.bytes_per_token * len(ids) >= SERIAL_WORK_BYTES:
+        if len(ids) >= self._pool_rows:
             return self._forward(ids, positions, cache, **kw)
         with one_thread():
             return self._forward(ids, positions, cache, **kw)
