@@ -89,11 +89,11 @@ def accept(
     equal it. Returns (accepted count R, the R + 1 tokens to emit: the accepted drafts and the
     target's own token after them)."""
     out: list[int] = []
-    for i, d in enumerate(drafts):
-        out.append(sampler.sample(logits[i], [*history, *out]))
-        if out[-1] != d:
+    penalised = sampler.params.repetition_penalty != 1.0  # else no history is read
+    for i in range(len(drafts) + 1):
+        out.append(sampler.sample(logits[i], [*history, *out] if penalised else ()))
+        if i < len(drafts) and out[-1] != drafts[i]:
             return i, out
-    out.append(sampler.sample(logits[len(drafts)], [*history, *out]))
     return len(drafts), out
 
 
