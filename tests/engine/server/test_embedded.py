@@ -97,9 +97,8 @@ def test_a_bad_port_is_refused(demo_model):
 def test_an_answer_cut_by_stopping_the_server_is_an_error_to_its_client(demo_model, monkeypatch):
     """Serve turned off while a client streams: the client gets an error event, not a
     finish_reason "stop" and [DONE] that made the cut answer look whole."""
-    import json
-
     import merlin.engine.generate as generate_mod
+    from merlin.engine.server.process import stream_interrupted
 
     real = generate_mod.decode_step
 
@@ -108,25 +107,10 @@ def test_an_answer_cut_by_stopping_the_server_is_an_error_to_its_client(demo_mod
         return real(*args, **kwargs)
 
     monkeypatch.setattr(generate_mod, "decode_step", slow)
-    lock = threading.Lock()
-    server = EmbeddedServer.start(demo_model, ServeOptions(port=0, context=4096), lock)
-    body = {
-        "messages": [{"role": "user", "content": "Go on and on."}],
-        "max_tokens": 3000,
-        "stream": True,
-        "ignore_eos": True,
-        "temperature": 0,
-    }
-    lines = []
-    try:
-        with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                lines.append(line)
-                if len(lines) == 20:
-                    threading.Thread(target=server.stop).start()
-    except httpx.HTTPError:
-        pass  # the connection may also just close
-    events = [json.loads(x[5:]) for x in lines if x.startswith("data: {")]
+    server = EmbeddedServer.start(demo_model, ServeOptions(port=0, context=4096), threading.Lock())
+    stopping = threading.Thread(target=server.stop)
+    lines, events = stream_interrupted(server.url, 3000, stopping.start)
+    stopping.join(30)
     finishes = [c["finish_reason"] for e in events for c in e.get("choices", [])]
     assert len(events) < 1000  # cut
     assert "stop" not in finishes and "length" not in finishes and "data: [DONE]" not in lines

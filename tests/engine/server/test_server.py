@@ -517,27 +517,15 @@ def test_ctrl_c_ends_the_answers_in_progress_as_errors(demo_dir):
     """merlin-cli serve interrupted while a client streams: the client gets an error event at
     once (uvicorn's graceful shutdown had waited for the whole answer, which then ended as if
     finished), and the server exits."""
-    import json
     import signal
 
+    from merlin.engine.server.process import stream_interrupted
+
     s = ServerProcess("--model", str(demo_dir), "--context", "8192")
-    body = {
-        "messages": [{"role": "user", "content": "Go on and on."}],
-        "max_tokens": 7000,
-        "stream": True,
-        "ignore_eos": True,
-        "temperature": 0,
-    }
-    lines = []
     try:
-        with httpx.stream("POST", s.url + "/chat/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                lines.append(line)
-                if len(lines) == 20:
-                    s.proc.send_signal(signal.SIGINT)
+        lines, events = stream_interrupted(s.url, 7000, lambda: s.proc.send_signal(signal.SIGINT))
         assert s.proc.wait(30) is not None
     finally:
         s.stop()
-    events = [json.loads(x[5:]) for x in lines if x.startswith("data: {")]
     assert len(events) < 5000  # cut, not finished
     assert "not finished" in events[-1]["error"]["message"] and "data: [DONE]" not in lines

@@ -75,3 +75,28 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def stream_interrupted(url: str, max_tokens: int, interrupt, after_lines: int = 20):
+    """Stream a long greedy answer from the server at `url` (its /v1), calling interrupt()
+    once `after_lines` lines have come (stop the server, signal it); read on until the
+    stream ends. Returns (raw lines, the parsed `data: {...}` events)."""
+    import httpx
+
+    body = {
+        "messages": [{"role": "user", "content": "Go on and on."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
+    lines: list[str] = []
+    try:
+        with httpx.stream("POST", url + "/chat/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                lines.append(line)
+                if len(lines) == after_lines:
+                    interrupt()
+    except httpx.HTTPError:
+        pass  # the connection may also just close
+    return lines, [json.loads(x[5:]) for x in lines if x.startswith("data: {")]
