@@ -10,7 +10,6 @@ which must be unchanged (same content hash).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ from ..errors import InputError, MerlinError
 from ..prompt import image_hash
 from ..vision.encoder import VISION_WEIGHTS
 from .conversation import SessionImage
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
