@@ -217,6 +217,20 @@ def test_expert_products_are_each_experts_own_product(fmt, rows):
         assert np.array_equal(got, want), threads
 
 
+@pytest.mark.parametrize("tile_rows", [4, 8])
+def test_a_verify_of_four_drafts_is_one_register_tile(tile_rows):
+    """Five rows are never a 4-row and a 1-row tile; every row is in one tile of at most
+    ACC_FLOATS accumulators."""
+    assert qgroup.tile_sizes(qgroup.VERIFY_ROWS, tile_rows) == [qgroup.VERIFY_ROWS]
+    assert qgroup.tile_sizes(tile_rows + 5, tile_rows) == [tile_rows, 5]
+    assert qgroup.tile_sizes(6, tile_rows) == ([4, 2] if tile_rows == 4 else [6])
+    for n in range(1, 40):
+        sizes = qgroup.tile_sizes(n, tile_rows)
+        assert sum(sizes) == n and all(sizes)
+        assert max(sizes) <= max(tile_rows, qgroup.VERIFY_ROWS)
+    assert max(qgroup.tile_sizes(qgroup.VERIFY_ROWS)) * qgroup.GROUP <= qgroup.ACC_FLOATS
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 def test_task_split_covers_every_task_once_in_balanced_runs(threads):
     runs = np.array([0, 1, 41, 42, 50], np.int64)  # experts of 1, 40, 1 and 8 rows

@@ -44,7 +44,7 @@ from functools import partial
 import numpy as np
 from numba import njit
 
-from ..kernels.qgroup import _grouped
+from ..kernels.qgroup import _grouped, tile_sizes
 from . import loops, mca
 from .cross import HOT_KERNELS, compile_asm
 from .machine import cpuinfo
@@ -106,13 +106,6 @@ def shapes(text: dict) -> list[tuple[str, int, int, int]]:
     ]
 
 
-def tiles(n: int, tile_rows: int) -> list[int]:
-    """The tile sizes an N-row product is cut into (qgroup._group_rows: tiles of tile_rows,
-    then the rest in one tile)."""
-    rest = n % tile_rows
-    return [tile_rows] * (n // tile_rows) + ([rest] if rest else [])
-
-
 # --------------------------------------------------------------------------- the model
 
 
@@ -157,7 +150,7 @@ def clock_cycles(asm: str, mca_cpu: str, triple: str, tool: str) -> float:
 
 def cycles_per_block(model: dict, fmt: str, n: int) -> float:
     """Cycles of one 32-weight block of GROUP rows against n activation rows."""
-    return sum(model[fmt][t] for t in tiles(n, model["tile_rows"]))
+    return sum(model[fmt][t] for t in tile_sizes(n, model["tile_rows"]))
 
 
 def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: float,

@@ -84,9 +84,11 @@ _SHIFT_IN_WORDS = DOT == "vnni" and TARGET.cpu_name.startswith("znver")
 # (it has no offset form); llvm-mca's cycles a block, docs/kernels.md
 BY_LANE = DOT == "sdot"
 # activation rows per register tile: 8 x 16 lanes of accumulators with AVX-512's 32 registers,
-# 4 x 8 lanes elsewhere
+# 4 x 8 lanes elsewhere; but VERIFY_ROWS rows (a verify of 4 drafts, the engine's default)
+# left over are one tile on every class, never a TILE_ROWS tile and the rest (_group_rows)
 TILE_ROWS = 8 if GROUP == 16 else 4
-ACC_FLOATS = TILE_ROWS * GROUP
+VERIFY_ROWS = 5
+ACC_FLOATS = max(TILE_ROWS, VERIFY_ROWS) * GROUP
 # activation rows per pass over the weights in a prefill: a pass's int8 activations and
 # scales stay in L2 (32 rows of K = 6144: 240 KB)
 ROW_CHUNK = 32
@@ -346,13 +348,26 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
             out[n0 + n, g * GROUP + r] = acc[n * GROUP + r]
 
 
+def tile_sizes(n: int, tile_rows: int = TILE_ROWS) -> list[int]:
+    """The register tiles _group_rows cuts n activation rows into, for a class whose tiles
+    are tile_rows rows (bench/board.py models other classes' with it)."""
+    sizes = []
+    while n >= tile_rows and n != VERIFY_ROWS:
+        sizes.append(tile_rows)
+        n -= tile_rows
+    return sizes + ([n] if n else [])
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out):
     """Group g against activation rows r0..r1: register tiles of TILE_ROWS rows, then the
-    rest, each size a separate unrolled copy (5 rows of q8 were a 4-row and a 1-row tile
-    until own_row_pointers made the 5-row tile as fast or faster: docs/kernels.md)."""
+    rest, each size a separate unrolled copy (tile_sizes). Five rows left are one tile on
+    every class: as a 4-row and a 1-row tile the second pass unpacks the group's weights
+    again and runs its dots apart, 12-16% slower for q4 on the 8-row x86 classes (5 rows of
+    q8 with 16-row groups were 4 + 1 until own_row_pointers made one tile as fast or faster;
+    docs/kernels.md)."""
     n0 = r0
-    while n0 + TILE_ROWS <= r1:
+    while n0 + TILE_ROWS <= r1 and r1 - n0 != VERIFY_ROWS:
         _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
         n0 += TILE_ROWS
     rest = r1 - n0
