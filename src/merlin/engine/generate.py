@@ -37,8 +37,8 @@ from .speculative import Drafter, SpecPolicy, SpecStats, accept
 from .tokenizer import StreamDecoder
 
 FINISH_REASONS = ("stop_token", "max_tokens", "cancelled", "context_full", "error")
-# row-major q8 weights (engine.linear.prefill_dequantizes): a suffix of up to this many rows is
-# prefilled as forwards of engine.linear.SMALL_N rows, beyond it as one forward
+# q8 weights that prefill through BLAS (engine.linear.prefill_dequantizes): a suffix of up to
+# this many rows is prefilled as forwards of engine.linear.SMALL_N rows, beyond it as one forward
 SMALL_PREFILL_ROWS = 128
 
 
@@ -191,11 +191,12 @@ def check_prompt(model, prompt_ids: Sequence[int], max_context: int) -> None:
 
 
 def prefill_chunk(model, n_new: int, small_rows: int = SMALL_PREFILL_ROWS) -> int:
-    """Rows per forward to prefill n_new rows. Row-major q8 weights (linear.prefill_dequantizes)
-    make a large forward pay a fixed cost (every weight matrix dequantized to f32 for BLAS)
-    that dwarfs a short follow-up; the decode kernels read the quantized weights directly, so
-    up to small_rows rows go as forwards of SMALL_N rows. Grouped q4/q8 run those kernels at
-    any N: one forward. A fixed rule (no timing), so the same rows are always computed the
+    """Rows per forward to prefill n_new rows. q8 weights that prefill through BLAS
+    (linear.prefill_dequantizes: row-major, or in 8-row groups) make a large forward pay a
+    fixed cost (every weight matrix dequantized to f32 for BLAS) that dwarfs a short
+    follow-up; the decode kernels read the quantized weights directly, so up to small_rows
+    rows go as forwards of SMALL_N rows. Other grouped weights run those kernels at any N:
+    one forward. A fixed rule (no timing), so the same rows are always computed the
     same way, bit for bit."""
     from . import linear
 

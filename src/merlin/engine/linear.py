@@ -6,8 +6,9 @@ weight once for all rows with a per-row summation order independent of N. Large 
 f32 through NumPy's BLAS; grouped q4/q8 (GroupLinear) through the same integer dot-product
 kernels as decode, whose int8 / int16 dots outrun dequantizing to f32 for BLAS at every N
 (Zen 4, 2B shapes, 2 threads: 2-10x at N = 17-64, 1.1-2x at N = 512; docs/benchmarks.md),
-so a quantized model's rows are the same bits however a prompt is cut into forwards;
-row-major q8 (QLinear, aarch64) through dequantized tiles and BLAS.
+so a quantized model's rows are the same bits however a prompt is cut into forwards; but
+q8 in 8-row groups (the 256-bit x86 classes, qgroup.Q8_DOTS_PREFILL false) and row-major q8
+(QLinear, aarch64) through dequantized tiles and BLAS.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .formats import WEIGHT_FORMATS  # noqa: F401 (re-exported)
 from .kernels.linear import matmul_f32
 from .kernels.qgroup import (
     GROUP,
+    Q8_DOTS_PREFILL,
     Q8_GROUPED,
     dequantize_q4g_rows,
     dequantize_q8a8g_rows,
@@ -33,6 +35,7 @@ from .kernels.qlinear import (
     dequantize_q8_rows,
     matmul_q8,
     matmul_q8_prefill,
+    prefill_product,
 )
 from .quant import BLOCK, QTensor
 
@@ -75,8 +78,8 @@ class F32Linear:
 
 
 class QLinear:
-    """q8_0 weights, row-major (engine/quant.py), where the grouped q8 kernel is not built
-    (qgroup.Q8_GROUPED: without AVX512-VNNI)."""
+    """q8_0 weights, row-major (engine/quant.py), where the grouped q8 kernel is not the
+    model's (qgroup.Q8_GROUPED: aarch64, the generic class)."""
 
     fmt = "q8"
 
@@ -146,8 +149,17 @@ class GroupLinear:
     def nbytes(self) -> int:
         return self.packed.nbytes + self.gscales.nbytes
 
+    @property
+    def dequantizes_for_prefill(self) -> bool:
+        """Does a product of more than SMALL_N rows go through BLAS on dequantized weights
+        (q8 where its int16 dots trail sgemm: qgroup.Q8_DOTS_PREFILL)?"""
+        return self.kind == "q8" and not Q8_DOTS_PREFILL
+
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
-        self._matmul(x, self.packed, self.gscales, out)
+        if x.shape[0] > SMALL_N and self.dequantizes_for_prefill:
+            prefill_product(self._dequant, x, self.packed, self.gscales, out, None)
+        else:
+            self._matmul(x, self.packed, self.gscales, out)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty((len(ids), self.in_features), np.float32)
@@ -173,9 +185,11 @@ def quantized_linear(qt: QTensor, int8_activations: bool = False):
 
 def prefill_dequantizes(lin) -> bool:
     """Does a forward of more than SMALL_N rows pay a fixed cost of dequantizing all of
-    `lin` to f32 for BLAS? (Only row-major q8: a short prompt is then cheaper as forwards
-    of SMALL_N rows.)"""
-    return isinstance(lin, QLinear)
+    `lin` to f32 for BLAS? (Row-major q8, and grouped q8 in 8-row groups: a short prompt is
+    then cheaper as forwards of SMALL_N rows.)"""
+    return isinstance(lin, QLinear) or (
+        isinstance(lin, GroupLinear) and lin.dequantizes_for_prefill
+    )
 
 
 def linear_kind(lin) -> str:

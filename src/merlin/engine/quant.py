@@ -31,8 +31,8 @@ Why this layout (dev boxes: 2-core AMD EPYC Zen 4 and Intel Ice Lake, AVX-512; f
     error statistics). For decode both formats are regrouped at load into blocks of 16 (x86
     with AVX512-VNNI) or 8 interleaved rows (engine/kernels/qgroup.py), so that one integer
     dot-product instruction serves all rows of a group and the conversion and scaling are
-    shared: q4 2-2.5x faster than a row-major kernel; q8 grouped only with 16-row groups
-    (elsewhere row-major, engine/kernels/qlinear.py).
+    shared: q4 2-2.5x faster than a row-major kernel; q8 grouped on the x86 classes
+    (aarch64 and the generic class row-major, engine/kernels/qlinear.py).
   - bf16 (uint16) scales, not f32: the same kernels accept float32 scale arrays, and decode
     speed did not differ measurably, so the 2 bytes per block are saved (q4: 0.5625 instead of
     0.625 bytes per weight, 10% fewer bytes per token).

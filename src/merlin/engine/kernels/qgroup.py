@@ -72,9 +72,15 @@ Q8_BLOCK_BYTES = BLOCK * GROUP  # one q8 block of the group's rows
 Q8A8_BIAS = 0 if dots.SIGNED_QUADS else 128
 _Q8A8_FLIP = -Q8A8_BIAS  # w + 128 mod 256 is w with its sign bit flipped: w ^ -128
 # Is the grouped q8 (int16 activations) the model's q8 kernel on this class, or the row-major
-# qlinear.matmul_q8? Grouped measured faster with 16-row groups (docs/kernels.md); the 8-row
-# classes keep the row-major kernel (their grouped q8 builds and is tested, not yet timed).
-Q8_GROUPED = TARGET.name in ("x86-avx512vnni",)
+# qlinear.matmul_q8? Grouped on every tuned x86 class: faster for one row and much faster for
+# a verify (docs/kernels.md); aarch64 keeps the row-major kernel (the grouped q8 there is
+# built and tested under qemu, not timed on a core).
+Q8_GROUPED = TARGET.x86_ir
+# Do grouped q8 products of more than a few rows (a prefill) run the int16 dots too? With
+# 16-row groups they outrun sgemm on dequantized weights at every N; with 256-bit vectors they
+# trail it from ~64 rows, so there a prefill goes through BLAS as the row-major q8's does
+# (engine/linear.py).
+Q8_DOTS_PREFILL = GROUP == 16
 # part of the weight cache's key: the class decides group size, bias and q8 layout
 LAYOUT = f"{TARGET.name}-g{GROUP}" + ("q8g" if Q8_GROUPED else "") + f"b{Q8A8_BIAS}"
 # high nibbles by a 16-bit shift and a mask instead of vgf2p8affineqb on Zen 4 (docs/kernels.md)
