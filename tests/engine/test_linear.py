@@ -57,4 +57,3 @@ def test_grouped_weights_run_their_kernel_at_any_n(q8, monkeypatch):
     q4 = linear.GroupLinear.from_qtensor(quantize_q4(rng.standard_normal((O, K), np.float32)))
     assert not linear.prefill_dequantizes(q4)
     assert not linear.prefill_dequantizes(linear.GroupLinear.from_qtensor(q8, "q8a8"))
-

@@ -13,8 +13,9 @@ With NUMBA_CACHE_DIR set and MERLIN_CPU_CLASS changed between runs, use one fold
 Modules: target (the CPU class), irtools (the LLVM IR pieces every kernel shares: stack
 scratch, prefetch, scale decode, vector loads), dots (the integer dot instructions per class),
 actquant (activation quantization), reference (naive NumPy twins for tests); the kernels:
-qgroup (grouped q4/q8, decode to prefill), qlinear (row-major q8: aarch64, generic), attention, linear
-(f32), norm, rope, activation, mathfn. docs/kernels.md holds the measurements behind them.
+qgroup (grouped q4/q8, decode to prefill), qlinear (row-major q8: aarch64, generic),
+attention, linear (f32), norm, rope, activation, mathfn. docs/kernels.md holds the
+measurements behind them.
 """
 
 import os
