@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sqlite3
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +36,8 @@ def store(tmp_path):
 def fill(store: Store) -> list[int]:
     a = store.create_conversation("Shapes")
     ref = store.import_image_bytes(PNG, "png", "red dot.png")
-    store.add_message(a, "user", "What colour is the dot?", images=[ref])
+    store.add_message(a, "user", "What colour is the dot?", images=[replace(ref, tokens=256)])
+    store.add_message(a, "user", "And now?", images=[ref])  # the settings' default budget
     mid = store.add_message(a, "assistant", "It is **red**. <b>not bold</b>")
     store.update_message(mid, stats={"tokens": 5, "tokens_per_s": 40.5})
     b = store.create_conversation("数学")
@@ -62,7 +64,7 @@ def snapshot(store: Store):
     for c in sorted(store.conversations(), key=lambda c: c.id):
         msgs = [
             (m.role, m.text, m.state, m.stats, m.reasoning,
-             [(r.name, r.ext, store.image_path(r).read_bytes()) for r in m.images])
+             [(r.name, r.ext, r.tokens, store.image_path(r).read_bytes()) for r in m.images])
             for m in store.messages(c.id)
         ]  # fmt: skip
         out.append((c.title, msgs))
@@ -157,6 +159,11 @@ def bad_documents(good: dict) -> dict:
         "image ext path": edit(lambda d: img(d).update(ext="../../x")),
         "image without data": edit(lambda d: img(d).pop("data")),  # null: gone at export
         "image data a number": edit(lambda d: img(d).update(data=5)),
+        "image tokens text": edit(lambda d: img(d).update(tokens="256")),
+        "image tokens zero": edit(lambda d: img(d).update(tokens=0)),
+        "image tokens true": edit(lambda d: img(d).update(tokens=True)),
+        "image tokens huge": edit(lambda d: img(d).update(tokens=1 << 30)),
+        "image tokens fractional": edit(lambda d: img(d).update(tokens=25.5)),
         "title huge": edit(lambda d: d["conversations"][0].update(title="t" * 5000)),
         "second chat bad": edit(lambda d: d["conversations"][1]["messages"].append({"role": 1})),
         "created NaN": edit(lambda d: d["conversations"][0].update(created=float("nan"))),
@@ -315,7 +322,7 @@ def test_a_backup_with_a_picture_gone_at_export_still_imports(store, tmp_path):
     store.image_path(ref).unlink()
     path = chat_export.write_json(store, ids, tmp_path / "all.json")
     convs = read_json(path)
-    assert [m.missing_images for m in convs[0].messages] == [1, 0]
+    assert [m.missing_images for m in convs[0].messages] == [1, 1, 0]
     new = Store(tmp_path / "other")
     try:
         got = chat_export.import_conversations(new, convs)

@@ -11,7 +11,10 @@ files, without reasoning, still import):
             {"role": "user" | "assistant", "text": "...", "state": "done", "stats": {},
              "reasoning": "...",  # a thinking model's answer only; absent otherwise
              "images": [{"name": "cat.jpg", "ext": "jpg", "sha256": "<hex>",
-                         "data": "<base64>"}]}]}]}
+                         "data": "<base64>", "tokens": 1024}]}]}]}
+
+An image's "tokens" (optional) is the image-token budget it was asked with, so a later turn
+of the imported chat reads it as it was read then; without it, the settings' default.
 
 In Markdown a thinking model's reasoning is a collapsed `<details>` block above its answer,
 quoted line by line, with raw HTML made literal (markdown.literal_html): GitHub shows it
@@ -42,11 +45,12 @@ import os
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from merlin.app.model.markdown import literal_html
 from merlin.app.model.store import MESSAGE_STATES, ImageRef, Store
+from merlin.app.model.store_schema import image_tokens
 from merlin.engine.tokenizer import clean_text
 
 FORMAT = "merlin-chats"
@@ -71,6 +75,7 @@ class ImportedImage:
     name: str
     ext: str
     data: bytes
+    tokens: int | None = None  # the image-token budget it was asked with (None: the default)
 
 
 @dataclass
@@ -130,12 +135,15 @@ class JsonExport:
 def _embedded(image: dict) -> dict:
     path = image["path"]
     data = path.read_bytes() if path.is_file() else b""
-    return {
+    out = {
         "name": image["name"],
         "ext": image["ext"],
         "sha256": hashlib.sha256(data).hexdigest() if data else image["sha256"],
         "data": base64.b64encode(data).decode("ascii") if data else None,
     }
+    if image.get("tokens") is not None:
+        out["tokens"] = image["tokens"]
+    return out
 
 
 def json_export(store: Store, conversation_ids: Sequence[int]) -> JsonExport:
@@ -149,7 +157,13 @@ def json_export(store: Store, conversation_ids: Sequence[int]) -> JsonExport:
         messages = []
         for m in store.messages(cid):
             images = [
-                {"name": r.name, "ext": r.ext, "sha256": r.sha256, "path": store.image_path(r)}
+                {
+                    "name": r.name,
+                    "ext": r.ext,
+                    "sha256": r.sha256,
+                    "tokens": r.tokens,
+                    "path": store.image_path(r),
+                }
                 for r in m.images
             ]
             message = {
@@ -394,6 +408,11 @@ def _image(im, where: str) -> ImportedImage | None:
     sha = im.get("sha256")
     if not isinstance(sha, str) or not _SHA.match(sha):
         raise ChatFileError(f'{where}: "sha256" must be 64 hexadecimal digits.')
+    tokens = im.get("tokens")
+    if tokens is not None and image_tokens(tokens) is None:
+        raise ChatFileError(
+            f'{where}: "tokens" must be a whole number of image tokens from 1 to {1 << 20:,}.'
+        )
     data = im.get("data")
     if data is None and "data" in im:
         return None
@@ -405,7 +424,7 @@ def _image(im, where: str) -> ImportedImage | None:
         raise ChatFileError(f"{where}: the picture's data is not valid base64.") from None
     if hashlib.sha256(raw).hexdigest() != sha:
         raise ChatFileError(f"{where}: the picture's data does not match its sha256 (damaged).")
-    return ImportedImage(name, ext, raw)
+    return ImportedImage(name, ext, raw, tokens)
 
 
 def _seconds(value, where: str) -> float:
@@ -443,7 +462,10 @@ def store_images(store: Store, convs: Sequence[ImportedConversation]) -> list:
     for conv in convs:
         messages = []
         for m in conv.messages:
-            refs = [store.import_image_bytes(im.data, im.ext, im.name) for im in m.images]
+            refs = [
+                replace(store.import_image_bytes(im.data, im.ext, im.name), tokens=im.tokens)
+                for im in m.images
+            ]
             messages.append((m.role, m.text, m.state, m.stats, refs, m.reasoning))
         prepared.append((conv.title, conv.created, messages))
     return prepared
