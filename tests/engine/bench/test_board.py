@@ -190,3 +190,22 @@ def test_intel_unlamination_is_a_rename_slot_per_indexed_computing_instruction(t
     fused = mca.cycles_per_iteration(loop.text(), "x86_64", "icelake-server", tool)
     split = mca.cycles_per_iteration(loop.text(unlaminate=True), "x86_64", "icelake-server", tool)
     assert split > 1.2 * fused
+
+
+def test_a_core_llvm_mca_does_not_know_gets_the_nearest_model_that_reads_its_listings(tool):
+    """Debian 12's llvm-mca (LLVM 14) has no emeraldrapids: the host check fell back to
+    x86-64-v3, which refuses every zmm instruction, and `bench board` died on such a host."""
+    known = {"sapphirerapids", "icelake-server", "alderlake", "x86-64-v3", "znver3"}
+    assert board.nearest_mca_cpu("emeraldrapids", True, known) == "sapphirerapids"
+    assert board.nearest_mca_cpu("znver3", False, known) == "znver3"
+    assert board.nearest_mca_cpu("znver4", True, known) == "sapphirerapids"
+    assert board.nearest_mca_cpu("arrowlake", False, known) == "alderlake"
+    assert board.nearest_mca_cpu("a-core-from-2030", True, known) == "sapphirerapids"
+    assert board.nearest_mca_cpu("a-core-from-2030", False, known) == "x86-64-v3"
+    # this host's choice reads the widest vectors this host's kernels use
+    from llvmlite import binding as ll
+
+    widest = "zmm" if "+avx512f" in ll.get_host_cpu_features().flatten().split(",") else "ymm"
+    line = f"vpaddd %{widest}1, %{widest}2, %{widest}3"
+    cpu = board.host_mca_cpu(tool)
+    assert mca.cycles_per_iteration(line, "x86_64-unknown-linux-gnu", cpu, tool) > 0

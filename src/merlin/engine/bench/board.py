@@ -215,16 +215,45 @@ def board_report(board: Board, model: dict, text: dict, read_gbs: float | None,
 # --------------------------------------------------------------------------- this host
 
 
+# cores newer than an older llvm-mca knows (Debian 12's LLVM 14 has no emeraldrapids), by the
+# closest core it may know with the same instruction sets
+_SUCCESSORS = {
+    "emeraldrapids": ("sapphirerapids", "icelake-server"),
+    "graniterapids": ("sapphirerapids", "icelake-server"),
+    "graniterapids-d": ("sapphirerapids", "icelake-server"),
+    "arrowlake": ("alderlake",),
+    "arrowlake-s": ("alderlake",),
+    "meteorlake": ("alderlake",),
+    "lunarlake": ("alderlake",),
+    "pantherlake": ("alderlake",),
+    "znver5": ("znver4", "sapphirerapids", "icelake-server"),
+    "znver4": ("sapphirerapids", "icelake-server"),
+}
+# an AVX-512 listing needs a model that parses it: x86-64-v3 (AVX2) refuses zmm registers
+_AVX512_FALLBACKS = ("x86-64-v4", "sapphirerapids", "icelake-server", "skylake-avx512")
+
+
+def nearest_mca_cpu(name: str, avx512: bool, known: set[str]) -> str:
+    """The llvm-mca -mcpu for a host core LLVM calls `name`: itself if llvm-mca knows it, else
+    its closest known successor model, else a generic x86-64 level that parses the host's
+    listings (AVX-512 or AVX2)."""
+    fallbacks = _AVX512_FALLBACKS if avx512 else ("x86-64-v3",)
+    for candidate in (name, *_SUCCESSORS.get(name, ()), *fallbacks):
+        if candidate in known:
+            return candidate
+    return fallbacks[-1]
+
+
 def host_mca_cpu(tool: str) -> str:
-    """llvm-mca's name for this host's core (LLVM's host CPU name if llvm-mca knows it)."""
+    """llvm-mca's name for this host's core (nearest_mca_cpu of LLVM's host CPU name)."""
     import subprocess
 
     from llvmlite import binding as ll
 
-    name = ll.get_host_cpu_name()
-    known = subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True).stdout
-    known += subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True).stderr
-    return name if f" {name} " in known or f"\t{name} " in known else "x86-64-v3"
+    done = subprocess.run([tool, "-mcpu=help"], capture_output=True, text=True)
+    known = {line.split()[0] for line in (done.stdout + done.stderr).splitlines() if " - " in line}
+    avx512 = "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
+    return nearest_mca_cpu(ll.get_host_cpu_name(), avx512, known)
 
 
 def _intel_host() -> bool:
