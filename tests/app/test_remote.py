@@ -8,6 +8,7 @@ model is tests/app/test_remote_llamacpp.py (marker `peer`, scripts/test-peer.sh)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -169,6 +170,7 @@ SCRIPTS = {
         chunked_sse=True,
     ),
     "slow": _reply("200 OK", CHUNK, chunked_sse=True),  # one chunk, then silence
+    "trickle": _reply("200 OK", b'{"object":"list","data":[{"id":"' + b"m" * 160 + b'"}]}'),
 }
 
 
@@ -192,6 +194,14 @@ def scripted():
                 conn.recv(65536)
                 if SCRIPTS[name] is None:
                     time.sleep(5)
+                    return
+                if name == "trickle":  # a model list, a byte every 50 ms (10 s in all)
+                    head, _, body = SCRIPTS[name].partition(b"\r\n\r\n")
+                    conn.sendall(head + b"\r\n\r\n")
+                    for byte in body:
+                        time.sleep(0.05)
+                        with contextlib.suppress(OSError):
+                            conn.sendall(bytes([byte]))
                     return
                 if name in ("drop", "error_event", "slow", "malformed"):
                     head, _, body = SCRIPTS[name].partition(b"\r\n\r\n")
@@ -241,6 +251,15 @@ def test_timeouts_and_refused_connections(scripted):
         list_models(RemoteConfig(f"http://127.0.0.1:{port}"))
     with pytest.raises(RemoteError, match="sent no model list within 0.5 s"):
         list_models(RemoteConfig(scripted("silent"), read_timeout=0.5))
+
+
+def test_a_model_list_trickled_a_byte_at_a_time_is_cut_off_in_time(scripted):
+    """Each byte restarted the read timeout: the thread asking stayed until the last byte,
+    long after the load had given up waiting for it."""
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match="did not finish sending its model list within 0.5 s"):
+        list_models(RemoteConfig(scripted("trickle")), within=0.5)
+    assert time.monotonic() - t0 < 2.5
 
 
 def test_fetching_models_from_a_silent_server_leaves_the_dialog_answering(qtbot, scripted):

@@ -15,7 +15,8 @@ from merlin.engine.config import load_config
 from merlin.engine.errors import InputError
 from merlin.engine.rope import mrope_positions, text_positions
 from merlin.engine.text import TextModel, load_text_weights
-from merlin.engine.vision import load_vision
+from merlin.engine.vision import encoder, load_vision
+from merlin.engine.threads import one_thread
 from merlin.engine.vision.qweights import quantized_bytes
 
 IMAGES = FIXTURES / "vision_images"
@@ -160,11 +161,12 @@ def test_q8_element_wise_kernels_on_the_kernel_threads_equal_one_thread(case):
         enc.set_weights_format("f32")
 
 
-def test_q8_encode_is_the_same_on_one_and_two_threads(case):
+def test_q8_encode_is_the_same_on_one_and_two_threads(case, monkeypatch):
     """Element-wise rows, the products' groups and the attention's queries are split over the
     threads, each value computed as on one thread: the whole encode is bitwise the same."""
     import numba
 
+    monkeypatch.setattr(encoder, "SERIAL_ENCODE_MACS", 0)  # the fixtures' encoders are small
     _, _, vision, prompts = case
     images = prompts[0][1]
     before = numba.get_num_threads()
@@ -181,3 +183,35 @@ def test_q8_encode_is_the_same_on_one_and_two_threads(case):
     finally:
         numba.set_num_threads(before)
         vision.set_weights_format("f32")
+
+
+def test_small_encodes_run_on_the_calling_thread_alone(case, monkeypatch):
+    """An encode under SERIAL_ENCODE_MACS (patches x the matrices' weights) does not wake the
+    kernel pool; a bigger one does. The same bits either way."""
+    import contextlib
+
+    _, _, vision, prompts = case
+    images = prompts[0][1]
+    entered = []
+
+    @contextlib.contextmanager
+    def recording():
+        entered.append(True)
+        with one_thread():
+            yield
+
+    monkeypatch.setattr(encoder, "one_thread", recording)
+    patches = sum(len(im.pixel_values) for im in images)
+    per_patch = vision.encoder._weights_per_patch
+    try:
+        vision.set_weights_format("q8")
+        monkeypatch.setattr(encoder, "SERIAL_ENCODE_MACS", patches * per_patch + 1)
+        serial = vision.encode(images)
+        assert entered == [True]
+        monkeypatch.setattr(encoder, "SERIAL_ENCODE_MACS", patches * per_patch)
+        pooled = vision.encode(images)
+        assert entered == [True]
+    finally:
+        vision.set_weights_format("f32")
+    assert np.array_equal(serial.embeds, pooled.embeds)
+    assert all(np.array_equal(a, b) for a, b in zip(serial.deepstack, pooled.deepstack))

@@ -49,6 +49,7 @@ DEFAULT_MAX_PIXELS = 1024 * 1024
 MAX_IMAGE_BYTES = 16 * 1024 * 1024
 KEY_FILE = "remote-api-key"
 LIST_TIMEOUT = 15.0  # s a server may take to list its models (it has nothing to compute)
+MAX_LIST_BYTES = 16 << 20  # a model list (OpenRouter's, hundreds of models, is ~1 MB)
 
 
 class RemoteError(MerlinError):
@@ -182,14 +183,29 @@ def _network_message(e: Exception, url: str, config: RemoteConfig) -> str:
     return f"the connection to {url} failed ({type(e).__name__}: {e})."
 
 
-def list_models(config: RemoteConfig) -> list[str]:
-    """The model ids the server offers (GET /v1/models); RemoteError with a message if not."""
+def list_models(config: RemoteConfig, within: float = LIST_TIMEOUT) -> list[str]:
+    """The model ids the server offers (GET /v1/models); RemoteError with a message if not.
+    The whole list must arrive within `within` seconds and MAX_LIST_BYTES: a server that
+    trickles its reply (each byte restarting the read timeout) or sends without end is cut
+    off then, so the thread asking (remote.waited's) ends too."""
     import httpx
 
     url = config.url
-    timeout = httpx.Timeout(min(config.read_timeout, LIST_TIMEOUT), connect=config.connect_timeout)
+    timeout = httpx.Timeout(min(config.read_timeout, within), connect=config.connect_timeout)
+    end = time.monotonic() + within
+    body = bytearray()
     try:
-        r = httpx.get(url + "/models", headers=_headers(config.api_key), timeout=timeout)
+        with httpx.stream(
+            "GET", url + "/models", headers=_headers(config.api_key), timeout=timeout
+        ) as r:
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > MAX_LIST_BYTES:
+                    raise RemoteError(f"{url}/models sent more than {MAX_LIST_BYTES:,} bytes.")
+                if time.monotonic() > end:
+                    raise RemoteError(
+                        f"{url} did not finish sending its model list within {within:g} s."
+                    )
     except httpx.ReadTimeout:
         raise RemoteError(
             f"{url} accepted the connection but sent no model list within "
@@ -197,10 +213,11 @@ def list_models(config: RemoteConfig) -> list[str]:
         ) from None
     except httpx.HTTPError as e:
         raise RemoteError(_network_message(e, url, config)) from None
+    text = body.decode("utf-8", "replace")
     if r.status_code != 200:
-        raise RemoteError(_status_message(r.status_code, r.text, url, r.headers))
+        raise RemoteError(_status_message(r.status_code, text, url, r.headers))
     try:
-        data = r.json()["data"]
+        data = json.loads(text)["data"]
         return [str(m["id"]) for m in data]
     except (ValueError, KeyError, TypeError):
         raise RemoteError(

@@ -22,6 +22,7 @@ encode started while the user types can be stopped within one block's time.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..config import VisionConfig
 from ..errors import CheckpointError, InputError
+from ..threads import one_thread
 from . import qweights
 from .attention import (  # noqa: F401 (engine.memory reads ATTN_CHUNK_ELEMS)
     ATTN_CHUNK_ELEMS,
@@ -88,10 +90,23 @@ def merge_block_rows_cols(h: int, w: int, m: int) -> tuple[np.ndarray, np.ndarra
     return (bh * m + mh).ravel(), (bw * m + mw).ravel()
 
 
+# An encode whose multiply-adds in the matrices (patches x their weights) are fewer than this
+# runs its kernels on the calling thread: waking the pool for each small product and
+# element-wise pass cost more than it saved (docs/benchmarks.md, "The demo model's picture
+# on one kernel thread"); a real checkpoint's encoder (hundreds of millions of weights)
+# always uses the pool.
+SERIAL_ENCODE_MACS = 2_000_000_000
+
+
 class VisionEncoder:
     def __init__(self, cfg: VisionConfig, weights: VisionWeights, weights_format: str = "f32"):
         self.cfg = cfg
         self.w = weights
+        # matrix weights a patch passes through (the merger's run once per 4 patches: counted
+        # whole, an upper bound), for SERIAL_ENCODE_MACS
+        self._weights_per_patch = int(weights.patch_w.size) + sum(
+            math.prod(w.shape) for w in weights.stored
+        )
         self.weights_format = "f32"
         self.set_weights_format(weights_format)
         self.side = math.isqrt(cfg.num_position_embeddings)
@@ -207,9 +222,13 @@ class VisionEncoder:
     def forward(self, pixel_values: np.ndarray, grids, cancel=None, progress=None) -> VisionOutput:
         """pixel_values: [N, C*T*P*P] f32 (images concatenated, reference patch order);
         grids: [(t, h, w)] per image. Returns merged embeddings and DeepStack features.
-        cancel: an Event checked between blocks (EncodeCancelled); progress(done, depth)."""
+        cancel: an Event checked between blocks (EncodeCancelled); progress(done, depth).
+        Small encodes run on this thread alone (SERIAL_ENCODE_MACS); the output is the same
+        bits either way."""
+        serial = len(pixel_values) * self._weights_per_patch < SERIAL_ENCODE_MACS
         try:
-            return self._forward(pixel_values, grids, {}, cancel, progress)
+            with one_thread() if serial else contextlib.nullcontext():
+                return self._forward(pixel_values, grids, {}, cancel, progress)
         finally:
             for w in self.w.stored:  # the file pages are read again at the next image
                 w.release()
