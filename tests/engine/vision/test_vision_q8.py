@@ -15,8 +15,8 @@ from merlin.engine.config import load_config
 from merlin.engine.errors import InputError
 from merlin.engine.rope import mrope_positions, text_positions
 from merlin.engine.text import TextModel, load_text_weights
-from merlin.engine.vision import encoder, load_vision
 from merlin.engine.threads import one_thread
+from merlin.engine.vision import encoder, load_vision
 from merlin.engine.vision.qweights import quantized_bytes
 
 IMAGES = FIXTURES / "vision_images"
