@@ -95,7 +95,7 @@ def merge_block_rows_cols(h: int, w: int, m: int) -> tuple[np.ndarray, np.ndarra
 # element-wise pass cost more than it saved (docs/benchmarks.md, "The demo model's picture
 # on one kernel thread"); a real checkpoint's encoder (hundreds of millions of weights)
 # always uses the pool.
-SERIAL_ENCODE_MACS = 2_000_000_000
+SERIAL_ENCODE_MACS = 4_000_000_000
 
 
 class VisionEncoder:
