@@ -37,4 +37,5 @@ with tempfile.TemporaryDirectory() as folder:
                     times[way].append(time.perf_counter() - t0)
         patches = len(image.pixel_values)
         medians = ", ".join(f"{way} {np.median(t) * 1e3:.1f} ms" for way, t in times.items())
-        print(f"{side}x{side}: {patches} patches, {patches * per_patch / 1e9:.2f} G MACs: {medians}")
+        macs = patches * per_patch / 1e9
+        print(f"{side}x{side}: {patches} patches, {macs:.2f} G MACs: {medians}")
