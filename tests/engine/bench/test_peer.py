@@ -13,12 +13,33 @@ from merlin.engine.bench import peer
 
 
 def test_native_build_without_amx_flags():
-    assert peer.cmake_args({"avx2", "fma", "avx512_vnni"}) == "-DGGML_NATIVE=ON"
-    assert peer.cmake_args(set()) == "-DGGML_NATIVE=ON"
+    avx512 = {"avx2", "fma", "avx512f", "avx512_vnni"}
+    assert peer.cmake_args(avx512, "x86-avx512vnni") == "-DGGML_NATIVE=ON"
+    assert peer.cmake_args({"avx2", "fma"}, "x86-avx2") == "-DGGML_NATIVE=ON"  # a real AVX2 CPU
+    assert peer.cmake_args(set(), "generic") == "-DGGML_NATIVE=ON"
+
+
+def test_a_narrower_kernel_class_gets_llama_cpp_built_for_the_same_instructions(monkeypatch):
+    """Merlin's AVX2 class's code on an AVX-512 host meets llama.cpp's AVX2 code, not its
+    AVX-512 kernels, in a venv of its own (the native build's venv is kept)."""
+    avx512 = {"avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "amx_tile"}
+    for name in ("x86-avx2", "x86-avxvnni"):
+        args = shlex.split(peer.cmake_args(avx512, name))
+        assert "-DGGML_NATIVE=OFF" in args and "-DGGML_AVX2=ON" in args
+        assert ("-DGGML_AVX_VNNI=ON" in args) == (name == "x86-avxvnni")
+        assert not any("AVX512" in a or "amx" in a for a in args)
+    assert peer.narrow_class({"avx2", "avx_vnni"}, "x86-avx2") == "x86-avx2"  # Alder Lake
+    assert peer.narrow_class({"avx2", "avx_vnni"}, "x86-avxvnni") is None
+    monkeypatch.setattr(peer, "_cpu_flags", lambda: avx512)
+    monkeypatch.setattr(peer, "_kernel_class", lambda: "x86-avx2")
+    assert peer.venv_dir() == peer.peer_dir() / "venv-x86-avx2"
+    monkeypatch.setattr(peer, "_kernel_class", lambda: "x86-avx512vnni")
+    assert peer.venv_dir() == peer.peer_dir() / "venv"
 
 
 def test_amx_cpu_builds_without_the_amx_backend():
-    args = shlex.split(peer.cmake_args({"avx2", "avx512_vnni", "amx_tile", "amx_int8"}))
+    flags = {"avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"}
+    args = shlex.split(peer.cmake_args(flags, "x86-avx512vnni"))
     assert args[0] == "-DGGML_NATIVE=ON"
     for lang in ("C", "CXX"):
         (flags,) = [a.split("=", 1)[1] for a in args if a.startswith(f"-DCMAKE_{lang}_FLAGS=")]

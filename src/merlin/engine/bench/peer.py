@@ -8,7 +8,10 @@
    leaves llama.cpp's AMX backend out (-mno-amx-*): its repacked Q8_0 / Q4_0 weights crash in
    the first llama_decode (docs/benchmarks.md, the `peer` section), and without extra buffer
    types at all llama.cpp would lose its repacked Q4_0 kernels, which would not be a fair
-   comparison. The AVX-512 VNNI kernels stay.
+   comparison. The AVX-512 VNNI kernels stay. When Merlin's kernels are built for less than
+   this CPU has (NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES= on an AVX-512 host, to see the AVX2
+   class's code), llama.cpp is built for the same instruction sets instead (narrow_class,
+   CLASS_BUILDS) into a venv of its own (venv-x86-avx2, ...), so the two compare like for like.
 2. The checkpoint's text decoder written as GGUF (gguf_export.py, f16) and quantized by
    llama.cpp's own quantizer to Q8_0 and Q4_0 (llama_driver.py quantize), cached beside it.
 3. A correctness check first (check_greedy, on the small demo checkpoint, whose f32 GGUF is
@@ -56,8 +59,34 @@ def peer_dir() -> Path:
     return Path(os.environ.get("MERLIN_PEER_DIR") or Path(user_cache_dir("merlin")) / "peer")
 
 
+# llama.cpp built for one of Merlin's narrower x86 classes: those instruction sets, no -march
+_AVX2 = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+CLASS_BUILDS = {"x86-avx2": _AVX2, "x86-avxvnni": _AVX2 + " -DGGML_AVX_VNNI=ON"}
+
+
+def narrow_class(cpu_flags: set[str], class_name: str) -> str | None:
+    """Merlin's kernel class when it uses less than this CPU has (a build for another class on
+    this host), else None: llama.cpp is then built for that class, not natively."""
+    if class_name == "x86-avx2" and cpu_flags & {"avx512f", "avx512_vnni", "avx_vnni"}:
+        return class_name
+    if class_name == "x86-avxvnni" and "avx512f" in cpu_flags:
+        return class_name
+    return None
+
+
+def _kernel_class() -> str:
+    from ..kernels.target import TARGET
+
+    return TARGET.name
+
+
+def venv_dir() -> Path:
+    narrow = narrow_class(_cpu_flags(), _kernel_class())
+    return peer_dir() / (f"venv-{narrow}" if narrow else "venv")
+
+
 def venv_python() -> Path:
-    return peer_dir() / "venv" / "bin" / "python"
+    return venv_dir() / "bin" / "python"
 
 
 def _peer_version(python: Path) -> str | None:
@@ -71,9 +100,13 @@ def _peer_version(python: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def cmake_args(cpu_flags: set[str] | None = None) -> str:
-    """llama.cpp's build arguments for this CPU (module docstring: why AMX is left out)."""
+def cmake_args(cpu_flags: set[str] | None = None, class_name: str | None = None) -> str:
+    """llama.cpp's build arguments for this CPU and Merlin's kernel class (module docstring:
+    why AMX is left out, when the build is not native)."""
     flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    narrow = narrow_class(flags, _kernel_class() if class_name is None else class_name)
+    if narrow:
+        return CLASS_BUILDS[narrow]
     args = "-DGGML_NATIVE=ON"
     if flags & {"amx_tile", "amx_int8", "amx_bf16"}:
         no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -90,7 +123,8 @@ def ensure_llama_cpp(progress=print) -> str:
     llama-cpp-python's version."""
     python = venv_python()
     args = cmake_args()
-    stamp = peer_dir() / "venv" / "merlin-cmake-args"
+    venv = venv_dir()
+    stamp = venv / "merlin-cmake-args"
     version = _peer_version(python)
     if version and stamp.is_file() and stamp.read_text().strip() == args:
         return version
@@ -98,19 +132,19 @@ def ensure_llama_cpp(progress=print) -> str:
         progress("peer: llama.cpp was built with other arguments; building it again")
         import shutil
 
-        shutil.rmtree(peer_dir() / "venv")
+        shutil.rmtree(venv)
     root = peer_dir()
     root.mkdir(parents=True, exist_ok=True)
-    log = root / "build.log"
+    log = root / ("build.log" if venv.name == "venv" else f"build-{venv.name}.log")
     progress(
         f"peer: building llama.cpp from PyPI (llama-cpp-python, {args}) into "
-        f"{root / 'venv'}; {BUILD_MINUTES}, once (log: {log})"
+        f"{venv}; {BUILD_MINUTES}, once (log: {log})"
     )
     env = dict(os.environ, CMAKE_ARGS=args)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     with open(log, "w", encoding="utf-8") as f:
         steps = [
-            [sys.executable, "-m", "venv", str(root / "venv")],
+            [sys.executable, "-m", "venv", str(venv)],
             [str(python), "-m", "pip", "install", "--no-cache-dir", *PEER_PACKAGES],
         ]
         for cmd in steps:
