@@ -5,6 +5,7 @@ per-token arithmetic of the projection. llvm-mca comes from Debian's llvm packag
 
 import math
 
+import numpy as np
 import pytest
 
 from merlin.engine.bench import board, loops, mca
@@ -145,8 +146,13 @@ def test_the_host_check_times_the_tiles_per_block_and_reports_each_part():
     clock = board._Clock(2.0)
     numba.set_num_threads(1)
     try:
-        one = board._weight_seconds_per_block("q4", 1, GROUP, clock, 3)
-        five = board._weight_seconds_per_block("q4", 5, GROUP, clock, 3)
+        # medians of 3 alternating timings: a clean-clone CI with a compiler beside it (load
+        # average 8 on 2 CPUs) timed one row slower than five in a single pair
+        pairs = [
+            [board._weight_seconds_per_block("q4", n, GROUP, clock, 5) for n in (1, 5)]
+            for _ in range(3)
+        ]
+        one, five = np.median(pairs, axis=0)
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     assert 1 / 6e9 < one < 1e-6 and one < five < 1e-6
