@@ -259,8 +259,8 @@ def peer_report(p) -> str:
     if isinstance(p, str):
         return f"  llama.cpp: {p}"
     head = (
-        f"  llama.cpp (llama-cpp-python {p['llama_cpp_python']}, GGML_NATIVE) vs Merlin on the "
-        f"same checkpoint, {p['threads']} threads, medians of {p['repeats']} alternating rounds"
+        f"  {peer.build_label(p)} on the same checkpoint, {p['threads']} threads, medians of "
+        f"{p['repeats']} alternating rounds"
     )
     lines = [head]
     if p.get("check"):

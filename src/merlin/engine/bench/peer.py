@@ -287,8 +287,17 @@ PAIRS = (("q8", "q8_0"), ("q4", "q4_0"))
 
 def result_header(version: str, folder: Path, threads: int, contexts, repeats: int) -> dict:
     """What a side-by-side result starts with (this section's and bench moe's)."""
-    return {"llama_cpp_python": version, "checkpoint": str(folder), "threads": threads,
-            "contexts": list(contexts), "repeats": repeats}  # fmt: skip
+    return {"llama_cpp_python": version, "build": cmake_args(), "merlin_class": _kernel_class(),
+            "checkpoint": str(folder), "threads": threads, "contexts": list(contexts),
+            "repeats": repeats}  # fmt: skip
+
+
+def build_label(result: dict) -> str:
+    """llama.cpp's version and build, and Merlin's kernel class, for a report's first line."""
+    build = result.get("build", "-DGGML_NATIVE=ON").split(" -DCMAKE_")[0]
+    merlin = result.get("merlin_class", "?")
+    version = result["llama_cpp_python"]
+    return f"llama.cpp (llama-cpp-python {version}, {build}) vs Merlin ({merlin})"
 
 
 def run(folder: Path | None, contexts=(128, 2048), repeats: int = 3, threads: int = 2,
@@ -353,8 +362,8 @@ def _row(weights, fa, what, merlin_ms, llama_ms) -> dict:
 
 def report(result: dict) -> str:
     lines = [
-        f"peer: llama.cpp (llama-cpp-python {result['llama_cpp_python']}, GGML_NATIVE) vs "
-        f"Merlin, {result['threads']} threads, medians of {result['repeats']} alternating rounds",
+        f"peer: {build_label(result)}, {result['threads']} threads, medians of "
+        f"{result['repeats']} alternating rounds",
     ]
     c = result.get("check")
     if c:
