@@ -217,6 +217,28 @@ def test_expert_products_are_each_experts_own_product(fmt, rows):
         assert np.array_equal(got, want), threads
 
 
+@pytest.mark.parametrize("fmt", ["q4", "q8"])
+def test_small_and_large_matrices_give_the_same_bits(fmt):
+    """A matrix over SMALL_MATRIX_BYTES runs a parallel region per pass of ROW_CHUNK rows, a
+    smaller one all its passes in one region: its first groups, alone, are a small matrix
+    whose outputs must be the big one's first columns, bit for bit, for a prefill's rows."""
+    quantize, pack, matmul = KERNELS[fmt][:3]
+    k = 1024
+    group_bytes = KERNELS[fmt][7] * qgroup.GROUP * (k // 32)
+    groups = qgroup.SMALL_MATRIX_BYTES // group_bytes + 1
+    qt = quantize(rng.standard_normal((groups * qgroup.GROUP, k), dtype=np.float32))
+    packed, gscales = pack(qt.qs, qt.scales)
+    assert packed.nbytes > qgroup.SMALL_MATRIX_BYTES
+    few = 3
+    assert packed[:few].nbytes <= qgroup.SMALL_MATRIX_BYTES
+    x = rng.standard_normal((2 * qgroup.ROW_CHUNK + 7, k), dtype=np.float32)
+    big = np.empty((len(x), packed.shape[0] * qgroup.GROUP), np.float32)
+    matmul(x, packed, gscales, big)
+    small = np.empty((len(x), few * qgroup.GROUP), np.float32)
+    matmul(x, np.ascontiguousarray(packed[:few]), np.ascontiguousarray(gscales[:few]), small)
+    assert np.array_equal(small, big[:, : few * qgroup.GROUP])
+
+
 @pytest.mark.parametrize("tile_rows", [4, 8])
 def test_a_verify_of_four_drafts_is_one_register_tile(tile_rows):
     """Five rows are never a 4-row and a 1-row tile; every row is in one tile of at most

@@ -393,12 +393,27 @@ def _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out):
         _tile(packed, gscales, xq, dx, corr, g, n0, 1, out)
 
 
+# A matrix of at most this many packed bytes stays in a core's L2 through a whole product:
+# _grouped then runs its passes inside one parallel region
+SMALL_MATRIX_BYTES = 1 << 20
+
+
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _grouped(packed, gscales, xq, dx, corr, out):
     """All groups (parallel) against all activation rows. Many rows (a prefill) go in
     passes of ROW_CHUNK, each over all the weights: a pass's activations stay in L2 while a
-    group's weights, read from DRAM by its first tile, serve its other tiles from L1/L2."""
+    group's weights, read from DRAM by its first tile, serve its other tiles from L1/L2. A
+    small matrix (SMALL_MATRIX_BYTES: it stays cached anyway) runs the same passes group by
+    group in one parallel region instead of one region a pass, whose start-up cost more
+    than a small pass's work (the demo model's vision encoder: 784 rows of 96-384-wide
+    products, 84 of its 118 ms on two threads). The same tiles either way: the same bits."""
     n_rows = xq.shape[0]
+    if packed.size <= SMALL_MATRIX_BYTES:
+        for g in prange(packed.shape[0]):
+            for r0 in range(0, n_rows, ROW_CHUNK):
+                r1 = min(n_rows, r0 + ROW_CHUNK)
+                _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out)
+        return
     for r0 in range(0, n_rows, ROW_CHUNK):
         r1 = min(n_rows, r0 + ROW_CHUNK)
         for g in prange(packed.shape[0]):
