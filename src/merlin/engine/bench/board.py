@@ -421,13 +421,12 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     progress(f"board: compiling the kernels for this host ({host_cpu}) ...")
     cache = asm_cache_dir()
     host_asm = compile_asm(None, host_cpu, None, cache=cache)
-    host_model = analyse(
-        host_asm, host_mca_cpu(tool), "x86_64-unknown-linux-gnu", tool, _intel_host()
-    )
+    mca_cpu = host_mca_cpu(tool)
+    host_model = analyse(host_asm, mca_cpu, "x86_64-unknown-linux-gnu", tool, _intel_host())
     progress("board: timing the host's kernels on one thread (weights in L1, attention in L2) ...")
     result = {
         "llvm_mca": tool,
-        "host": {"cpu": host_cpu, "mca_cpu": host_mca_cpu(tool), "model": host_model},
+        "host": {"cpu": host_cpu, "mca_cpu": mca_cpu, "model": host_model},
         "boards": [],
     }
     check = result["host"]["check"] = host_check(host_model)

@@ -354,43 +354,51 @@ def _tile(packed, gscales, xq, dx, corr, g, n0, nr, out):
             out[n0 + n, g * GROUP + r] = acc[n * GROUP + r]
 
 
+@njit(nogil=True, cache=True, inline="always")
+def next_tile(rest, tile_rows):
+    """Rows of the next register tile when `rest` activation rows are left: tile_rows, but
+    VERIFY_ROWS left are one tile, and fewer than tile_rows one tile of the rest."""
+    return tile_rows if rest >= tile_rows and rest != VERIFY_ROWS else rest
+
+
 def tile_sizes(n: int, tile_rows: int = TILE_ROWS) -> list[int]:
     """The register tiles _group_rows cuts n activation rows into, for a class whose tiles
     are tile_rows rows (bench/board.py models other classes' with it)."""
     sizes = []
-    while n >= tile_rows and n != VERIFY_ROWS:
-        sizes.append(tile_rows)
-        n -= tile_rows
-    return sizes + ([n] if n else [])
+    while n:
+        sizes.append(next_tile.py_func(n, tile_rows))
+        n -= sizes[-1]
+    return sizes
 
 
 @njit(nogil=True, cache=True, fastmath=QFASTMATH, inline="always")
 def _group_rows(packed, gscales, xq, dx, corr, g, r0, r1, out):
     """Group g against activation rows r0..r1: register tiles of TILE_ROWS rows, then the
-    rest, each size a separate unrolled copy (tile_sizes). Five rows left are one tile on
+    rest, each size a separate unrolled copy (next_tile, tile_sizes). Five rows left are one tile on
     every class: as a 4-row and a 1-row tile the second pass unpacks the group's weights
     again and runs its dots apart, 12-16% slower for q4 on the 8-row x86 classes (5 rows of
     q8 with 16-row groups were 4 + 1 until own_row_pointers made one tile as fast or faster;
     docs/kernels.md)."""
     n0 = r0
-    while n0 + TILE_ROWS <= r1 and r1 - n0 != VERIFY_ROWS:
-        _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
-        n0 += TILE_ROWS
-    rest = r1 - n0
-    if rest == 7:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 7, out)
-    elif rest == 6:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
-    elif rest == 5:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
-    elif rest == 4:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
-    elif rest == 3:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 3, out)
-    elif rest == 2:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 2, out)
-    elif rest == 1:
-        _tile(packed, gscales, xq, dx, corr, g, n0, 1, out)
+    while n0 < r1:
+        nr = next_tile(r1 - n0, TILE_ROWS)
+        if nr == TILE_ROWS:
+            _tile(packed, gscales, xq, dx, corr, g, n0, TILE_ROWS, out)
+        elif nr == 7:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 7, out)
+        elif nr == 6:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 6, out)
+        elif nr == 5:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 5, out)
+        elif nr == 4:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 4, out)
+        elif nr == 3:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 3, out)
+        elif nr == 2:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 2, out)
+        else:
+            _tile(packed, gscales, xq, dx, corr, g, n0, 1, out)
+        n0 += nr
 
 
 # A matrix of at most this many packed bytes stays in a core's L2 through a whole product:
