@@ -40,8 +40,8 @@ def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
             p = Path(image_path(ref))
             if i == last_user or usable(p):
                 # its own budget; the nearest the model allows if it was another model's
-                own = BudgetedImage(str(p), ref.tokens, strict=False)
-                paths.append(str(p) if ref.tokens is None else own)
+                own = ref.tokens is not None
+                paths.append(BudgetedImage(str(p), ref.tokens, strict=False) if own else str(p))
             else:
                 dropped.append(ref.name or p.name)
         ids = r.stats.get("token_ids") if r.role == "assistant" else None
