@@ -215,3 +215,37 @@ def test_a_core_llvm_mca_does_not_know_gets_the_nearest_model_that_reads_its_lis
     line = f"vpaddd %{widest}1, %{widest}2, %{widest}3"
     cpu = board.host_mca_cpu(tool)
     assert mca.cycles_per_iteration(line, "x86_64-unknown-linux-gnu", cpu, tool) > 0
+
+
+def test_the_x86_rows_compile_their_own_class_not_this_hosts():
+    """An x86 row's kernels are its core's class: with NUMBA_CPU_NAME alone Numba would add
+    this host's features (AVX-512 here), and the Zen 3 row's attention came out with zmm
+    registers its llvm-mca model refused."""
+    expected = {"znver3": ("avx2", 8), "alderlake": ("vnni", 8)}
+    rows = [b for b in board.BOARDS if b.triple == board.X86_64]
+    assert sorted(b.cpu for b in rows) == sorted(expected)
+    for b in rows:
+        asm = compile_asm(b.triple, b.cpu, b.features, kernels=("clock",))
+        assert (asm["dot"], asm["group"]) == expected[b.cpu]
+        assert "zmm" not in asm["asm"]["clock"]
+
+
+def test_the_verify_limit_is_the_bandwidth_where_five_rows_of_compute_reach_the_target():
+    """V(4) <= 1.25 T holds at any bandwidth when five rows compute in 1.25 one row's time;
+    otherwise while the step's bytes take at least compute5 / 1.25 to read."""
+    rows = {
+        "q4 decode 128": {"read_gb": 1.0, "compute_ms": 20.0},
+        "q4 V(4) 128": {"read_gb": 1.0, "compute_ms": 80.0},
+        "q8 decode 128": {"read_gb": 2.0, "compute_ms": 40.0},
+        "q8 V(4) 128": {"read_gb": 2.0, "compute_ms": 50.0},
+    }
+    assert board.verify_limit_gbs(rows, "q4", 128) == pytest.approx(1.25 * 1.0 / 0.080)
+    assert board.verify_limit_gbs(rows, "q8", 128) is None
+    # at that bandwidth the projected ratio is exactly the target
+    gbs = board.verify_limit_gbs(rows, "q4", 128)
+    t, v = max(20.0, 1e3 / gbs), max(80.0, 1e3 / gbs)
+    assert v / t == pytest.approx(board.VERIFY_TARGET)
+    line = board._verify_limit_line(
+        {"verify_limit_gbs": {"q4": gbs, "q8": None}, "cores": 2}
+    )
+    assert "q4 up to 15.6 GB/s (7.8 a core)" in line and "q8 at any bandwidth" in line

@@ -27,6 +27,15 @@ why. On an Intel host the listings given to llvm-mca carry Intel's un-lamination
 instruction with a base + index memory operand is two uops at rename; loops.Loop.text), which
 llvm-mca's Intel models leave out; Arm cores have no such split.
 
+The x86 classes this host cannot time (BOARDS' x86 rows: the class's code compiled for a core
+of it, llvm-mca's model of that core; 2 cores, as `bench peer`): Zen 3 for x86-avx2 at
+ZEN3_GHZ, an EPYC 7763's base clock (boost 3.5; the issue's host did not say its part), and
+ZEN3_READ_GBS, the middle of the 13-17 GB/s issue 20 measured on its 2-vCPU EPYC; an Alder Lake
+P-core for x86-avxvnni at ALDERLAKE_GHZ (an i5-12400's all-core turbo), no bandwidth figure. Their
+models are checked only as far as the host check goes (Intel's llvm-mca models, this core).
+Per board the report also gives the read bandwidth up to which V(4) <= VERIFY_TARGET x T
+(verify_limit_gbs): the verify is compute-bound where decode is bandwidth-bound.
+
 Bandwidth: RK3588_READ_GBS, STREAM multi-threaded Triad on a Radxa ROCK 5B (RK3588, LPDDR4x,
 2022; EntityFX/anybench pull request #39: Copy 22.0, Triad 20.0 GB/s; a Turing Pi RK1 review
 reports 17-22 GB/s sequential). Triad counts its read and written bytes; a decode step only
@@ -57,18 +66,27 @@ TRUST_TOLERANCE = 0.25
 REPEAT_CALLS = 2000  # products a timing of the host check runs in one compiled loop
 A76_FEATURES = "+neon,+fp-armv8,+crc,+lse,+rdm,+rcpc,+dotprod,+fullfp16,+ssbs"
 AARCH64 = "aarch64-unknown-linux-gnu"
+X86_64 = "x86_64-unknown-linux-gnu"
+# the x86 cores (see the module docstring for where each figure comes from)
+ZEN3_GHZ = 2.45
+ZEN3_READ_GBS = 15.0
+ALDERLAKE_GHZ = 4.0
+# a verify of 4 drafts pays when it costs at most this many plain steps (issue 20's target)
+VERIFY_TARGET = 1.25
 
 
 @dataclass(frozen=True)
 class Board:
     name: str
     cpu: str  # LLVM CPU name Numba compiles for
-    features: str
+    features: str  # "": the named CPU's own (without it Numba would add this host's)
     mca_cpu: str  # llvm-mca's scheduling model
     ghz: float
     cores: int
     read_gbs: float | None  # None: no published figure used; compute-bound only
     where: str
+    triple: str = AARCH64
+    unlaminates: bool = False  # an Intel core (loops.Loop.text)
 
 
 BOARDS = (
@@ -83,6 +101,16 @@ BOARDS = (
     Board(
         "Cortex-A72 (no dotprod)", "cortex-a72", "+neon,+fp-armv8,+crc", "cortex-a72", 1.8, 4,
         None, "RK3399 / Raspberry Pi 4 class cores: compute only, no bandwidth figure used",
+    ),
+    # the x86 classes not on this host, each on a core of its class, 2 cores as `bench peer`
+    Board(
+        "AMD Zen 3 (x86-avx2)", "znver3", "", "znver3", ZEN3_GHZ, 2, ZEN3_READ_GBS,
+        "issue 20's 2-vCPU EPYC host (AVX2, FMA, no VNNI) at an EPYC 7763's base clock",
+        X86_64,
+    ),
+    Board(
+        "Intel Alder Lake P-core (x86-avxvnni)", "alderlake", "", "alderlake", ALDERLAKE_GHZ,
+        2, None, "a desktop's performance cores (AVX-VNNI): compute only", X86_64, True,
     ),
 )  # fmt: skip
 
@@ -175,6 +203,7 @@ def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: fl
     bandwidth_ms = bytes_ / (read_gbs * 1e9) * 1e3 if read_gbs else None
     projected = max(compute_ms, bandwidth_ms or 0.0)
     return {
+        "read_gb": bytes_ / 1e9,
         "compute_ms": compute_ms,
         "bandwidth_ms": bandwidth_ms,
         "projected_ms": projected,
@@ -207,9 +236,21 @@ def board_report(board: Board, model: dict, text: dict, read_gbs: float | None,
         "model": model,
         "per_block": {f: {n: cycles_per_block(model, f, n) for n in ROWS} for f in ("q4", "q8")},
         "projection": rows,
+        "verify_limit_gbs": {w: verify_limit_gbs(rows, w, CONTEXTS[0]) for w in FORMATS},
         "attention_scale": attention_scale,
         "projection_attention_scaled": scaled,
     }
+
+
+def verify_limit_gbs(rows: dict, weights: str, context: int) -> float | None:
+    """The read bandwidth (GB/s, all cores) up to which a verify of 4 drafts costs at most
+    VERIFY_TARGET plain steps: V(4) = max(compute5, bytes / bw) against T = max(compute1,
+    bytes / bw), so once compute5 > VERIFY_TARGET x compute1 the ratio holds only while
+    reading the step's bytes takes at least compute5 / VERIFY_TARGET. None: at any bandwidth."""
+    one, five = rows[f"{weights} decode {context}"], rows[f"{weights} V(4) {context}"]
+    if five["compute_ms"] <= VERIFY_TARGET * one["compute_ms"]:
+        return None
+    return VERIFY_TARGET * one["read_gb"] / (five["compute_ms"] / 1e3)
 
 
 # --------------------------------------------------------------------------- this host
@@ -437,9 +478,11 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
             scale = att["measured_cycles"] / att["model_cycles"]  # of two timings can be <= 0)
     for board in boards:
         progress(f"board: compiling the kernels for {board.cpu} ...")
-        asm = compile_asm(AARCH64, board.cpu, board.features, kernels=HOT_KERNELS, cache=cache)
-        model = analyse(asm, board.mca_cpu, "aarch64", tool)
-        gbs = board.read_gbs if read_gbs is None or board.read_gbs is None else read_gbs
+        asm = compile_asm(board.triple, board.cpu, board.features, kernels=HOT_KERNELS, cache=cache)
+        model = analyse(asm, board.mca_cpu, board.triple, tool, board.unlaminates)
+        gbs = board.read_gbs
+        if read_gbs is not None and board.read_gbs == RK3588_READ_GBS:
+            gbs = read_gbs
         result["boards"].append(board_report(board, model, text, gbs, scale))
     return result
 
@@ -510,12 +553,23 @@ def report(result: dict) -> str:
                         f"{p['projected_ms']:6.1f}"
                     )
                 lines.append(f"  {weights + ' ' + label:<16}{cells}")
+        lines.append(_verify_limit_line(b))
         lines.extend(_scaled_lines(b))
     lines.append(
         "\ncompute = kernel cycles / (clock x cores); bw = bytes read / read bandwidth; "
         "proj = max of the two; norms, RoPE and activation quantization not counted"
     )
     return "\n".join(lines)
+
+
+def _verify_limit_line(b: dict) -> str:
+    cells = []
+    for weights, gbs in b["verify_limit_gbs"].items():
+        if gbs is None:
+            cells.append(f"{weights} at any bandwidth")
+        else:
+            cells.append(f"{weights} up to {gbs:.1f} GB/s ({gbs / b['cores']:.1f} a core)")
+    return f"  V(4) <= {VERIFY_TARGET} T at ctx {CONTEXTS[0]} while reading: " + "; ".join(cells)
 
 
 def _scaled_lines(b: dict) -> list[str]:
@@ -545,7 +599,8 @@ def add_arguments(p) -> None:
         "--board-bandwidth",
         type=float,
         default=None,
-        help=f"board: the RK3588's read bandwidth in GB/s (default {RK3588_READ_GBS})",
+        help=f"board: the RK3588's read bandwidth in GB/s (default {RK3588_READ_GBS}; the "
+        "other rows keep theirs)",
     )
 
 
