@@ -245,7 +245,5 @@ def test_the_verify_limit_is_the_bandwidth_where_five_rows_of_compute_reach_the_
     gbs = board.verify_limit_gbs(rows, "q4", 128)
     t, v = max(20.0, 1e3 / gbs), max(80.0, 1e3 / gbs)
     assert v / t == pytest.approx(board.VERIFY_TARGET)
-    line = board._verify_limit_line(
-        {"verify_limit_gbs": {"q4": gbs, "q8": None}, "cores": 2}
-    )
+    line = board._verify_limit_line({"verify_limit_gbs": {"q4": gbs, "q8": None}, "cores": 2})
     assert "q4 up to 15.6 GB/s (7.8 a core)" in line and "q8 at any bandwidth" in line
