@@ -58,9 +58,30 @@ def user_message(text: str, n_images: int = 0) -> dict:
     text = check_user_text(text)
     if not text.strip() and n_images == 0:
         raise InputError("the message is empty; type a question first.")
-    content = [{"type": "image"} for _ in range(n_images)]
-    content.append({"type": "text", "text": text})
-    return {"role": "user", "content": content}
+    return {"role": "user", "content": user_content(text, n_images)}
+
+
+def user_content(text: str, n_images: int, offsets: Sequence[int] | None = None) -> list[dict]:
+    """A user turn's template content: image k before text[offsets[k]:] (offsets
+    nondecreasing, an OpenAI request's parts in their order); None: the images, then the
+    text (how the app sends a message)."""
+    if offsets is None:
+        return [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]
+    content, at = [], 0
+    for offset in offsets:
+        if offset > at:
+            content.append({"type": "text", "text": text[at:offset]})
+            at = offset
+        content.append({"type": "image"})
+    if text[at:] or not content:
+        content.append({"type": "text", "text": text[at:]})
+    return content
+
+
+def offsets_after_check(raw: str, offsets: Sequence[int]) -> tuple[int, ...]:
+    """Offsets into `raw` -> into check_user_text(raw) (a surrogate pair it joins into one
+    character moves the offsets after it)."""
+    return tuple(len(check_user_text(raw[:o])) for o in offsets)
 
 
 def chat_prompt_ids(tokenizer: Tokenizer, user_text: str, system: str | None = None) -> list[int]:
@@ -137,8 +158,10 @@ def _chat(system, messages, check: bool) -> tuple[list[dict], list, dict[int, li
     for m in messages:
         if m.role == "user":
             text = check_user_text(m.text) if check else m.text
-            content = [{"type": "image"} for _ in m.images]
-            content.append({"type": "text", "text": text})
+            offsets = getattr(m, "image_offsets", None)
+            if offsets is not None and text != m.text:
+                offsets = offsets_after_check(m.text, offsets)
+            content = user_content(text, len(m.images), offsets)
             images += list(m.images)
             chat.append({"role": "user", "content": content})
         else:

@@ -78,7 +78,9 @@ def test_system_messages_and_parts():
     }  # fmt: skip
     req = parse_request(body, Limits(), 100)
     assert req.system == "A\n\nB" and req.max_tokens == 5 and req.stop == ["x"]
-    assert req.messages[0].text == "one\ntwo" and len(req.messages[0].images) == 1
+    # the parts in their order: the texts as the template writes them, the image between
+    assert req.messages[0].text == "onetwo" and len(req.messages[0].images) == 1
+    assert req.messages[0].image_offsets == (3,)
     assert req.sampling["top_k"] == 0
 
 

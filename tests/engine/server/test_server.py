@@ -147,6 +147,20 @@ def test_images_data_url_and_allowed_file(server, images_dir):
     assert g.choices[0].message.content == f.choices[0].message.content
 
 
+def test_a_question_before_its_picture_is_asked_in_that_order(server):
+    """[text, image] is another prompt than [image, text] (the chat template renders parts
+    in order): the second shares only the turn's opening with the first in the KV cache."""
+    c = client(server)
+    picture = {"type": "image_url", "image_url": {"url": png_data_url(7)}}
+    question = {"type": "text", "text": "What colour is the picture below?"}
+    a = ask(c, [picture, question])
+    b = ask(c, [question, picture])
+    assert b.usage.prompt_tokens == a.usage.prompt_tokens
+    assert b.usage.prompt_tokens_details.cached_tokens < a.usage.prompt_tokens // 2
+    again = ask(c, [question, picture])
+    assert again.usage.prompt_tokens_details.cached_tokens == b.usage.prompt_tokens - 1
+
+
 def test_closing_the_stream_cancels_the_generation(server):
     c = client(server)
     before = server.health()["cancelled"]

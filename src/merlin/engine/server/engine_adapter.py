@@ -149,7 +149,8 @@ class EngineAdapter:
         t0 = time.perf_counter()
         paths = [[resolver.resolve(r.url, r.param) for r in m.images] for m in req.messages]
         keys = [("system", req.system)] + [
-            (m.role, m.text, tuple(str(p) for p in ps)) for m, ps in zip(req.messages, paths)
+            (m.role, m.text, tuple(str(p) for p in ps), m.image_offsets)
+            for m, ps in zip(req.messages, paths)
         ]
         slot = self._pick(keys)
         session = slot.session
@@ -160,6 +161,7 @@ class EngineAdapter:
                 m.text,
                 [self._image(session, p, r, resolver) for p, r in zip(ps, m.images)],
                 reasoning=m.reasoning,
+                image_offsets=m.image_offsets or None,
             )
             for m, ps in zip(req.messages, paths)
         ]

@@ -13,9 +13,10 @@ format, and presence/frequency penalties other than 0 (the engine has the multip
 repetition penalty, not the additive OpenAI ones). Unknown fields are ignored, as OpenAI-
 compatible servers do, because clients send many (`user`, `metadata`, ...).
 
-Layout of a message: Merlin renders a user turn as its images first, then its text (the
-reference chat template's order), so the text parts of one message are joined with newlines
-and the image parts keep their order among themselves.
+Layout of a message: its parts keep their order, as the reference chat template renders a
+content list: the text parts are joined as they are (the template writes them one after the
+other) and each image is placed at its offset in that text (ChatMessage.image_offsets), so
+[text, image] asks about a picture that follows the question.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..prompt import check_user_text
+from ..prompt import check_user_text, sanitize_user_text
 from .errors import ApiError
 
 
@@ -51,6 +52,7 @@ class ChatMessage:
     text: str
     images: list[ImageRef] = field(default_factory=list)
     reasoning: str | None = None  # an assistant message's reasoning_content (thinking models)
+    image_offsets: tuple[int, ...] = ()  # each image's place in text (Message.image_offsets)
 
 
 @dataclass
@@ -120,20 +122,23 @@ def _text(v, param: str) -> str:
         raise ApiError(str(e), param) from None
 
 
-def parse_content(content, i: int, role: str, limits: Limits) -> tuple[str, list[ImageRef]]:
+def parse_content(
+    content, i: int, role: str, limits: Limits
+) -> tuple[str, list[ImageRef], tuple[int, ...]]:
+    """A message's content -> (its text, its images, each image's offset in the text)."""
     param = f"messages[{i}].content"
     if content is None:
         if role == "assistant":
-            return "", []
+            return "", [], ()
         raise ApiError(f"'{param}' is missing; give the message text.", param)
     if isinstance(content, str):
-        return _text(content, param), []
+        return _text(content, param), [], ()
     if not isinstance(content, list):
         raise ApiError(
             f"'{param}' must be a string or an array of content parts, got {_type_name(content)}.",
             param,
         )
-    texts, images = [], []
+    texts, images, offsets = [], [], []
     for j, part in enumerate(content):
         p = f"{param}[{j}]"
         if not isinstance(part, dict):
@@ -143,7 +148,7 @@ def parse_content(content, i: int, role: str, limits: Limits) -> tuple[str, list
             t = part.get("text")
             if not isinstance(t, str):
                 raise ApiError(f"'{p}.text' must be a string, got {_type_name(t)}.", f"{p}.text")
-            texts.append(t)
+            texts.append(sanitize_user_text(t))
         elif kind == "image_url":
             if role != "user":
                 raise ApiError(f"'{p}': only user messages can have images.", p)
@@ -157,9 +162,10 @@ def parse_content(content, i: int, role: str, limits: Limits) -> tuple[str, list
                     f"{p}.image_url.url",
                 )
             images.append(ImageRef(url, f"{p}.image_url.url"))
+            offsets.append(sum(map(len, texts)))
         else:
             raise ApiError(f"'{p}.type' must be 'text' or 'image_url', got {kind!r}.", f"{p}.type")
-    return _text("\n".join(texts), param), images
+    return _text("".join(texts), param), images, tuple(offsets)
 
 
 def parse_messages(raw, limits: Limits) -> tuple[str, list[ChatMessage]]:
@@ -198,7 +204,7 @@ def parse_messages(raw, limits: Limits) -> tuple[str, list[ChatMessage]]:
                 f"'messages[{i}].tool_calls': tool calls are not supported.",
                 f"messages[{i}].tool_calls",
             )
-        text, images = parse_content(m.get("content"), i, role, limits)
+        text, images, offsets = parse_content(m.get("content"), i, role, limits)
         if role in ("system", "developer"):
             if out:
                 raise ApiError(
@@ -222,7 +228,7 @@ def parse_messages(raw, limits: Limits) -> tuple[str, list[ChatMessage]]:
                 f"'messages[{i}].reasoning_content' must be a string, on an assistant message.",
                 f"messages[{i}].reasoning_content",
             )
-        out.append(ChatMessage(role, text, images, reasoning))
+        out.append(ChatMessage(role, text, images, reasoning, offsets))
     if not out or out[-1].role != "user":
         raise ApiError(
             "the last message must be a user message: the server answers it.", "messages"

@@ -59,17 +59,24 @@ class Message:
     SessionImage; the session turns them into SessionImage. ids (assistant turns only): the
     token ids the answer was generated as, when known (None: encode the text). reasoning
     (assistant turns of a thinking model): the text of its `<think>` block, kept apart from
-    the answer (None: no block); like ids it is not part of key()."""
+    the answer (None: no block); like ids it is not part of key(). image_offsets (user turns):
+    where each image sits in the text, a character offset per image, nondecreasing (an
+    OpenAI request's parts in their order: image k goes before text[offsets[k]:]); None: all
+    at 0, the images before the text (how the app sends a message)."""
 
     role: str  # "user" | "assistant"
     text: str
     images: list = field(default_factory=list)
     ids: list[int] | None = None
     reasoning: str | None = None
+    image_offsets: tuple[int, ...] | None = None
 
     @classmethod
-    def user(cls, text: str, images: Iterable = ()) -> Message:
-        return cls("user", text, list(images))
+    def user(
+        cls, text: str, images: Iterable = (), image_offsets: Sequence[int] | None = None
+    ) -> Message:
+        offsets = None if image_offsets is None else tuple(int(o) for o in image_offsets)
+        return cls("user", text, list(images), image_offsets=offsets)
 
     @classmethod
     def assistant(
@@ -77,11 +84,18 @@ class Message:
     ) -> Message:
         return cls("assistant", text, [], None if ids is None else [int(t) for t in ids], reasoning)
 
+    def offsets(self) -> tuple[int, ...]:
+        """Each image's character offset in the text (all 0 when image_offsets is None)."""
+        if self.image_offsets is None:
+            return (0,) * len(self.images)
+        return self.image_offsets
+
     def key(self) -> tuple:
         return (
             self.role,
             self.text,
             tuple(im.hash if isinstance(im, SessionImage) else id(im) for im in self.images),
+            self.offsets(),
         )
 
     def to_json(self) -> dict:
@@ -94,6 +108,8 @@ class Message:
             d["ids"] = list(self.ids)
         if self.reasoning is not None:
             d["reasoning"] = self.reasoning
+        if self.image_offsets is not None:
+            d["image_offsets"] = list(self.image_offsets)
         return d
 
     @classmethod
@@ -110,7 +126,22 @@ class Message:
         if reasoning is not None and (role != "assistant" or not isinstance(reasoning, str)):
             raise ValueError("bad message reasoning")
         images = [SessionImage.from_json(i) for i in d.get("images", [])]
-        return cls(role, text, images, ids, reasoning)
+        offsets = d.get("image_offsets")
+        if offsets is not None:
+            if not isinstance(offsets, list) or not all(type(o) is int for o in offsets):
+                raise ValueError("bad message image_offsets")
+            offsets = check_offsets(tuple(offsets), len(images), len(text))
+        return cls(role, text, images, ids, reasoning, offsets)
+
+
+def check_offsets(offsets: tuple[int, ...], n_images: int, n_chars: int) -> tuple[int, ...]:
+    """offsets as Message.image_offsets, or ValueError: one per image, nondecreasing, each
+    within the text (0..n_chars)."""
+    if len(offsets) != n_images:
+        raise ValueError(f"{len(offsets)} image offsets for {n_images} images")
+    if any(not 0 <= o <= n_chars for o in offsets) or list(offsets) != sorted(offsets):
+        raise ValueError(f"image offsets {list(offsets)} are not in order within the text")
+    return offsets
 
 
 @dataclass

@@ -53,12 +53,12 @@ from ..generate import (
     prefill_chunk,
 )
 from ..kv_cache import KVCache
-from ..prompt import ImageSpan, Prompt, build_prompt, check_user_text
+from ..prompt import ImageSpan, Prompt, build_prompt, check_user_text, offsets_after_check
 from ..rope import text_positions
 from ..speculative import Drafter
 from ..vision.encoder import EncodeCancelled
 from . import persistence
-from .conversation import Message, SessionImage, adopt_ids, common_prefix
+from .conversation import Message, SessionImage, adopt_ids, check_offsets, common_prefix
 from .fitting import fit_context
 from .images import ImageBank
 from .persistence import SESSION_KIND, CachedRows, RestoreResult
@@ -194,7 +194,7 @@ class Session:
             if isinstance(m, dict):
                 m = Message(
                     m.get("role"), m.get("text", ""), list(m.get("images", [])),
-                    reasoning=m.get("reasoning"),
+                    reasoning=m.get("reasoning"), image_offsets=m.get("image_offsets"),
                 )  # fmt: skip
             if m.role not in ("user", "assistant"):
                 raise InputError(f"message {i}: role must be 'user' or 'assistant'.")
@@ -211,8 +211,11 @@ class Session:
             reasoning = getattr(m, "reasoning", None) if m.role == "assistant" else None
             if reasoning is not None and not isinstance(reasoning, str):
                 raise InputError(f"message {i}: reasoning must be a string.")
+            offsets = getattr(m, "image_offsets", None)
+            if offsets is not None:
+                offsets = _offsets_in(m.text, text, offsets, len(m.images), i)
             images = [self.image(im) for im in m.images]
-            out.append(Message(m.role, text, images, ids, reasoning))
+            out.append(Message(m.role, text, images, ids, reasoning, offsets))
         return adopt_ids(self._messages, out)
 
     def _sync_budgets(self) -> None:
@@ -620,6 +623,18 @@ class Session:
         result.tokens = len(rows.tokens)
         result.ms = (time.perf_counter() - t0) * 1e3
         return result
+
+
+def _offsets_in(raw: str, text: str, offsets, n_images: int, index: int) -> tuple[int, ...]:
+    """A message's image offsets into `raw` -> into `text`, what check_user_text made of it
+    (a surrogate pair it joins moves the offsets after it); InputError when they do not fit."""
+    try:
+        offsets = tuple(int(o) for o in offsets)
+        if text != raw:
+            offsets = offsets_after_check(raw, offsets)
+        return check_offsets(offsets, n_images, len(text))
+    except (TypeError, ValueError) as e:
+        raise InputError(f"message {index}: {e}.") from None
 
 
 def _just(event) -> Iterator:
