@@ -5,7 +5,9 @@
 #   2. runs packaging/install.sh inside it (system packages, venv, pip, kernel warm-up);
 #   3. runs `merlin --self-test` there (demo checkpoint, an image question, the window
 #      rendered offscreen);
-#   4. prints the aarch64 assembly of the hot kernels (qlinear matmul_q8, qgroup matmul_q4g,
+#   4. runs the kernels' contract (tests/engine/kernels/class_check.py) for arm64-neon and
+#      arm64-dotprod (the A76's features) and compares the two classes' outputs bit for bit;
+#   5. prints the aarch64 assembly of the hot kernels (qlinear matmul_q8, qgroup matmul_q4g,
 #      attention) and counts their NEON instructions (fmla v.4s, sdot, ...).
 # Not part of the test suite. Its last result is recorded in packaging/README.md.
 #
@@ -159,10 +161,45 @@ else
 fi
 in_root /usr/local/bin/merlin-cli info 2>&1 | grep -E "^(cpu|threads):" || true
 
-# ---------------------------------------------------------------------------- assembly
-step "aarch64 assembly of the hot kernels"
 # the Armv8.2-A features of the RK3588's Cortex-A76 cores (what LLVM detects on the board)
 A76_FEATURES="+neon,+fp-armv8,+crc,+lse,+rdm,+rcpc,+dotprod,+fullfp16,+ssbs"
+
+# ---------------------------------------------------------------------------- kernel contract
+step "kernel contract per aarch64 class (tests/engine/kernels/class_check.py)"
+# each class's grouped q4/q8/q8a8, row-major q8 and attention kernels: rows of N-row calls
+# bitwise equal to 1-row calls (N = 1..9, 1 and 2 threads), the NumPy twins, the int16 bounds;
+# arm64-neon as the emulated CPU reports itself, arm64-dotprod as the A76 (its features); then
+# the two classes' outputs compared bit for bit (one group size, exact integer dots)
+result_kernels=""
+in_root /opt/merlin/venv/bin/python -m pip install -q pytest >"$LOGS/pytest-install.log" 2>&1 \
+  || result_kernels="pytest install FAILED (see $LOGS/pytest-install.log); "
+for cls in arm64-neon arm64-dotprod; do
+  env_cls=(NUMBA_CACHE_DIR="/tmp/merlin-check-$cls")
+  [ "$cls" = arm64-neon ] || env_cls+=(NUMBA_CPU_NAME=cortex-a76 NUMBA_CPU_FEATURES="$A76_FEATURES")
+  t0=$(date +%s)
+  if in_root "${env_cls[@]}" /opt/merlin/venv/bin/python \
+      /root/merlin-src/tests/engine/kernels/class_check.py "$cls" "/root/check-$cls.npz" \
+      >"$LOGS/check-$cls.log" 2>&1 && grep -q "class ok" "$LOGS/check-$cls.log"; then
+    result_kernels="$result_kernels$cls ok ($(( $(date +%s) - t0 )) s); "
+  else
+    result_kernels="$result_kernels$cls FAILED (see $LOGS/check-$cls.log); "
+  fi
+done
+if in_root /opt/merlin/venv/bin/python -c '
+import sys, numpy as np
+a, b = (np.load(f"/root/check-{c}.npz") for c in ("arm64-neon", "arm64-dotprod"))
+keys = [k for k in ("q4", "q8", "q8a8", "q4-ext", "q8-ext", "q8a8-ext") if k in a.files]
+bad = [k for k in keys if not np.array_equal(a[k], b[k])]
+print("different:", bad) if bad else print("same bits:", " ".join(keys))
+sys.exit(1 if bad or not keys else 0)' >"$LOGS/check-compare.log" 2>&1; then
+  result_kernels="${result_kernels}same bits"
+else
+  result_kernels="${result_kernels}outputs DIFFER or missing (see $LOGS/check-compare.log)"
+fi
+echo "kernels: $result_kernels"
+
+# ---------------------------------------------------------------------------- assembly
+step "aarch64 assembly of the hot kernels"
 asm_summary=""
 for cpu in host cortex-a76; do
   echo "--- target CPU: $cpu"
@@ -187,6 +224,7 @@ echo "root:       Debian $(cat "$ROOT/etc/debian_version") arm64, glibc $(in_roo
 echo "versions:   $(cat "$LOGS/versions.txt" 2>/dev/null | tail -n1)"
 echo "install.sh: $result_install"
 echo "self-test:  $result_self_test"
+echo "kernels:    $result_kernels"
 echo "asm:       $asm_summary (files in $LOGS/asm-*)"
 echo "total:      $(( $(date +%s) - START )) s"
-case "$result_install$result_self_test" in *FAILED*) exit 1 ;; esac
+case "$result_install$result_self_test$result_kernels" in *FAILED*|*DIFFER*) exit 1 ;; esac
