@@ -247,3 +247,43 @@ def test_the_verify_limit_is_the_bandwidth_where_five_rows_of_compute_reach_the_
     assert v / t == pytest.approx(board.VERIFY_TARGET)
     line = board._verify_limit_line({"verify_limit_gbs": {"q4": gbs, "q8": None}, "cores": 2})
     assert "q4 up to 15.6 GB/s (7.8 a core)" in line and "q8 at any bandwidth" in line
+
+
+def test_the_host_check_keeps_each_kernels_fastest_round(monkeypatch):
+    """A tenant on the same core slows a port-bound loop for seconds at a time: every kernel
+    is timed once a round and each of its two sizes keeps its fastest time, so a slow round
+    neither fails the check nor, by slowing only the smaller size, makes a kernel look fast."""
+    calls = []
+
+    class Clock:
+        ghz = 1.0
+
+        def __init__(self, cycles):
+            pass
+
+    def slowdowns(key):  # (small size, large size) slowdown of this kernel's round
+        calls.append(key)
+        # round 1 slows only the smaller size (its difference alone would read fast), round 2
+        # is quiet, round 3 slows both
+        return {1: (3.0, 1.0), 2: (1.0, 1.0), 3: (1.2, 1.2)}[calls.count(key)]
+
+    def weights(fmt, n, group, clock, repeats):
+        slow = slowdowns((fmt, n))
+        per_block = 10.0 * n * 1e-9 * board.REPEAT_CALLS
+        return {k: (k // board.BLOCK) * per_block * f for k, f in zip(board.WEIGHT_KS, slow)}
+
+    def attention(clock, repeats):
+        slow = slowdowns(("attention_q8", 1))
+        per_key = 0.5e-9 * 2 * board.ATTENTION_HEAD_DIM * 2
+        return {k: k * per_key * f for k, f in zip(board.ATTENTION_KEYS, slow)}
+
+    monkeypatch.setattr(board, "_Clock", Clock)
+    monkeypatch.setattr(board, "_weight_times", weights)
+    monkeypatch.setattr(board, "_attention_times", attention)
+    model = {"group": 8, "tile_rows": 4, "clock_cycles": 2.0, "attention_cycles_per_product": 0.5}
+    for fmt in ("q4", "q8"):
+        model[fmt] = {n: 10.0 * n for n in range(1, 6)}
+    check = board.host_check(model, rounds=3)
+    assert len(calls) == 3 * 11 and calls[:11] == calls[11:22]  # round by round
+    assert [c["ratio"] for c in check["checks"]] == pytest.approx([1.0] * 11)
+    assert check["all_trusted"]
