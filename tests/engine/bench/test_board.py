@@ -149,7 +149,7 @@ def test_the_host_check_times_the_tiles_per_block_and_reports_each_part():
         # medians of 3 alternating timings: a clean-clone CI with a compiler beside it (load
         # average 8 on 2 CPUs) timed one row slower than five in a single pair
         pairs = [
-            [board._weight_seconds_per_block("q4", n, GROUP, clock, 5) for n in (1, 5)]
+            [board._per_block(board._weight_times("q4", n, GROUP, clock, 5)) for n in (1, 5)]
             for _ in range(3)
         ]
         one, five = np.median(pairs, axis=0)

@@ -350,23 +350,18 @@ ATTENTION_KEYS = (1024, 3072)  # the host check's two attention lengths
 ATTENTION_HEAD_DIM = 128
 
 
-def _weight_seconds_per_block(fmt: str, n: int, group: int, clock: _Clock, repeats: int) -> float:
-    """Marginal seconds per block of GROUP rows of the kernel's tiles, one thread, the weights
-    in L1 as llvm-mca assumes (one group, at most 16 KB): (time at K = 1024 - time at K = 256)
-    / the 24 blocks between them, each time over REPEAT_CALLS products in one compiled loop,
-    so the fixed costs (a tile's set-up, a call) cancel. From L2 the same tiles take longer
-    (L1 refills: q4 at N = 1 19.9 against 13.1 cycles a block on the Xeon of session 25),
-    which the model leaves to its bandwidth term."""
-    return _per_block(_weight_times(fmt, n, group, clock, repeats))
-
-
 def _per_block(times: dict) -> float:
     lo, hi = WEIGHT_KS
     return (times[hi] - times[lo]) / REPEAT_CALLS / ((hi - lo) // BLOCK)
 
 
 def _weight_times(fmt: str, n: int, group: int, clock: _Clock, repeats: int) -> dict:
-    """{K: seconds of REPEAT_CALLS products} at the two widths of WEIGHT_KS."""
+    """{K: seconds of REPEAT_CALLS products} of the kernel's tiles at the two widths of
+    WEIGHT_KS, one thread, the weights in L1 as llvm-mca assumes (one group, at most 16 KB),
+    each over REPEAT_CALLS products in one compiled loop; _per_block takes the marginal
+    seconds a block between them, so the fixed costs (a tile's set-up, a call) cancel. From
+    L2 the same tiles take longer (L1 refills: q4 at N = 1 19.9 against 13.1 cycles a block
+    on the Xeon of session 25), which the model leaves to its bandwidth term."""
     from ..kernels import qgroup as qg
 
     pack = {"q4": qg.pack_q4_groups, "q8": qg.pack_q8_groups, "q8a8": qg.pack_q8a8_groups}[fmt]
@@ -390,19 +385,15 @@ def _weight_times(fmt: str, n: int, group: int, clock: _Clock, repeats: int) -> 
     return times
 
 
-def _attention_seconds_per_product(clock: _Clock, repeats: int) -> float:
-    """Marginal seconds per integer product of the int8-cache attention, one thread, one KV
-    head with two query heads (the 2B's group), its cache in L2: between 1024 and 3072 keys."""
-    return _per_product(_attention_times(clock, repeats))
-
-
 def _per_product(times: dict) -> float:
     lo, hi = ATTENTION_KEYS
     return (times[hi] - times[lo]) / (2 * (hi - lo) * ATTENTION_HEAD_DIM * 2)
 
 
 def _attention_times(clock: _Clock, repeats: int) -> dict:
-    """{keys: seconds of one attention call} at the two lengths of ATTENTION_KEYS."""
+    """{keys: seconds of one attention call} of the int8-cache attention at the two lengths
+    of ATTENTION_KEYS, one thread, one KV head with two query heads (the 2B's group), its
+    cache in L2; _per_product takes the marginal seconds per integer product between them."""
     from ..kernels.attention import attention
     from ..kv_cache import KVCache
 
