@@ -53,3 +53,27 @@ def test_override_errors_list_the_classes():
         target.detect({"NUMBA_CPU_NAME": "haswell", target.ENV_CLASS: "x86-avx512vnni"}, "x86_64")
     with pytest.raises(InputError, match="arm64-dotprod"):
         target.detect({"NUMBA_CPU_NAME": "haswell", target.ENV_CLASS: "arm64-dotprod"}, "x86_64")
+
+
+def test_the_vnni_classes_ask_llvm_to_keep_vpdpwssd_whole():
+    """LLVM 17+ splits vpdpwssd into vpmaddwd + vpaddd on cores it does not tune as
+    fast-dpwssd (this Emerald Rapids: the q8 five-row tile 1.5x slower): the VNNI classes add
+    the tuning to the features Numba compiles with, nothing else changes."""
+
+    def fused(env, machine="x86_64", llvm=(22, 1, 0)):
+        t = target.detect(env, machine)
+        return target.features_with_fused_dpwssd(t, env, lambda: "+avx2,+avx512vnni,+x", llvm)
+
+    host = {"NUMBA_CPU_FEATURES": "+avx2,+fma,+avx512f,+avx512bw,+avx512vl,+avx512vnni"}
+    assert fused(host) == host["NUMBA_CPU_FEATURES"] + ",+fast-dpwssd"
+    assert fused(dict(host, NUMBA_CPU_FEATURES=fused(host))) is None  # once
+    assert fused(host, llvm=(16, 0, 0)) is None
+    assert fused({"NUMBA_CPU_FEATURES": "+avx2,+fma"}) is None  # AVX2: no vpdpwssd
+    assert fused({"NUMBA_CPU_FEATURES": "+neon,+dotprod"}, "aarch64") is None
+    # a CPU named with its own features: the tuning alone, still that CPU's class
+    named = {"NUMBA_CPU_NAME": "alderlake", "NUMBA_CPU_FEATURES": ""}
+    assert fused(named) == "+fast-dpwssd"
+    again = dict(named, NUMBA_CPU_FEATURES="+fast-dpwssd")
+    assert target.detect(again, "x86_64").name == "x86-avxvnni" and fused(again) is None
+    # a CPU named without NUMBA_CPU_FEATURES compiles with this host's: left alone
+    assert fused({"NUMBA_CPU_NAME": "sapphirerapids"}) is None

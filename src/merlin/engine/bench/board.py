@@ -488,7 +488,9 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     host_cpu = ll.get_host_cpu_name()
     progress(f"board: compiling the kernels for this host ({host_cpu}) ...")
     cache = asm_cache_dir()
-    host_asm = compile_asm(None, host_cpu, None, cache=cache)
+    # the host's features given: a CPU named alone compiles with them anyway, but the kernels'
+    # own tuning (kernels/target.py, FUSED_DPWSSD) is added only to features given or detected
+    host_asm = compile_asm(None, host_cpu, ll.get_host_cpu_features().flatten(), cache=cache)
     mca_cpu = host_mca_cpu(tool)
     host_model = analyse(host_asm, mca_cpu, "x86_64-unknown-linux-gnu", tool, _intel_host())
     progress("board: timing the host's kernels on one thread (weights in L1, attention in L2) ...")

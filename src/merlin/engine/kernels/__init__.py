@@ -28,6 +28,32 @@ import os
 SET_ENVIRONMENT = {k for k in ("GOMP_SPINCOUNT",) if k not in os.environ}
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
+
+def _fuse_dpwssd() -> None:
+    """NUMBA_CPU_FEATURES with LLVM's vpdpwssd kept whole on the VNNI classes
+    (target.features_with_fused_dpwssd), set before the first kernel compiles."""
+    import sys
+
+    from llvmlite import binding as ll
+
+    from .target import TARGET, features_with_fused_dpwssd
+
+    def host_features():
+        return ll.get_host_cpu_features().flatten()
+
+    features = features_with_fused_dpwssd(TARGET, os.environ, host_features, ll.llvm_version_info)
+    if features is None:
+        return
+    if "NUMBA_CPU_FEATURES" not in os.environ:
+        SET_ENVIRONMENT.add("NUMBA_CPU_FEATURES")
+    os.environ["NUMBA_CPU_FEATURES"] = features
+    config = sys.modules.get("numba.core.config")
+    if config is not None:  # Numba was imported first: it reads the environment again
+        config.reload_config()
+
+
+_fuse_dpwssd()
+
 if "NUMBA_CACHE_DIR" not in os.environ:
     from platformdirs import user_cache_dir
 

@@ -199,7 +199,8 @@ def _compile_target(env) -> tuple[str, frozenset, str]:
     """(cpu name, features, source) of what Numba compiles for."""
     name = (env.get("NUMBA_CPU_NAME") or "").strip()
     given = env.get("NUMBA_CPU_FEATURES")
-    if given and given.strip():
+    # features that are only LLVM tuning (FUSED_DPWSSD on a named CPU) leave the CPU's own
+    if given and parse_features(given) - {FUSED_DPWSSD[1:]}:
         return name or _host_name(), parse_features(given), "NUMBA_CPU_FEATURES"
     if name and name.lower() not in ("host", "native"):
         known = _NAMED.get(name.lower())
@@ -260,6 +261,33 @@ def detect(env=None, machine: str | None = None) -> Target:
             f"run: {', '.join(can)}."
         )
     return Target(cls, cpu, features, source, True, True)
+
+
+# LLVM 17 and later split each vpdpwssd into vpmaddwd + vpaddd (and a broadcast load apart)
+# on the x86 cores it does not tune as "fast-dpwssd" (Sapphire and Emerald Rapids among them):
+# shorter dependency chains, twice the vector uops. The grouped q8 tiles have chains enough,
+# and split their five-row tile computed 15-16 against 23-24 GB/s a thread (docs/kernels.md).
+FUSED_DPWSSD = "+fast-dpwssd"
+
+
+def features_with_fused_dpwssd(target: Target, env, host_features, llvm_version) -> str | None:
+    """The NUMBA_CPU_FEATURES that keep LLVM's vpdpwssd whole for a VNNI class, or None to
+    leave the environment as it is (a class without vpdpwssd, an LLVM older than the split,
+    FUSED_DPWSSD there already, or a CPU named without NUMBA_CPU_FEATURES, which Numba
+    compiles with this host's features). The host's features, or the ones given, plus
+    FUSED_DPWSSD; a CPU named with NUMBA_CPU_FEATURES="" (its own features) gets FUSED_DPWSSD
+    alone, which LLVM adds to that CPU's own and _compile_target reads as "its own" too."""
+    if target.dot != "vnni" or not target.x86 or llvm_version < (17,):
+        return None
+    given = env.get("NUMBA_CPU_FEATURES")
+    named = (env.get("NUMBA_CPU_NAME") or "host").strip().lower() not in ("host", "native")
+    if given is None:
+        if named:
+            return None
+        given = host_features()
+    if FUSED_DPWSSD[1:] in parse_features(given):
+        return None
+    return f"{given},{FUSED_DPWSSD}" if given.strip() else FUSED_DPWSSD
 
 
 TARGET = detect()
