@@ -77,3 +77,24 @@ def test_the_vnni_classes_ask_llvm_to_keep_vpdpwssd_whole():
     assert target.detect(again, "x86_64").name == "x86-avxvnni" and fused(again) is None
     # a CPU named without NUMBA_CPU_FEATURES compiles with this host's: left alone
     assert fused({"NUMBA_CPU_NAME": "sapphirerapids"}) is None
+
+
+def test_a_child_of_merlin_still_reads_the_hosts_features():
+    """Merlin's processes pass NUMBA_CPU_FEATURES (the host's plus the tuning) to their
+    children: `merlin-cli info` there still says the class came from the host's features."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, merlin.engine.kernels; from merlin.engine.kernels.target import detect; "
+        "print(detect().source); print(os.environ.get('NUMBA_CPU_FEATURES', ''))"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("NUMBA_CPU")}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    source, features = first.stdout.splitlines()
+    assert source == "the host CPU's features"
+    child = subprocess.run(
+        [sys.executable, "-c", code], env=dict(env, NUMBA_CPU_FEATURES=features),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert child.stdout.splitlines() == [source, features]

@@ -201,17 +201,26 @@ def _compile_target(env) -> tuple[str, frozenset, str]:
     given = env.get("NUMBA_CPU_FEATURES")
     # features that are only LLVM tuning (FUSED_DPWSSD on a named CPU) leave the CPU's own
     if given and parse_features(given) - {FUSED_DPWSSD[1:]}:
-        return name or _host_name(), parse_features(given), "NUMBA_CPU_FEATURES"
+        # what Merlin's own processes pass on to their children (kernels/__init__.py): the
+        # host's features with the tuning, still "the host's" to a person reading `info`
+        ours = not name and given == f"{_host_features()},{FUSED_DPWSSD}"
+        source = "the host CPU's features" if ours else "NUMBA_CPU_FEATURES"
+        return name or _host_name(), parse_features(given), source
     if name and name.lower() not in ("host", "native"):
         known = _NAMED.get(name.lower())
         return name, frozenset(known or ()), "NUMBA_CPU_NAME" + ("" if known else " (unknown)")
+    return _host_name(), parse_features(_host_features()), "the host CPU's features"
+
+
+def _host_features() -> str:
+    """LLVM's feature string for this host ("" when LLVM cannot tell, e.g. some emulators:
+    nothing is assumed)."""
     try:
         from llvmlite import binding as llvm
 
-        features = parse_features(llvm.get_host_cpu_features().flatten())
-    except Exception:  # LLVM cannot tell (some emulators): nothing is assumed
-        features = frozenset()
-    return _host_name(), features, "the host CPU's features"
+        return llvm.get_host_cpu_features().flatten()
+    except Exception:
+        return ""
 
 
 def _host_name() -> str:
