@@ -36,9 +36,9 @@ def _fuse_dpwssd() -> None:
 
     from llvmlite import binding as ll
 
-    from .target import TARGET, _host_features, features_with_fused_dpwssd
+    from .target import TARGET, features_with_fused_dpwssd, host_features
 
-    features = features_with_fused_dpwssd(TARGET, os.environ, _host_features, ll.llvm_version_info)
+    features = features_with_fused_dpwssd(TARGET, os.environ, host_features, ll.llvm_version_info)
     if features is None:
         return
     if "NUMBA_CPU_FEATURES" not in os.environ:

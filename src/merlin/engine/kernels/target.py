@@ -203,16 +203,16 @@ def _compile_target(env) -> tuple[str, frozenset, str]:
     if given and parse_features(given) - {FUSED_DPWSSD[1:]}:
         # what Merlin's own processes pass on to their children (kernels/__init__.py): the
         # host's features with the tuning, still "the host's" to a person reading `info`
-        ours = not name and given == f"{_host_features()},{FUSED_DPWSSD}"
+        ours = not name and given == f"{host_features()},{FUSED_DPWSSD}"
         source = "the host CPU's features" if ours else "NUMBA_CPU_FEATURES"
         return name or _host_name(), parse_features(given), source
     if name and name.lower() not in ("host", "native"):
         known = _NAMED.get(name.lower())
         return name, frozenset(known or ()), "NUMBA_CPU_NAME" + ("" if known else " (unknown)")
-    return _host_name(), parse_features(_host_features()), "the host CPU's features"
+    return _host_name(), parse_features(host_features()), "the host CPU's features"
 
 
-def _host_features() -> str:
+def host_features() -> str:
     """LLVM's feature string for this host ("" when LLVM cannot tell, e.g. some emulators:
     nothing is assumed)."""
     try:
@@ -272,14 +272,15 @@ def detect(env=None, machine: str | None = None) -> Target:
     return Target(cls, cpu, features, source, True, True)
 
 
-# LLVM 17 and later split each vpdpwssd into vpmaddwd + vpaddd (and a broadcast load apart)
-# on the x86 cores it does not tune as "fast-dpwssd" (Sapphire and Emerald Rapids among them):
+# LLVM's machine combiner (since LLVM 17, which added the fast-dpwssd tuning with it; seen on
+# LLVM 22) splits each vpdpwssd into vpmaddwd + vpaddd (and a broadcast load apart) on the x86
+# cores it does not tune as "fast-dpwssd" (Sapphire and Emerald Rapids among them):
 # shorter dependency chains, twice the vector uops. The grouped q8 tiles have chains enough,
 # and split their five-row tile computed 15-16 against 23-24 GB/s a thread (docs/kernels.md).
 FUSED_DPWSSD = "+fast-dpwssd"
 
 
-def features_with_fused_dpwssd(target: Target, env, host_features, llvm_version) -> str | None:
+def features_with_fused_dpwssd(target: Target, env, read_host_features, llvm_version) -> str | None:
     """The NUMBA_CPU_FEATURES that keep LLVM's vpdpwssd whole for a VNNI class, or None to
     leave the environment as it is (a class without vpdpwssd, an LLVM older than the split,
     FUSED_DPWSSD there already, or a CPU named without NUMBA_CPU_FEATURES, which Numba
@@ -293,7 +294,7 @@ def features_with_fused_dpwssd(target: Target, env, host_features, llvm_version)
     if given is None:
         if named:
             return None
-        given = host_features()
+        given = read_host_features()
     if FUSED_DPWSSD[1:] in parse_features(given):
         return None
     return f"{given},{FUSED_DPWSSD}" if given.strip() else FUSED_DPWSSD
