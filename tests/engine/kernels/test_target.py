@@ -56,7 +56,7 @@ def test_override_errors_list_the_classes():
 
 
 def test_the_vnni_classes_ask_llvm_to_keep_vpdpwssd_whole():
-    """LLVM 17+ splits vpdpwssd into vpmaddwd + vpaddd on cores it does not tune as
+    """LLVM 22 splits vpdpwssd into vpmaddwd + vpaddd on cores it does not tune as
     fast-dpwssd (this Emerald Rapids: the q8 five-row tile 1.5x slower): the VNNI classes add
     the tuning to the features Numba compiles with, nothing else changes."""
 

@@ -272,11 +272,14 @@ def detect(env=None, machine: str | None = None) -> Target:
     return Target(cls, cpu, features, source, True, True)
 
 
-# LLVM's machine combiner (since LLVM 17, which added the fast-dpwssd tuning with it; seen on
-# LLVM 22) splits each vpdpwssd into vpmaddwd + vpaddd (and a broadcast load apart) on the x86
-# cores it does not tune as "fast-dpwssd" (Sapphire and Emerald Rapids among them):
-# shorter dependency chains, twice the vector uops. The grouped q8 tiles have chains enough,
-# and split their five-row tile computed 15-16 against 23-24 GB/s a thread (docs/kernels.md).
+# LLVM 22's machine combiner (llvmlite 0.48-0.50) splits each vpdpwssd into vpmaddwd + vpaddd
+# (and a broadcast load apart) on the x86 cores it does not tune as "fast-dpwssd" (Ice Lake,
+# Sapphire and Emerald Rapids among them; Zen 4 is tuned so): shorter dependency chains, twice
+# the vector uops. The grouped q8 tiles have chains enough, and split their five-row tile
+# computed 15-16 against 23-24 GB/s a thread (docs/kernels.md). LLVM 20 (llvmlite 0.45-0.47)
+# does not split and knows the tuning; LLVM 14-15 (0.43-0.44) do not split and would warn of
+# an unknown feature, hence the LLVM >= 17 guard (docs/microbench/dpwssd_split.py, every
+# llvmlite from 0.43 to 0.50).
 FUSED_DPWSSD = "+fast-dpwssd"
 
 
