@@ -16,7 +16,8 @@ The header comes after the data so that arrays stream out once, their CRC32s com
 way; a file cut short has no valid trailer. Reading checks magic, version, sizes, the header's
 CRC and each array's CRC, and raises FileFormatError with a readable reason for any problem.
 Writing goes to a temporary file in the same folder, is flushed to disk, then renamed over
-the target, so a crash or a full disk never leaves a half-written file under the real name.
+the target, so a crash or a full disk never leaves a half-written file under the real name
+(through a symlink to its target, with the replaced file's permissions: replace_file.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import replace_file
 from .errors import MerlinError
 
 MAGIC = b"MERLINAF"
@@ -91,8 +93,9 @@ def _describe_os_error(e: OSError, path: Path) -> str:
 
 def write(path: Path | str, kind: str, meta: dict, arrays: list[ArraySpec]) -> int:
     """Write the file atomically; returns its size. Raises FileSaveError (with a reason a
-    person can act on) when the disk is full or the folder cannot be written."""
-    path = Path(path)
+    person can act on) when the disk is full or the folder cannot be written. A symlink stays
+    a link (its target is replaced) and the replaced file's permissions are kept."""
+    path = replace_file.target(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     entries = []
     try:
@@ -137,6 +140,7 @@ def write(path: Path | str, kind: str, meta: dict, arrays: list[ArraySpec]) -> i
             f.flush()
             os.fsync(f.fileno())
             size = offset + len(header) + _TRAIL.size
+        replace_file.keep_permissions(tmp, path)
         os.replace(tmp, path)
     except OSError as e:
         _unlink_quietly(tmp)

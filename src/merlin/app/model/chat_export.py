@@ -51,6 +51,7 @@ from pathlib import Path
 from merlin.app.model.markdown import literal_html
 from merlin.app.model.store import MESSAGE_STATES, ImageRef, Store
 from merlin.app.model.store_schema import image_tokens
+from merlin.engine import replace_file
 from merlin.engine.tokenizer import clean_text
 
 FORMAT = "merlin-chats"
@@ -267,13 +268,16 @@ def write_json(store: Store, conversation_ids: Sequence[int], path: Path | str) 
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write data to path through a temporary file in the same folder and a rename."""
+    """Write data to path through a temporary file in the same folder and a rename (through a
+    symlink to its target, keeping the replaced file's permissions: engine.replace_file)."""
+    path = replace_file.target(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        replace_file.keep_permissions(tmp, path)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
