@@ -76,3 +76,33 @@ def test_eviction_keeps_the_cap(tmp_path):
     weight_cache.evict(tmp_path, cap_bytes=350, keep=tmp_path / "0.safetensors")
     left = sorted(p.name for p in tmp_path.glob("*.safetensors"))
     assert "0.safetensors" in left and sum((tmp_path / n).stat().st_size for n in left) <= 350
+
+
+def test_two_checkpoints_with_the_same_sizes_and_times_do_not_share_an_entry(
+    demo_dir, tmp_path, monkeypatch
+):
+    """Two fine-tunes of one base (same config, so same file sizes) copied with their times
+    kept (cp -p, rsync -a, tar): each runs its own weights, not the first one's cached copy."""
+    import json
+    import os
+    import shutil
+
+    from merlin.engine.demo import write_random_checkpoint
+
+    monkeypatch.setenv("MERLIN_WEIGHT_CACHE", str(tmp_path / "cache"))
+    config = json.loads((demo_dir / "config.json").read_text())
+    folders = {}
+    for name, seed in (("a", 1), ("b", 2)):
+        folder = tmp_path / name
+        shutil.copytree(demo_dir, folder)
+        write_random_checkpoint(folder, config, seed)
+        os.utime(folder / "model.safetensors", ns=(1_700_000_000_000_000_000,) * 2)
+        folders[name] = folder
+    a, b = (folders[n] / "model.safetensors" for n in "ab")
+    assert a.stat().st_size == b.stat().st_size and a.read_bytes() != b.read_bytes()
+    first = logits(load_model(folders["a"], weights="q8"))
+    second = logits(load_model(folders["b"], weights="q8"))
+    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 2
+    assert not np.array_equal(first, second)
+    monkeypatch.setenv("MERLIN_WEIGHT_CACHE", str(tmp_path / "fresh"))
+    assert np.array_equal(second, logits(load_model(folders["b"], weights="q8")))

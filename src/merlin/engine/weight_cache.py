@@ -8,10 +8,11 @@ mapped file pages are 4 KB. (Copies into NumPy's own arrays gained 52.5 vs 54.7 
 70.7 vs 72.6 ms (q8) a step over the mapped file; one huge-page arena for all of them gains
 more: docs/kernels.md, "Weights on huge pages".)
 
-Key: the checkpoint's identity (config hash, each weights file's name, size and mtime), the
-format and the engine's quantization version. The file is safetensors (read by our own checked
-reader) with a CRC32 per tensor in its metadata; a file that fails any check is deleted and
-rebuilt. The folder is kept under a size cap by evicting the least recently used files.
+Key: the checkpoint's identity (config hash, each weights file's name, size, mtime and sampled
+bytes: cache_key), the format and the engine's quantization version. The file is safetensors
+(read by our own checked reader) with a CRC32 per tensor in its metadata; a file that fails any
+check is deleted and rebuilt. The folder is kept under a size cap by evicting the least
+recently used files.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from platformdirs import user_cache_dir
 
+from . import file_sample
 from .checkpoint import Checkpoint, SafetensorsFile, save_safetensors
 from .config import ModelConfig
 from .errors import CheckpointError
@@ -85,9 +87,12 @@ def has_room(nbytes: int) -> bool:
 
 
 def cache_key(ckpt: Checkpoint, cfg: ModelConfig, fmt: str) -> str:
-    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in ckpt.files)
-    blob = json.dumps([cfg.identity, files, fmt, CACHE_VERSION, LAYOUT])
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    """The key of a checkpoint's converted weights: its config, its weight files' names,
+    sizes, times and sampled bytes (file_sample.py: two fine-tunes of one base model copied
+    with their times kept must not share an entry), the format and the layout's versions."""
+    h = hashlib.sha256(json.dumps([cfg.identity, fmt, CACHE_VERSION, LAYOUT]).encode())
+    file_sample.update(h, sorted(ckpt.files, key=lambda p: p.name))
+    return h.hexdigest()[:24]
 
 
 def _crc(a: np.ndarray) -> int:

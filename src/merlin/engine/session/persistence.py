@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import arrayfile, session_check
+from .. import arrayfile, file_sample, session_check
 from ..kv_cache import KVCache
 from ..prompt import ImageSpan
 from ..version import __version__
@@ -58,35 +58,20 @@ class CachedRows:
     embeddings: dict[str, ImageEmbedding] = field(default_factory=dict)
 
 
-FINGERPRINT_SAMPLES = 32  # evenly spaced 64 KiB pieces of each weights file, besides its ends
 FINGERPRINT_VERSION = "2:"  # how the fingerprint is made; files of another say so
 
 
 def checkpoint_fingerprint(model) -> str:
-    """Names, sizes and modification times of the weight files, their first and last MiB and
-    FINGERPRINT_SAMPLES pieces spread over them: a different checkpoint with the same
-    config.json (a fine-tune, e.g. a merged LoRA, whose header, embeddings and vision tower
-    are the base model's) gets another fingerprint, at a few MiB read a file. A copied
-    folder gets another one too (its times): its sessions are recomputed once. Memoised on
-    the model."""
+    """The weight files' names, sizes, times and sampled bytes (file_sample.py): a different
+    checkpoint with the same config.json (a fine-tune, e.g. a merged LoRA, whose header,
+    embeddings and vision tower are the base model's) gets another fingerprint, at a few MiB
+    read a file. A copied folder gets another one too (its times): its sessions are
+    recomputed once. Memoised on the model."""
     cached = model.__dict__.get("_session_fingerprint")
     if cached:
         return cached
     h = hashlib.sha256()
-    mib, piece = 1 << 20, 1 << 16
-    for p in sorted(Path(model.folder).glob("*.safetensors")):
-        try:
-            st = p.stat()
-            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-            with open(p, "rb") as f:
-                h.update(f.read(mib))
-                for i in range(1, FINGERPRINT_SAMPLES + 1):
-                    f.seek(st.st_size * i // (FINGERPRINT_SAMPLES + 1))
-                    h.update(f.read(piece))
-                f.seek(max(0, st.st_size - mib))
-                h.update(f.read(mib))
-        except OSError:
-            h.update(f"{p.name}: unreadable;".encode())
+    file_sample.update(h, sorted(Path(model.folder).glob("*.safetensors")))
     value = FINGERPRINT_VERSION + h.hexdigest()[:16]
     model.__dict__["_session_fingerprint"] = value
     return value
