@@ -147,3 +147,18 @@ def test_stop_strings_cut_a_stream_like_the_whole_text(chunks, stops):
     out = "".join(f.push(c) for c in chunks) + f.flush()
     assert out == expected
     assert f.stopped == bool(cuts)
+
+
+def test_system_messages_together_are_held_to_one_message_s_length():
+    """Each system message under the limit, all of them together over it: a 400 at once
+    (the joined prompt had been rendered and tokenized on the generation thread, for
+    seconds, while other clients waited)."""
+    from merlin.engine.prompt import MAX_MESSAGE_CHARS
+
+    part = "x" * (MAX_MESSAGE_CHARS // 2)
+    ok = [{"role": "system", "content": part}, {"role": "user", "content": "hi"}]
+    assert parse_request({"messages": ok}, Limits(), 100).system == part
+    many = [{"role": "system", "content": part}] * 3 + [{"role": "user", "content": "hi"}]
+    with pytest.raises(ApiError, match="system messages together") as e:
+        parse_request({"messages": many}, Limits(), 100)
+    assert e.value.param == "messages"

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..prompt import check_user_text, sanitize_user_text
+from ..prompt import MAX_MESSAGE_CHARS, check_user_text, sanitize_user_text
 from .errors import ApiError
 
 
@@ -238,7 +238,14 @@ def parse_messages(raw, limits: Limits) -> tuple[str, list[ChatMessage]]:
             f"'messages[{len(raw) - 1}].content' is empty; give a question.",
             f"messages[{len(raw) - 1}].content",
         )
-    return "\n\n".join(system), out
+    joined = "\n\n".join(system)
+    if len(joined) > MAX_MESSAGE_CHARS:  # one system prompt: the limit of one message
+        raise ApiError(
+            f"the system messages together are {len(joined):,} characters; the system prompt "
+            f"may be at most {MAX_MESSAGE_CHARS:,}. Shorten or drop some of them.",
+            "messages",
+        )
+    return joined, out
 
 
 def parse_stop(v, limits: Limits) -> list[str]:
