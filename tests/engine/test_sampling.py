@@ -63,6 +63,25 @@ def test_repetition_penalty_as_transformers():
     np.testing.assert_allclose(p, e / e.sum(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("penalty", [1e-308, 1e-200, 1e300])
+def test_an_extreme_repetition_penalty_gives_a_distribution_not_nan(penalty):
+    """Seen logits divided by 1e-308 had reached inf, then inf - inf made every probability
+    NaN and an arbitrary token was drawn; they are now held at the largest finite value."""
+    logits = np.zeros(100, np.float32)
+    logits[7], logits[3] = 10.0, -5.0
+    for kw in ({"temperature": 1.0, "top_k": 0, "top_p": 1.0}, {"temperature": 0.0}, {}):
+        s = Sampler(SamplingParams(repetition_penalty=penalty, seed=0, **kw))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            p = s.probs(logits, history=[7, 3])
+            token = s.sample(logits, history=[7, 3])
+        assert np.isfinite(p).all() and abs(p.sum() - 1) < 1e-9
+        if penalty < 1:  # the seen favourite only gains
+            assert token == 7 and p[7] == p.max()
+        else:  # 10 / 1e300 stays above the unseen zeros (as transformers); -5 x 1e300 is out
+            assert token != 3 and p[3] == 0
+
+
 def test_seeded_sampling_repeats_and_follows_distribution():
     params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, seed=7)
     a = [Sampler(params).sample(LOGITS) for _ in range(1)]

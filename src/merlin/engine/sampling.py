@@ -73,7 +73,10 @@ def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty
     mask[ids] = True
     seen = np.flatnonzero(mask)
     vals = logits[seen]
-    logits[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
+    with np.errstate(over="ignore"):  # a penalty of 1e-300 or 1e300: held at the largest
+        vals = np.where(vals > 0, vals / penalty, vals * penalty)  # finite value, so no
+    big = np.finfo(logits.dtype).max  # inf - inf later (NaN probabilities)
+    logits[seen] = np.clip(vals, -big, big)
 
 
 class Sampler:
