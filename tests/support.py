@@ -28,7 +28,7 @@ def load_text_model(folder):
 
 def run_cli(*args, env_extra=None, timeout=300):
     """`merlin-cli ARGS` in a subprocess, as a user runs it."""
-    env = dict(os.environ, PYTHONIOENCODING="utf-8", **(env_extra or {}))
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env_extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "merlin.engine.cli", *args],
         capture_output=True,

@@ -101,6 +101,16 @@ def test_info(demo_dir):
     assert f"{read['q8'] / 1e6:,.1f} MB of q8 weights" in r.stdout, r.stdout
 
 
+def test_a_terminal_that_cannot_show_a_character_gets_a_question_mark(demo_dir, tmp_path):
+    """A Latin-1 (or LANG=C) stdout: the characters it cannot encode become "?" instead of
+    a UnicodeEncodeError traceback that ended the answer."""
+    folder = tmp_path / "模型"
+    folder.symlink_to(demo_dir)
+    r = run_cli("info", "--model", str(folder), env_extra={"PYTHONIOENCODING": "latin-1"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "??" in r.stdout and "模型" not in r.stdout
+
+
 def test_default_model_is_demo(tmp_path):
     import merlin.engine.kernels  # noqa: F401  (sets NUMBA_CACHE_DIR: reuse the warmed kernel cache)
 

@@ -35,7 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def tolerate_unencodable_output() -> None:
+    """A terminal or pipe whose encoding cannot show a character of an answer (LANG=C, a
+    Latin-1 console) gets "?" for it instead of a UnicodeEncodeError that ends the answer."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    tolerate_unencodable_output()
     args = build_parser().parse_args(argv)
     try:
         from .cli_checks import check_args
