@@ -281,3 +281,45 @@ def test_a_saved_session_of_another_branch_gives_the_shared_prefix_and_a_right_a
     assert 0 < answer.stats["prompt_tokens"]
     wait_saved(qtbot, w, saved)
     assert recomputed_last_answer(qtbot, w, cid, data_dir) == answer.text
+
+
+def test_a_rewrite_left_unsent_comes_back_with_the_draft(qtbot, make_window, tmp_path):
+    """Opening another chat, a new one, or switching the edited message's version ends an
+    edit neither sent nor cancelled: the put-aside draft comes back with the rewrite after it
+    (the rewrite had been dropped without a word; Esc still drops it)."""
+    w = make_window()
+    send(qtbot, w, "first chat")
+    first = w.controller.current_id
+    w.new_chat()
+    send(qtbot, w, "a question")
+    second = w.controller.current_id
+    question = rows(w)[0]
+    for way in ("another chat", "a new chat", "a version switch"):
+        w.controller.open_conversation(second)
+        qtbot.waitUntil(lambda: len(w.chat.messages()) >= 2, timeout=5000)
+        w.composer.set_text("half-written next question")
+        w.controller.begin_edit(question.id)
+        w.composer.set_text("a question, rewritten at length")
+        if way == "another chat":
+            w.controller.open_conversation(first)
+        elif way == "a new chat":
+            w.new_chat()
+        else:  # < (Alt+Left)
+            w.chat.sig_version_requested.emit(question.id, -1)
+        qtbot.waitUntil(lambda: not w.composer.editing, timeout=5000)
+        assert w.composer.text() == "half-written next question\n\na question, rewritten at length"
+        if way == "a new chat":  # a version switch needs versions: make one for the next round
+            w.controller.open_conversation(second)
+            qtbot.waitUntil(lambda: len(w.chat.messages()) >= 2, timeout=5000)
+            w.composer.set_text("")
+            w.controller.begin_edit(question.id)
+            w.composer.set_text("a question, sent as a version")
+            qtbot.keyClick(w.composer.edit, Qt.Key_Return)
+            wait_idle(qtbot, w)
+            question = rows(w)[0]
+    w.composer.set_text("the draft")
+    w.controller.begin_edit(rows(w)[0].id)
+    assert w.composer.editing
+    w.composer.set_text("a rewrite given up")
+    w.composer.cancel_edit()
+    assert w.composer.text() == "the draft"

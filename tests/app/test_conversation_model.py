@@ -117,6 +117,9 @@ class FakeComposer:
     def end_edit(self, restore_draft):
         self.ended.append(restore_draft)
 
+    def leave_edit(self):
+        self.ended.append("left")
+
     def clear(self):
         self.cleared += 1
 

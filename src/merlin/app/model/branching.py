@@ -39,7 +39,7 @@ class Branching:
         if i < 1 or rows[i].role != "assistant":
             return
         if self.editing_id is not None and self.editing_id > message_id:  # below: it goes
-            self.composer.end_edit(restore_draft=True)  # (ids grow along a path)
+            self.composer.leave_edit()  # (ids grow along a path)
             self.editing_id = None
         self.view.remove_from(message_id)
         self._start_answer(after=rows[i - 1].id)
@@ -68,7 +68,7 @@ class Branching:
         if not 0 <= j < len(siblings) or self.view.message(message_id) is None:
             return
         if self.editing_id is not None:  # the message being edited may leave the view
-            self.composer.end_edit(restore_draft=True)
+            self.composer.leave_edit()
             self.editing_id = None
         try:
             self.store.select_version(siblings[j])

@@ -20,7 +20,7 @@ Ports (duck-typed, so fakes are easy):
               set_state, set_notices, set_versions) or None, message(id), remove_from(id),
               clear(), scroll_to_bottom(), update_actions(busy=), set_more_above(bool) (older
               messages wait: the view calls show_more_above() when the reader nears them).
-    composer: set_busy(bool), show_notice(text), end_edit(restore_draft=), clear().
+    composer: set_busy(bool), show_notice(text), end_edit(restore_draft=), leave_edit(), clear().
     settings: app settings (generation_options(), spec_mode, spec_k, last_conversation,
               map_experts).
 Callbacks (attributes, no-ops by default): model_ready(), model_changed(ModelInfo),
@@ -576,7 +576,7 @@ class ConversationModel(Branching):
     def open_conversation(self, conversation_id: int | None) -> None:
         def do():
             if self.editing_id is not None:
-                self.composer.end_edit(restore_draft=True)
+                self.composer.leave_edit()
                 self.editing_id = None
             self.current_id = conversation_id
             self.settings.last_conversation = conversation_id or 0

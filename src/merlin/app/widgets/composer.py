@@ -130,6 +130,11 @@ def _with_detail(read: ReadImage, detail: str) -> ReadImage:
     return read
 
 
+def _followed_by(draft: str, rewrite: str) -> str:
+    """A draft with an unsent rewrite after it (either may be empty)."""
+    return f"{draft}\n\n{rewrite}" if draft.strip() and rewrite else rewrite or draft
+
+
 def _line_height(font) -> int:
     """A line's height in this font with its fallbacks: Chinese glyphs come from a taller
     font (Noto Sans CJK) than Latin ones, and one line of them must not need a scroll bar."""
@@ -351,13 +356,17 @@ class Composer(QWidget):
         if self._editing and self._saved_draft is not None:
             text, attachments = self._saved_draft
             pending = self._pending_sources(self._saved_generation)
-            edited, (original, had) = self.text(), self._edit_original
-            if edited.strip() and edited != original:  # the rewrite is kept too
-                text = f"{text}\n\n{edited}" if text.strip() else edited
-            added = [a for a in self.attachments() if a.path not in had]
+            rewrite, added = self._rewrite()  # the rewrite is kept too
             pending = pending + self._pending_sources(self._generation)  # the edit's own
-            return text, [*attachments, *added], pending
+            return _followed_by(text, rewrite), [*attachments, *added], pending
         return self.text(), self.attachments(), self._pending_sources(self._generation)
+
+    def _rewrite(self) -> tuple[str, list[Attachment]]:
+        """While editing: the box's text if it differs from the message's ("" if not), and
+        the pictures added to the edit."""
+        edited, (original, had) = self.text(), self._edit_original
+        rewrite = edited if edited.strip() and edited != original else ""
+        return rewrite, [a for a in self.attachments() if a.path not in had]
 
     def _pending_sources(self, generation: int | None) -> list[tuple[str, str, str]]:
         return [s for r in self._readings if r.generation == generation for s in r.sources]
@@ -453,6 +462,20 @@ class Composer(QWidget):
     def cancel_edit(self) -> None:
         self.end_edit(restore_draft=True)
         self.sig_edit_cancelled.emit()
+
+    def leave_edit(self) -> None:
+        """The edit ends neither sent nor cancelled (another chat opened, the message left
+        the view): the draft comes back with the rewrite after it and the pictures added to
+        the edit, as draft() keeps them when the window closes (they had been dropped)."""
+        if not self._editing:
+            return
+        rewrite, added = self._rewrite()
+        self.end_edit(restore_draft=True)
+        if rewrite:
+            self.set_text(_followed_by(self.text(), rewrite))
+        for a in added:
+            if len(self._attachments) < MAX_IMAGES:
+                self._add_attachment(a)
 
     @property
     def editing(self) -> bool:
