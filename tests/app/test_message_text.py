@@ -88,3 +88,32 @@ def test_a_long_streamed_tail_is_rendered_at_a_pace_the_window_can_bear(qtbot):
     qtbot.wait(100)
     text = view.document().toPlainText()
     assert "Done." in text and "z = 2" not in text
+
+
+def test_a_long_run_without_spaces_wraps_anywhere_and_prose_at_words(qtbot):
+    """A pasted base64 blob or minified JSON: Qt's word wrap searched the whole run for a
+    boundary at every line (quadratic: 100,000 characters froze the window 9 s at each send,
+    opening and resize); such a text wraps anywhere, prose still at word boundaries."""
+    from PySide6.QtGui import QTextOption
+
+    from merlin.app.widgets.message_text import LONG_RUN
+
+    view = MessageText()
+    qtbot.addWidget(view)
+    view.resize(600, 100)
+    view.show()
+    blob = "eyJhbGciOiJIUzI1NiJ9" * (LONG_RUN // 10)
+    prose = "word " * LONG_RUN
+    for render in (view.render_plain, view.render_markdown):
+        render(f"see {blob} here")
+        assert view.wordWrapMode() == QTextOption.WrapAnywhere
+        assert view.height() > 10 * view.fontMetrics().height()  # wrapped into many lines
+        assert blob in view.document().toPlainText()  # the text itself is untouched
+        render(prose)
+        assert view.wordWrapMode() == QTextOption.WrapAtWordBoundaryOrAnywhere
+    view.stream("x" * (LONG_RUN - 1))
+    view.show_streamed()
+    assert view.wordWrapMode() == QTextOption.WrapAtWordBoundaryOrAnywhere
+    view.stream("x" * LONG_RUN)
+    view.show_streamed()
+    assert view.wordWrapMode() == QTextOption.WrapAnywhere

@@ -9,9 +9,15 @@ The tail can be long (a code block still open is re-rendered whole, 20+ ms at 20
 several times that on a board's core), so a streamed text is shown at most once every
 STREAM_SPACING times the last render's duration: rendering takes at most about a quarter of
 the GUI thread's time whatever the answer, and a text held back is shown by a timer.
+
+A text with a run of LONG_RUN characters and no space (a pasted base64 blob, minified JSON, a
+long URL) wraps anywhere: Qt's word wrap looks through the whole run for a boundary at every
+line, which is quadratic (100,000 such characters froze the window 9 s at each send, opening
+and resize; anywhere: a few ms). Other texts keep wrapping at word boundaries.
 """
 
 import math
+import re
 import time
 from contextlib import contextmanager
 
@@ -24,6 +30,7 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QTextOption,
 )
 from PySide6.QtWidgets import (
     QFrame,
@@ -37,6 +44,8 @@ from merlin.app.widgets import highlight, theme
 
 COPY_SCHEME = "merlin-copy"
 STREAM_SPACING = 4.0  # a streamed render starts at least this many of its durations apart
+LONG_RUN = 2000  # characters without a space: such a text wraps anywhere (module docstring)
+_LONG_RUN = re.compile(rf"\S{{{LONG_RUN}}}")
 
 
 # Model text is text: raw HTML in an answer (`</think>`, "use the <b> tag") is shown as written,
@@ -101,6 +110,7 @@ class MessageText(QTextBrowser):
     def render_markdown(self, src: str, finished: bool = True) -> None:
         """Render the whole text (a finished message, or the final render of an answer)."""
         self._drop_waiting()
+        self._wrap_for(src)
         self.document().setMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
         with self._one_layout():
             groups = highlight.decorate(self.document())
@@ -136,6 +146,7 @@ class MessageText(QTextBrowser):
     def render_plain(self, text: str) -> None:
         """User messages are shown as typed (no markdown surprises), still selectable."""
         self._drop_waiting()
+        self._wrap_for(text)
         self.document().setPlainText(text)
         self._fit()
 
@@ -168,6 +179,7 @@ class MessageText(QTextBrowser):
         self._waiting_src = None
 
     def _render_stream(self, src: str) -> None:
+        self._wrap_for(src)
         doc = self.document()
         cursor = QTextCursor(doc)
         stable = markdown.stable_length(src)
@@ -198,6 +210,14 @@ class MessageText(QTextBrowser):
         start = cursor.position()
         cursor.insertMarkdown(markdown.prepare(src), MARKDOWN_FEATURES)
         return start
+
+    def _wrap_for(self, text: str) -> None:
+        """Wrap anywhere if `text` has a run of LONG_RUN characters without a space, else at
+        word boundaries (a long word still breaks)."""
+        long_run = _LONG_RUN.search(text) is not None
+        mode = QTextOption.WrapAnywhere if long_run else QTextOption.WrapAtWordBoundaryOrAnywhere
+        if self.wordWrapMode() != mode:
+            self.setWordWrapMode(mode)
 
     def _end(self) -> int:
         return max(0, self.document().characterCount() - 1)
