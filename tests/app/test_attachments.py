@@ -112,7 +112,7 @@ def test_bad_files_get_a_message_and_the_text_stays(qtbot, make_window, tmp_path
     w.composer.wait_attachments()
     assert w.composer.attachments() == []
     assert "broken.png" in w.composer.notice.text()
-    assert "damaged" in w.composer.notice.text() or "could not be read" in w.composer.notice.text()
+    assert "corrupt" in w.composer.notice.text()  # the engine's reason (check_image_file)
     drop(w, w.chat.viewport(), tmp_path)  # a folder
     w.composer.wait_attachments()
     assert "folder" in w.composer.notice.text()
@@ -449,6 +449,35 @@ def test_engine_formats_are_attached_as_they_are(qtbot, data_dir, tmp_path):  # 
         Image.new("RGB", (400, 300), (30, 90, 200)).save(path)
         a = read_image(path)
         assert a.path == str(path) and a.size == (400, 300) and not a.thumbnail.isNull()
+
+
+def test_a_picture_the_engine_would_refuse_is_not_attached(qtbot, data_dir, tmp_path):  # noqa: F811
+    """A truncated JPEG (a half-downloaded photo: Qt shows it grey-filled) or a strip over
+    Qwen3-VL's 200:1 had been attached and sent, and then every later question of that chat
+    failed on it; they are refused at once with the engine's reason, and so is a shape the
+    engine takes (the same picture whole) accepted."""
+    import io
+
+    import numpy as np
+    import pytest
+    from PIL import Image
+
+    from merlin.app.widgets.attachments import AttachmentError, read_image
+
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(buf, "JPEG")
+    whole, half = tmp_path / "whole.jpg", tmp_path / "half.jpg"
+    whole.write_bytes(buf.getvalue())
+    half.write_bytes(buf.getvalue()[: len(buf.getvalue()) * 2 // 3])
+    strip, tall = tmp_path / "strip.png", tmp_path / "tall.png"
+    Image.new("RGB", (1000, 4), "red").save(strip)
+    Image.new("RGB", (2, 600), "red").save(tall)
+    assert read_image(whole).size == (400, 400)
+    for path, why in ((half, "truncated"), (strip, "aspect ratio"), (tall, "aspect ratio")):
+        with pytest.raises(AttachmentError, match=why) as e:
+            read_image(path)
+        assert str(e.value).startswith(f"{path.name} was not attached: the image")
 
 
 def test_an_image_over_qts_default_limit_but_within_the_engines_attaches(qtbot, data_dir, tmp_path):  # noqa: F811

@@ -478,6 +478,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/attachments.py" />
+      <source>{name} was not attached: {why}</source>
+      <translation>{name} 未附加：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/attachments.py" />
       <source>{name} is a folder, not an image.</source>
       <translation>{name} 是文件夹，不是图片。</translation>
     </message>

@@ -18,6 +18,8 @@ from PySide6.QtGui import QImage, QImageReader, QPixmap
 
 from merlin.app.i18n import tr
 from merlin.app.model.paths import data_dir
+from merlin.engine.errors import InputError
+from merlin.engine.vision.preprocess import check_image_file
 
 THUMB = 64
 MAX_FILE_BYTES = 64 << 20
@@ -72,6 +74,18 @@ def to_attachment(read: ReadImage) -> Attachment:
     return Attachment(read.path, read.name, thumbnail, read.size, read.stored, read.detail)
 
 
+def _check_for_engine(path: Path, name: str) -> None:
+    """AttachmentError for a file the engine would refuse when asked about it (a truncated
+    JPEG, which Qt shows grey-filled; a 1000x4 strip): a chat never holds a picture no later
+    question could use (engine.vision.preprocess.check_image_file)."""
+    try:
+        check_image_file(path)
+    except InputError as e:
+        reason = str(e).removeprefix(f"{path}: ")  # the engine's message names the full path
+        why = tr("{name} was not attached: {why}").format(name=name, why=reason)
+        raise AttachmentError(why) from None
+
+
 def read_image(path: str | Path, name: str | None = None) -> ReadImage:
     """Check the file and decode its thumbnail (any thread); AttachmentError says what is
     wrong, for the user."""
@@ -122,6 +136,8 @@ def read_image(path: str | Path, name: str | None = None) -> ReadImage:
                 name=name, w=size.width(), h=size.height()
             )
         )
+    if fmt in ENGINE_FORMATS:
+        _check_for_engine(path, name)
     if size.isValid():
         reader.setScaledSize(size.scaled(QSize(THUMB * 2, THUMB * 2), Qt.KeepAspectRatio))
     image = reader.read()
@@ -135,6 +151,7 @@ def read_image(path: str | Path, name: str | None = None) -> ReadImage:
         # Qt reads it (SVG, ICO, PPM...) but the engine decodes only ENGINE_FORMATS: convert
         # it to PNG now, so the chat never holds an image no later question could use
         path = _converted_png(path, name)
+        _check_for_engine(path, name)
     return ReadImage(
         str(path), name, image, (size.width(), size.height()) if size.isValid() else (0, 0)
     )

@@ -26,11 +26,12 @@ import numpy as np
 from PIL import Image
 
 from ..errors import CheckpointError, InputError
-from .image_file import PIXEL_LIMIT, open_image, to_rgb
+from .image_file import IMAGE_FORMATS, PIXEL_LIMIT, open_image, to_rgb
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 MAX_ASPECT_RATIO = 200  # smart_resize refuses anything longer than this, as transformers does
 MIN_SIDE = 2  # a 1-pixel-wide image carries no picture; refuse it with a message
+CHECK_PIXELS = 1 << 20  # check_image_file decodes at about this size where it can (JPEG)
 RESAMPLE = Image.Resampling.BICUBIC
 MAX_PIXEL_VALUE = 1000.0  # |normalised pixel| a preprocessor config may produce
 
@@ -299,13 +300,9 @@ def patchify(u8: np.ndarray, lut: np.ndarray, cfg: PreprocessConfig):
     return out, (1, gh, gw)
 
 
-def prepare_pil(image: Image.Image, cfg: PreprocessConfig, source=None) -> PreparedImage:
-    """A decoded Pillow image (EXIF already applied) -> PreparedImage."""
-    import time
-
-    t0 = time.perf_counter()
-    name = str(source) if source is not None else "the image"
-    width, height = image.size
+def check_shape(width: int, height: int, name: str) -> None:
+    """InputError for an image Qwen3-VL cannot take: a side under MIN_SIDE pixels or an
+    aspect ratio over MAX_ASPECT_RATIO."""
     if min(width, height) < MIN_SIDE:
         raise InputError(
             f"{name}: the image is only {width}x{height} pixels; there is nothing to see. "
@@ -317,6 +314,27 @@ def prepare_pil(image: Image.Image, cfg: PreprocessConfig, source=None) -> Prepa
             f"{max(width, height) / min(width, height):.0f}:1; Qwen3-VL accepts at most "
             f"{MAX_ASPECT_RATIO}:1. Crop it or cut it into parts and attach those."
         )
+
+
+def check_image_file(path: Path | str) -> None:
+    """InputError (naming the file) for an image file the engine would refuse when asked
+    about it: damaged or truncated anywhere in its data (decoded, at a reduced scale where
+    the format allows, CHECK_PIXELS), or of a shape check_shape refuses. An app checks what
+    it attaches with this, so a chat never holds a picture no later question could use."""
+    open_image(path, target_pixels=CHECK_PIXELS).close()  # every failure an InputError
+    with Image.open(path, formats=IMAGE_FORMATS) as header:  # the whole image's shape
+        width, height = header.size  # (EXIF orientation swaps sides: the same checks)
+    check_shape(width, height, str(path))
+
+
+def prepare_pil(image: Image.Image, cfg: PreprocessConfig, source=None) -> PreparedImage:
+    """A decoded Pillow image (EXIF already applied) -> PreparedImage."""
+    import time
+
+    t0 = time.perf_counter()
+    name = str(source) if source is not None else "the image"
+    width, height = image.size
+    check_shape(width, height, name)
     rgb = to_rgb(image, source)
     if cfg.do_resize:
         new_h, new_w = smart_resize(height, width, cfg.factor, cfg.min_pixels, cfg.max_pixels)
