@@ -2,7 +2,8 @@
 """Collect the app's translatable strings into src/merlin/app/i18n/merlin_zh_CN.ts; compile the
 .qm.
 
-Strings are the literal first arguments of `tr(...)` and `N_(...)` in src/merlin/app/. Existing
+Strings are the literal first arguments of `tr(...)` and `N_(...)` in src/merlin/app/ (also
+called as a method: `self.tr(...)`). Existing
 translations are kept; new strings are added as unfinished (Qt Linguist can edit the .ts);
 strings no longer used are dropped. Then pyside6-lrelease writes merlin_zh_CN.qm.
 
@@ -28,6 +29,14 @@ QM = TS.with_suffix(".qm")
 CONTEXT = "Merlin"
 
 
+def _called_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
 def collect() -> list[tuple[str, str, int]]:
     """[(source text, file, line)] in order of first use."""
     seen: dict[str, tuple[str, str, int]] = {}
@@ -36,8 +45,7 @@ def collect() -> list[tuple[str, str, int]]:
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("tr", "N_")
+                and _called_name(node.func) in ("tr", "N_")  # tr(...), self.tr(...)
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)

@@ -501,3 +501,53 @@ def test_the_conversation_model_imports_without_qt():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_deleting_another_chat_lets_the_answer_stream_on(world):
+    """An answer streaming in one chat went 'stopped' when any other chat was deleted."""
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("First chat?")
+    m.on_event(engine.jobs[-1].job_id, finished())
+    other = m.current_id
+    m.open_conversation(None)
+    m.send("Second chat?")
+    job = engine.jobs[-1]
+    m.delete_conversation(other)
+    assert not job.cancel.is_set() and m.busy
+    assert store.conversation(other) is None and engine.forgotten == [other]
+    m.on_event(job.job_id, finished())
+    assert store.messages(m.current_id)[-1].state == "done"
+    m.send("Again?")
+    job = engine.jobs[-1]
+    m.delete_conversation(m.current_id)  # its own chat: the answer stops first
+    assert job.cancel.is_set()
+
+
+def test_a_failing_store_says_so_for_rename_delete_thinking_and_regenerate(world, monkeypatch):
+    """A full disk: each of these had raised out of the Qt slot (a traceback, no notice; the
+    list showed a name the store did not keep; a regenerate took the old answer off the
+    screen)."""
+    from merlin.app.model.store import StoreError
+
+    m, store, engine, view, composer, events = world
+    m.on_loaded(INFO)
+    m.send("A question?")
+    m.on_event(engine.jobs[-1].job_id, finished())
+    cid = m.current_id
+    answer = store.messages(cid)[-1]
+
+    def full(*_args, **_kw):
+        raise StoreError("the disk is full")
+
+    for name in ("rename_conversation", "delete_conversation", "set_thinking", "add_message"):
+        monkeypatch.setattr(store, name, full)
+    m.rename_conversation(cid, "new name")
+    m.delete_conversation(cid)
+    m.set_thinking("on")
+    m.regenerate(answer.id)
+    notices = [e[2] for e in events if e[0] == "notice" and e[1] == "error"]
+    assert len(notices) == 4 and all("the disk is full" in n for n in notices)
+    assert "not renamed" in notices[0] and "not deleted" in notices[1]
+    assert store.conversation(cid) is not None and m.current_id == cid
+    assert [i.id for i in view.items] == [r.id for r in store.messages(cid)]  # answer shown

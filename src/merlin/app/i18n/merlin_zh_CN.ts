@@ -85,6 +85,11 @@
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />
+      <source>Your message is saved and will be answered when the model is ready.</source>
+      <translation>你的消息已保存，模型就绪后将会回答。</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/conversation.py" />
       <source>This message cannot be sent: {why}</source>
       <translation>无法发送此消息：{why}</translation>
     </message>
@@ -117,6 +122,16 @@
       <location filename="../../app/model/conversation.py" />
       <source>This chat's session was not saved for quick continuation: {why}</source>
       <translation>此对话的会话未保存，下次继续时需要重新计算：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/conversation.py" />
+      <source>The chat was not renamed: {why}</source>
+      <translation>对话未重命名：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/model/conversation.py" />
+      <source>The chat was not deleted: {why}</source>
+      <translation>对话未删除：{why}</translation>
     </message>
     <message>
       <location filename="../../app/model/conversation.py" />

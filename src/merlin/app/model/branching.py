@@ -43,6 +43,8 @@ class Branching:
             self.editing_id = None
         self.view.remove_from(message_id)
         self._start_answer(after=rows[i - 1].id)
+        if self.answer is None:  # the store failed (its notice is up): the answer back
+            self.open_conversation(self.current_id)
 
     def edit_parent(self):
         """The fork of the message being edited (its parent; None for a first message), or

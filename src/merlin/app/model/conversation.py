@@ -631,24 +631,42 @@ class ConversationModel(Branching):
         self.conversations_changed()
 
     def rename_conversation(self, conversation_id: int, name: str) -> None:
-        self.store.rename_conversation(conversation_id, name.strip()[:200])
+        """A store that fails (a full disk) says so; the list shows the name kept."""
+        try:
+            self.store.rename_conversation(conversation_id, name.strip()[:200])
+        except (sqlite3.Error, StoreError) as e:
+            self.notice("error", self.tr("The chat was not renamed: {why}").format(why=e))
         self.conversations_changed()
 
     def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a chat; an answer streaming in it is stopped first, one streaming in
+        another chat goes on."""
+
         def do():
-            self.store.delete_conversation(conversation_id)
+            try:
+                self.store.delete_conversation(conversation_id)
+            except (sqlite3.Error, StoreError) as e:
+                self.notice("error", self.tr("The chat was not deleted: {why}").format(why=e))
+                return
             self.engine.forget(conversation_id)
             if conversation_id == self.current_id:
                 self.open_conversation(None)
             self.conversations_changed()
 
-        self.when_idle(do)
+        if self.answer is not None and self.answer.conversation_id != conversation_id:
+            do()
+        else:
+            self.when_idle(do)
 
     def set_thinking(self, switch: str | None) -> None:
-        """The user's thinking switch for the chat shown (kept with it in the store)."""
+        """The user's thinking switch for the chat shown (kept with it in the store; a store
+        that fails says so, and the switch still holds for this chat while it is open)."""
         self.thinking_switch = switch if switch in ("on", "off") else None
         if self.current_id is not None:
-            self.store.set_thinking(self.current_id, self.thinking_switch)
+            try:
+                self.store.set_thinking(self.current_id, self.thinking_switch)
+            except (sqlite3.Error, StoreError) as e:
+                self.notice("error", self.tr("The chat store failed: {why}").format(why=e))
 
     def _show_row(self, r: MessageRow, at_top: bool = False):
         widget = self.view.add_message(
