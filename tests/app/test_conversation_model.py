@@ -551,3 +551,14 @@ def test_a_failing_store_says_so_for_rename_delete_thinking_and_regenerate(world
     assert "not renamed" in notices[0] and "not deleted" in notices[1]
     assert store.conversation(cid) is not None and m.current_id == cid
     assert [i.id for i in view.items] == [r.id for r in store.messages(cid)]  # answer shown
+
+
+def test_the_waiting_notice_goes_when_the_model_is_ready_even_if_its_chat_is_gone(world):
+    """A message sent while the model loads, its chat deleted: the "will be answered when
+    the model is ready" notice had stayed for good, over every later chat."""
+    m, store, engine, view, composer, events = world
+    assert m.send("Early question")
+    m.delete_conversation(m.current_id)
+    assert m.current_id is None
+    m.on_loaded(INFO)
+    assert events[-1] == ("notice", "done", m._waiting_notice()) and not m.waiting_for_model

@@ -266,13 +266,15 @@ class ConversationModel(Branching):
         return self.tr("Your message is saved and will be answered when the model is ready.")
 
     def _answer_waiting(self) -> None:
-        if not self.ready or self.answer is not None or self.current_id is None:
+        if not self.ready or self.answer is not None:
+            return
+        if self.waiting_for_model:  # the model is ready: the notice goes, even when the chat
+            self.notice("done", self._waiting_notice())  # that waited is gone or not shown
+            self.waiting_for_model = False
+        if self.current_id is None:
             return
         rows = self.store.messages(self.current_id)
         if rows and rows[-1].role == "user":
-            if self.waiting_for_model:
-                self.notice("done", self._waiting_notice())  # no longer true: it goes
-            self.waiting_for_model = False
             waiting = []  # the user's messages since the last answer, all answered now
             for r in reversed(rows):
                 if r.role != "user":
