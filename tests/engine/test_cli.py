@@ -89,6 +89,22 @@ def test_logits_shape_matches_prompt(demo_dir, tmp_path, demo_model):
     assert logits.dtype == np.float32 and np.isfinite(logits).all()
 
 
+def test_logits_go_to_the_file_named_and_a_folder_is_refused(demo_dir, tmp_path):
+    """np.save had added ".npy" to a name without it (the message named a file never
+    written) and turned a folder's name into FOLDER.npy beside it, exit 0."""
+    out = tmp_path / "run1"
+    r = run_cli("logits", "--model", str(demo_dir), "--out", str(out), "hi")
+    assert r.returncode == 0 and str(out) in r.stderr, r.stderr
+    assert np.load(out).ndim == 2 and not (tmp_path / "run1.npy").exists()
+    folder = tmp_path / "results"
+    folder.mkdir()
+    r = run_cli("logits", "--model", str(demo_dir), "--out", str(folder), "hi")
+    assert_user_error(r, "is a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "run1"]
+    r = run_cli("logits", "--model", str(demo_dir), "--out", "/dev/null", "hi")
+    assert_user_error(r, "not a regular file")
+
+
 def test_info(demo_dir):
     r = run_cli("info", "--model", str(demo_dir), "--json")
     assert r.returncode == 0, r.stderr

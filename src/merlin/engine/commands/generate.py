@@ -3,12 +3,14 @@ every prompt position)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import MerlinError
+from .. import replace_file
+from ..errors import InputError, MerlinError
 from ..speculative import SpecPolicy
 from .args import (
     ReasoningPrinter,
@@ -70,9 +72,36 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _logits_target(name: str) -> Path:
+    """The file --out names (through a symlink), checked: not a folder, not a device."""
+    out = replace_file.target(Path(name).expanduser())
+    if out.is_dir():
+        raise InputError(f"--out {name} is a folder; give a file name, e.g. {out / 'logits.npy'}.")
+    if out.exists() and not out.is_file():
+        raise InputError(f"--out {name} is not a regular file (a device or a pipe).")
+    return out
+
+
+def _save_exactly(out: Path, array: np.ndarray) -> None:
+    """np.save to `out` itself (np.save on a name adds ".npy"), through a temporary file
+    renamed over it, keeping the replaced file's permissions."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fsync(f.fileno())
+        replace_file.keep_permissions(tmp, out)
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise MerlinError(f"{out}: cannot write ({e.strerror or e}).") from None
+
+
 def cmd_logits(args) -> int:
     from ..generate import check_prompt, image_inputs
 
+    out = _logits_target(args.out)  # before any work: a bad --out fails at once
     model = load(args)
     built = prompt(args, model)
     check_prompt(model, built.ids, model.max_context)
@@ -83,11 +112,7 @@ def cmd_logits(args) -> int:
         kw = dict(embeds=inputs.embeds, embed_rows=inputs.rows, deepstack=inputs.deepstack)
     # every row's logits: one forward (prefill() keeps only the last row's)
     logits = model.text.forward(np.asarray(built.ids), built.positions, cache, logits="all", **kw)
-    out = Path(args.out)
-    try:
-        np.save(out, logits.astype(np.float32))
-    except OSError as e:
-        raise MerlinError(f"{out}: cannot write ({e.strerror}).") from None
+    _save_exactly(out, logits.astype(np.float32))
     print(
         f"saved logits {logits.shape} for {len(built.ids)} prompt tokens to {out}", file=sys.stderr
     )
