@@ -105,3 +105,23 @@ def test_a_file_made_meanwhile_is_kept_and_names_in_use_are_skipped(
 def test_the_new_name_keeps_the_extension(tmp_path, name, beside):
     (tmp_path / name).write_bytes(b"x")
     assert chat_command._free_name(tmp_path / name) == tmp_path / beside
+
+
+def test_a_picture_attached_before_regenerate_waits_for_the_next_question(
+    demo_model, tmp_path, monkeypatch, capsys
+):
+    """`/image` then `/regenerate`: the picture had been dropped without a word (exit 0);
+    it now goes with the next question, and the user is told."""
+    from PIL import Image
+
+    picture = tmp_path / "pic.png"
+    Image.new("RGB", (64, 48), "red").save(picture)
+    path = tmp_path / "c.mss"
+    lines = ["first", f"/image {picture}", "/regenerate", "what is in it?"]
+    code, err = _chat(monkeypatch, capsys, demo_model, path, lines)
+    assert code == 0 and "wait for your next question" in err, err
+    s, result = Session.open(demo_model, path)
+    assert result.messages_loaded, result.reason
+    users = [m for m in s.messages if m.role == "user"]
+    assert [m.text for m in users] == ["first", "what is in it?"]
+    assert [len(m.images) for m in users] == [0, 1]

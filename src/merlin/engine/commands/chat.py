@@ -117,16 +117,21 @@ def cmd_chat(args) -> int:
             else:
                 pending.append(image)
             continue
+        regenerate = line.strip() == "/regenerate"
+        if regenerate and pending:  # they had been dropped without a word
+            _note(
+                f"notice: /regenerate answers the last question again; {len(pending)} "
+                "picture(s) attached since wait for your next question."
+            )
         try:
-            if line.strip() == "/regenerate":
+            if regenerate:
                 events = session.regenerate(options)
             else:
-                events = session.ask(line, pending, options)
-            pending = []
+                events, pending = session.ask(line, pending, options), []
             interrupted = _stream(events, args, out)
         except MerlinError as e:
             _note(f"error: {e}")
-            pending = []
+            pending = pending if regenerate else []
             failed = True
             continue
         if target is not None:
