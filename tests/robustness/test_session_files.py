@@ -280,6 +280,29 @@ def test_a_damaged_cache_keeps_the_intact_image_embeddings(demo_model, saved, tm
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "key, value, kept", [("kv", "other", 1), ("weights", "other", 1), ("checkpoint", "2:x", 0)]
+)
+def test_another_text_format_keeps_the_image_embeddings(
+    demo_model, saved, tmp_path, key, value, kept
+):
+    """A session saved with other text weights or another KV format (`--weights`, `--kv`):
+    its rows are recomputed, but a picture whose file is gone had made every turn fail,
+    though the file holds its embedding, which those formats do not change; another
+    checkpoint's embeddings are never kept."""
+    meta, arrays, _ = saved
+    meta = copy.deepcopy(meta)
+    meta["messages"][0]["images"][0]["source"] = str(tmp_path / "gone.png")  # no such file
+    meta["identity"][key] = value
+    path = tmp_path / "s.msession"
+    write(path, meta, arrays)
+    s, result = restore(demo_model, path)
+    assert not result.restored and result.images_kept == kept
+    if kept:
+        for _ in s.ask("and now?", max_new_tokens=2):  # the picture's file is not consulted
+            pass
+
+
 def test_a_damaged_embedding_is_not_kept(demo_model, saved, tmp_path):
     meta, arrays, _ = saved
     edited = dict(arrays)

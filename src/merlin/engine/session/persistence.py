@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from .. import arrayfile, file_sample, session_check
 from ..kv_cache import KVCache
 from ..prompt import ImageSpan
 from ..version import __version__
-from .conversation import Message
+from .conversation import Message, SessionImage
 from .images import ImageEmbedding
 
 log = logging.getLogger("merlin.engine.session")
@@ -88,6 +89,24 @@ def model_identity(model) -> dict:
         "kv": model.kv_fmt,
         "kv_dims": [t.num_hidden_layers, t.num_key_value_heads, t.head_dim],
     }
+
+
+def _images_gone(saved: SavedConversation) -> set[str]:
+    """Hashes of the conversation's pictures whose file is no longer there."""
+    return {
+        im.hash
+        for m in saved.messages
+        for im in m.images
+        if isinstance(im, SessionImage) and not (im.source and os.path.lexists(im.source))
+    }
+
+
+def same_vision_tower(saved, current: dict) -> bool:
+    """Whether a session saved with `saved` identity holds image embeddings this model would
+    make: the same file format, config and weight files (the text weights' and KV cache's
+    formats do not enter an embedding; its vision format is in its key: images.py _salt)."""
+    keys = ("format", "config", "checkpoint")
+    return isinstance(saved, dict) and all(saved.get(k) == current[k] for k in keys)
 
 
 def identity_mismatch(saved: dict, current: dict) -> str | None:
@@ -250,8 +269,10 @@ def read_session(model, path, budget: int):
     """(RestoreResult, SavedConversation or None, CachedRows or None, kept embeddings) of a
     session file for `model`: the conversation whenever it is readable, the cached rows only
     when the file matches the model and is intact; when it matches but its rows are not
-    intact, the image embeddings that are (salvage_embeddings), else {}. Never raises for a
-    bad file; the reason is logged."""
+    intact, the image embeddings that are intact (salvage_embeddings); when it was saved with
+    other text weights or another KV format (same_vision_tower), those of pictures whose
+    file is gone (the others are checked against their file and encoded again); else {}.
+    Never raises for a bad file; the reason is logged."""
     path = Path(path)
     try:
         reader = arrayfile.Reader(path, SESSION_KIND)
@@ -271,7 +292,8 @@ def read_session(model, path, budget: int):
             result.reason = str(e)
             log.warning("session file %s not used: %s", path, result.reason)
             return result, None, None, {}
-        reason = identity_mismatch(meta.get("identity"), model_identity(model))
+        current = model_identity(model)
+        reason = identity_mismatch(meta.get("identity"), current)
         rows, kept = None, {}
         if reason is None:
             try:
@@ -279,6 +301,9 @@ def read_session(model, path, budget: int):
             except arrayfile.FileFormatError as e:
                 reason = str(e)
                 kept = salvage_embeddings(model, reader, meta)
+        elif same_vision_tower(meta.get("identity"), current):  # other text weights or KV:
+            gone = _images_gone(saved)  # a picture whose file is there is checked and encoded
+            kept = {h: e for h, e in salvage_embeddings(model, reader, meta).items() if h in gone}
     if reason is not None:
         result.reason = reason
         result.images_kept = len(kept)
