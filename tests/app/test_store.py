@@ -73,12 +73,34 @@ def test_committed_message_survives_an_abandoned_connection(tmp_path):
     store.add_message(cid, "user", "sent before the crash")
     aid = store.add_message(cid, "assistant", "", state="streaming")
     store.update_message(aid, "half an ans")
+    store._running.close()  # the process died: its locks go with it (not its connection)
     # no close(): a second connection (the next start) sees everything committed
     again = Store(tmp_path)
     rows = again.messages(cid)
     assert rows[0].text == "sent before the crash"
     assert rows[1].text == "half an ans" and rows[1].state == "interrupted"
     assert again.interrupted == 1
+
+
+def test_a_second_merlin_leaves_the_first_ones_streaming_answer_alone(tmp_path):
+    """A second Merlin on the same data folder had marked the first one's answer, still
+    streaming, as interrupted ("Merlin was closed while answering")."""
+    first = Store(tmp_path)
+    cid = first.create_conversation("t")
+    first.add_message(cid, "user", "a question")
+    aid = first.add_message(cid, "assistant", "", state="streaming")
+    first.update_message(aid, "half an ans")
+    second = Store(tmp_path)
+    assert second.interrupted == 0 and second.messages(cid)[1].state == "streaming"
+    first.update_message(aid, "half an answer, done", state="done")
+    first.close()
+    assert second.messages(cid)[1].state == "done"
+    aid2 = second.add_message(cid, "assistant", "", state="streaming")
+    second._running.close()  # the second one dies mid-answer: the next start recovers it
+    third = Store(tmp_path)
+    assert third.interrupted == 1 and third.messages(cid)[-1].id == aid2
+    assert third.messages(cid)[-1].state == "interrupted"
+    third.close()
 
 
 def test_images_are_content_addressed_and_collected(tmp_path):

@@ -24,3 +24,20 @@ def try_lock(path: Path):
         f.close()
         return None
     return f
+
+
+def share_running(path: Path):
+    """(an open file holding a shared lock on path for as long as this Merlin runs, whether
+    no other Merlin held one when it was taken). Alone, what another Merlin left half done
+    (an answer marked streaming) is known to be dead; not alone, it may still be going on.
+    Two Merlins starting together: one of them sees the other. Close the file to let go."""
+    f = open(path, "a")  # noqa: SIM115 (held as long as the caller runs)
+    if fcntl is None:
+        return f, True
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        alone = True
+    except OSError:
+        alone = False
+    fcntl.flock(f.fileno(), fcntl.LOCK_SH)  # an exclusive lock converts; else waits while
+    return f, alone  # another Merlin holds its exclusive one (the moment it starts)

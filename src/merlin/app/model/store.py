@@ -43,7 +43,7 @@ from merlin.app.model import store_import
 from merlin.app.model import store_schema as schema
 from merlin.app.model import store_tree as tree
 from merlin.app.model.draft import draft_image_files
-from merlin.app.model.file_lock import try_lock
+from merlin.app.model.file_lock import share_running, try_lock
 from merlin.app.model.store_errors import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -60,6 +60,7 @@ from merlin.app.model.store_sync import Syncer
 SCHEMA_VERSION = 3
 DB_NAME = "chats.sqlite3"
 IMAGE_DIR = "images"
+RUNNING_LOCK = "running.lock"  # every Merlin open on the folder holds it shared (_recover)
 log = logging.getLogger(__name__)
 AT_END = object()  # add_message's default parent: the last message of the path shown
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
@@ -162,6 +163,7 @@ class Store:
             else Path(tempfile.mkdtemp(prefix="merlin-images-"))
         )
         self.interrupted = 0  # answers found half-written when the store opened
+        self._running = None  # this Merlin's shared hold of RUNNING_LOCK (file_lock)
         self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
         self._turns = store_import.WriteTurns()  # shared with reader() and writer() copies
@@ -192,7 +194,14 @@ class Store:
                 self._db.execute("PRAGMA synchronous = NORMAL")
                 self._db.execute("PRAGMA wal_autocheckpoint = 0")
             self._migrate()
-            self.interrupted = self._recover()
+            alone = True
+            if self.folder:
+                try:
+                    self._running, alone = share_running(self.folder / RUNNING_LOCK)
+                except OSError:  # a read-only folder: nothing can be marked anyway
+                    alone = False
+            if alone:  # another Merlin open on the folder may be streaming its answers
+                self.interrupted = self._recover()
             if self.folder:
                 self._drop_abandoned_imports()
             if self.folder:
@@ -234,6 +243,12 @@ class Store:
         if db is not None:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        if self._running is not None and not self._second:
+            self._running.close()
+            self._running = None
 
     @staticmethod
     def start_new_beside(folder: Path | str) -> Path:
@@ -317,6 +332,8 @@ class Store:
         return why_not_saved(self.folder, code, detail, sqlite=True)
 
     def _recover(self) -> int:
+        """Answers left streaming by a Merlin that is gone become interrupted (called only
+        when no other Merlin is open on the folder: RUNNING_LOCK)."""
         with self._transaction() as db:
             cur = db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
             return cur.rowcount
@@ -331,6 +348,7 @@ class Store:
             self._syncer.close()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()  # the last connection: checkpoints (and syncs) what is left
+        self._let_go()
         if not self.folder:  # a store in memory: its pictures went to a folder of its own
             shutil.rmtree(self.image_dir, ignore_errors=True)
 
