@@ -645,6 +645,26 @@ def test_editing_never_waits_for_the_drafts_pictures_and_they_come_back_with_it(
     assert [a.name for a in w.composer.attachments()] == ["during.png", "after.png"]
 
 
+def test_a_picture_still_being_read_for_an_edit_left_unsent_comes_with_the_draft(
+    qtbot, make_window, tmp_path, monkeypatch
+):
+    """Another chat opened while a picture dropped on the edit is still being read: it
+    joins the draft with the rewrite when it is read (it had been dropped)."""
+    gates = gate_reads(monkeypatch, "late.png")
+    w = make_window()
+    send(qtbot, w, "first question")
+    first = stored(w)[0]
+    w.composer.set_text("my draft")
+    w.controller.begin_edit(first.id)
+    w.composer.set_text("first question, rewritten")
+    w.composer.add_paths([str(png(tmp_path / "late.png"))])
+    w.controller.open_conversation(None)  # a new chat: the edit is left
+    assert not w.composer.editing
+    assert w.composer.text() == "my draft\n\nfirst question, rewritten"
+    gates["late.png"].set()
+    qtbot.waitUntil(lambda: [a.name for a in w.composer.attachments()] == ["late.png"])
+
+
 def test_a_draft_picture_that_fails_during_an_edit_is_reported_with_the_draft(
     qtbot, make_window, tmp_path, monkeypatch
 ):

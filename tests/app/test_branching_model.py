@@ -142,7 +142,9 @@ def test_a_switch_ends_an_edit_and_a_queued_question_gets_its_answer(world):  # 
     answer(m, engine, "b", [2])
     m.edit_target(view.items[0].id)
     m.switch_version(view.items[-1].id, -1)
-    assert m.editing_id is None and composer.ended[-1] is True  # the draft comes back
+    assert (
+        m.editing_id is None and composer.ended[-1] == "left"
+    )  # the draft comes back, the rewrite after it
     assert [i.text for i in view.items] == ["q", "a"]
     n_jobs = len(engine.jobs)
     m.switch_version(view.items[-1].id, +5)  # out of range: nothing
@@ -158,7 +160,9 @@ def test_regenerating_an_earlier_answer_branches_there_and_ends_an_edit_below(wo
     old = [(i.id, i.text) for i in view.items]
     assert m.edit_target(old[4][0]) is not None  # editing "Three?" when the user regenerates
     m.regenerate(old[1][0])  # the first of three answers
-    assert m.editing_id is None and composer.ended[-1] is True  # the draft comes back
+    assert (
+        m.editing_id is None and composer.ended[-1] == "left"
+    )  # the draft comes back, the rewrite after it
     assert [[t.text for t in j.turns] for j in engine.jobs][-1] == ["One?"]
     answer(m, engine, "one", [31])
     assert shown(view) == [("user", "One?", (1, 1)), ("assistant", "one", (2, 2))]

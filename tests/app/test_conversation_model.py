@@ -522,6 +522,18 @@ def test_deleting_another_chat_lets_the_answer_stream_on(world):
     job = engine.jobs[-1]
     m.delete_conversation(m.current_id)  # its own chat: the answer stops first
     assert job.cancel.is_set()
+    m.on_event(job.job_id, finished("cancelled", generated_tokens=0))
+    # a chat whose opening waits for the answer to stop, deleted meanwhile: not opened
+    m.send("A third chat?")
+    third = m.current_id
+    m.on_event(engine.jobs[-1].job_id, finished())
+    m.open_conversation(None)
+    m.send("A fourth?")
+    job = engine.jobs[-1]
+    m.open_conversation(third)  # waits for the answer to stop
+    m.delete_conversation(third)
+    m.on_event(job.job_id, finished("cancelled", generated_tokens=0))
+    assert store.conversation(third) is None and m.current_id is None
 
 
 def test_a_failing_store_says_so_for_rename_delete_thinking_and_regenerate(world, monkeypatch):

@@ -111,6 +111,8 @@ def test_a_long_run_without_spaces_wraps_anywhere_and_prose_at_words(qtbot):
         assert blob in view.document().toPlainText()  # the text itself is untouched
         render(prose)
         assert view.wordWrapMode() == QTextOption.WrapAtWordBoundaryOrAnywhere
+    render(("中文没有空格但每个字之间都可以换行。" * LONG_RUN)[: 3 * LONG_RUN])  # CJK: breaks
+    assert view.wordWrapMode() == QTextOption.WrapAtWordBoundaryOrAnywhere  # anywhere already
     view.stream("x" * (LONG_RUN - 1))
     view.show_streamed()
     assert view.wordWrapMode() == QTextOption.WrapAtWordBoundaryOrAnywhere

@@ -60,3 +60,34 @@ def test_a_symlink_stays_a_link_and_its_target_gets_the_save(tmp_path, kind):
     dangling.symlink_to(tmp_path / "real" / "new")
     save(dangling, 3)
     assert dangling.is_symlink() and read(tmp_path / "real" / "new") == 3
+
+
+def test_the_temporary_is_private_before_anything_is_written(tmp_path):
+    from merlin.engine import replace_file
+
+    private = tmp_path / "chat"
+    private.write_bytes(b"secret")
+    os.chmod(private, 0o600)
+    with replace_file.create_temporary(tmp_path / ".chat.tmp", private) as f:
+        assert stat.S_IMODE(os.fstat(f.fileno()).st_mode) & 0o077 == 0
+    planted = tmp_path / ".other.tmp"
+    planted.symlink_to(tmp_path / "victim")
+    with replace_file.create_temporary(planted, tmp_path / "new") as f:
+        f.write(b"x")
+    assert not (tmp_path / "victim").exists() and not planted.is_symlink()
+
+
+@pytest.mark.parametrize("kind", list(SAVERS))
+def test_links_that_lead_nowhere_and_unkeepable_permissions_still_save(tmp_path, kind, monkeypatch):
+    save, read = SAVERS[kind]
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    save(loop, 1)
+    assert not loop.is_symlink() and read(loop) == 1
+    nowhere = tmp_path / "nowhere"
+    nowhere.symlink_to(tmp_path / "gone" / "chat")
+    save(nowhere, 2)
+    assert read(nowhere) == 2
+    monkeypatch.setattr(os, "chmod", lambda *a, **k: (_ for _ in ()).throw(PermissionError()))
+    save(loop, 3)  # a file system that keeps no permission bits
+    assert read(loop) == 3

@@ -38,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 def tolerate_unencodable_output() -> None:
     """A terminal or pipe whose encoding cannot show a character of an answer (LANG=C, a
     Latin-1 console) gets "?" for it instead of a UnicodeEncodeError that ends the answer."""
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="replace")
+    for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
+        if hasattr(stream, "reconfigure"):  # stderr: a path in an error stays decodable
+            stream.reconfigure(errors=errors)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,29 +4,55 @@ An atomic save writes a temporary file beside the target and renames it over the
 naively that rename (a) replaces a symlink by a regular file, leaving the file it pointed to
 stale, and (b) gives the file the temporary's permissions, so a private (0600) chat becomes
 readable by everyone. `target` follows the link first, so the temporary goes beside the real
-file (a rename within one folder) and the link stays; `keep_permissions` copies the permission
-bits of the file being replaced onto the temporary before the rename.
+file (a rename within one folder) and the link stays; `create_temporary` makes the temporary
+with no more permissions than the file it replaces before anything is written into it, and
+`keep_permissions` gives it exactly that file's bits before the rename. Keeping permissions is
+best effort: a file system that cannot (vfat, some FUSE and SMB mounts) still gets the save.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
 
 
 def target(path: Path | str) -> Path:
-    """The file a save to `path` replaces: the end of its symlinks if it is one (a dangling
-    link's target is created), else path itself."""
+    """The file a save to `path` replaces: the end of its symlinks if it is one and its folder
+    exists (a dangling link's target is created), else path itself (a link into a folder that
+    is gone, or a loop, is replaced as a plain save would)."""
     path = Path(path)
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+    if not path.is_symlink():
+        return path
+    real = Path(os.path.realpath(path))
+    return real if real.parent.is_dir() and not real.is_symlink() else path
+
+
+def _mode(path: Path | str) -> int | None:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
+def create_temporary(tmp: Path | str, replaced: Path | str):
+    """A new file at `tmp` open for binary writing (O_EXCL: never through a link planted
+    there; a leftover of a dead process is removed first), created with the permissions of
+    `replaced` less the umask, or the usual ones for a new file: a private file's contents
+    are never readable by others while they are written."""
+    mode = _mode(replaced)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o666 if mode is None else mode)
+    return os.fdopen(fd, "wb")
 
 
 def keep_permissions(tmp: Path | str, replaced: Path | str) -> None:
     """Give `tmp` the permission bits of `replaced` if that file exists (a new file keeps the
-    ones it was created with)."""
-    try:
-        mode = stat.S_IMODE(os.stat(replaced).st_mode)
-    except FileNotFoundError:
-        return
-    os.chmod(tmp, mode)
+    ones it was created with); best effort."""
+    mode = _mode(replaced)
+    if mode is not None:
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, mode)

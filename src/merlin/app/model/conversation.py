@@ -577,6 +577,9 @@ class ConversationModel(Branching):
 
     def open_conversation(self, conversation_id: int | None) -> None:
         def do():
+            nonlocal conversation_id
+            if conversation_id is not None and self.store.conversation(conversation_id) is None:
+                conversation_id = None  # deleted while this waited for an answer to stop
             if self.editing_id is not None:
                 self.composer.leave_edit()
                 self.editing_id = None
@@ -655,7 +658,11 @@ class ConversationModel(Branching):
                 self.open_conversation(None)
             self.conversations_changed()
 
-        if self.answer is not None and self.answer.conversation_id != conversation_id:
+        if (
+            self.answer is not None
+            and self.answer.conversation_id != conversation_id
+            and not self._after_answer  # (an opening of this chat may be waiting there)
+        ):
             do()
         else:
             self.when_idle(do)

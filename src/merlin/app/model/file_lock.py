@@ -30,8 +30,10 @@ def share_running(path: Path):
     """(an open file holding a shared lock on path for as long as this Merlin runs, whether
     no other Merlin held one when it was taken). Alone, what another Merlin left half done
     (an answer marked streaming) is known to be dead; not alone, it may still be going on.
-    Two Merlins starting together: one of them sees the other. Close the file to let go."""
-    f = open(path, "a")  # noqa: SIM115 (held as long as the caller runs)
+    (Two Merlins starting at the same moment may both find themselves alone: neither has an
+    answer streaming yet.) Close the file (None: a file system without shared locks) to let
+    go."""
+    f = open(path, "a+")  # noqa: SIM115 (readable: NFS emulates a shared flock by a read lock)
     if fcntl is None:
         return f, True
     try:
@@ -39,5 +41,9 @@ def share_running(path: Path):
         alone = True
     except OSError:
         alone = False
-    fcntl.flock(f.fileno(), fcntl.LOCK_SH)  # an exclusive lock converts; else waits while
-    return f, alone  # another Merlin holds its exclusive one (the moment it starts)
+    try:  # an exclusive lock converts; else this waits while another Merlin holds its
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH)  # exclusive one (the moment it starts)
+    except OSError:  # a file system without shared locks: none held, alone as found
+        f.close()
+        return None, alone
+    return f, alone

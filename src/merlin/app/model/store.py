@@ -226,6 +226,7 @@ class Store:
             self._close_quietly()
             raise self._open_error(e) from None
         except OSError as e:
+            self._close_quietly()
             raise StoreError(
                 f"The data folder {self.folder} cannot be used ({e.strerror or e}). Check that "
                 "it exists and is writable."

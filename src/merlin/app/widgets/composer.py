@@ -470,6 +470,9 @@ class Composer(QWidget):
         if not self._editing:
             return
         rewrite, added = self._rewrite()
+        for reading in self._readings:  # pictures still being read for the edit come along
+            if reading.generation == self._generation:  # with the draft's (end_edit)
+                reading.generation = self._saved_generation
         self.end_edit(restore_draft=True)
         if rewrite:
             self.set_text(_followed_by(self.text(), rewrite))

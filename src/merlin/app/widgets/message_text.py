@@ -45,7 +45,10 @@ from merlin.app.widgets import highlight, theme
 COPY_SCHEME = "merlin-copy"
 STREAM_SPACING = 4.0  # a streamed render starts at least this many of its durations apart
 LONG_RUN = 2000  # characters without a space: such a text wraps anywhere (module docstring)
-_LONG_RUN = re.compile(rf"\S{{{LONG_RUN}}}")
+# a character of such a run: not a space, nor CJK (which breaks between its characters); the
+# look-behind starts each match at a run's start, so the search is linear in the text
+_RUN_CHAR = r"[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+_LONG_RUN = re.compile(rf"(?<!{_RUN_CHAR}){_RUN_CHAR}{{{LONG_RUN}}}")
 
 
 # Model text is text: raw HTML in an answer (`</think>`, "use the <b> tag") is shown as written,

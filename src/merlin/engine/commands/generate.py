@@ -79,6 +79,8 @@ def _logits_target(name: str) -> Path:
         raise InputError(f"--out {name} is a folder; give a file name, e.g. {out / 'logits.npy'}.")
     if out.exists() and not out.is_file():
         raise InputError(f"--out {name} is not a regular file (a device or a pipe).")
+    if not out.parent.is_dir():
+        raise InputError(f"--out {name}: the folder {out.parent} does not exist.")
     return out
 
 
@@ -87,7 +89,7 @@ def _save_exactly(out: Path, array: np.ndarray) -> None:
     renamed over it, keeping the replaced file's permissions."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with replace_file.create_temporary(tmp, out) as f:
             np.save(f, array)
             f.flush()
             os.fsync(f.fileno())
@@ -96,6 +98,9 @@ def _save_exactly(out: Path, array: np.ndarray) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise MerlinError(f"{out}: cannot write ({e.strerror or e}).") from None
+    except BaseException:  # Ctrl-C while writing: no temporary of hundreds of MB left
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def cmd_logits(args) -> int:

@@ -92,12 +92,13 @@ def model_identity(model) -> dict:
 
 
 def _images_gone(saved: SavedConversation) -> set[str]:
-    """Hashes of the conversation's pictures whose file is no longer there."""
+    """Hashes of the conversation's pictures whose file is no longer there (a dangling link
+    counts as gone: it cannot be read)."""
     return {
         im.hash
         for m in saved.messages
         for im in m.images
-        if isinstance(im, SessionImage) and not (im.source and os.path.lexists(im.source))
+        if isinstance(im, SessionImage) and not (im.source and os.path.isfile(im.source))
     }
 
 
@@ -303,7 +304,9 @@ def read_session(model, path, budget: int):
                 kept = salvage_embeddings(model, reader, meta)
         elif same_vision_tower(meta.get("identity"), current):  # other text weights or KV:
             gone = _images_gone(saved)  # a picture whose file is there is checked and encoded
-            kept = {h: e for h, e in salvage_embeddings(model, reader, meta).items() if h in gone}
+            if gone:
+                kept = salvage_embeddings(model, reader, meta)
+                kept = {h: e for h, e in kept.items() if h in gone}
     if reason is not None:
         result.reason = reason
         result.images_kept = len(kept)
