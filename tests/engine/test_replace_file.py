@@ -68,12 +68,11 @@ def test_the_temporary_is_private_before_anything_is_written(tmp_path):
     private = tmp_path / "chat"
     private.write_bytes(b"secret")
     os.chmod(private, 0o600)
-    with replace_file.create_temporary(tmp_path / ".chat.tmp", private) as f:
-        assert stat.S_IMODE(os.fstat(f.fileno()).st_mode) & 0o077 == 0
+    replace_file.create_temporary(tmp_path / ".chat.tmp", private)
+    assert stat.S_IMODE((tmp_path / ".chat.tmp").stat().st_mode) & 0o077 == 0
     planted = tmp_path / ".other.tmp"
     planted.symlink_to(tmp_path / "victim")
-    with replace_file.create_temporary(planted, tmp_path / "new") as f:
-        f.write(b"x")
+    replace_file.create_temporary(planted, tmp_path / "new")
     assert not (tmp_path / "victim").exists() and not planted.is_symlink()
 
 

@@ -182,20 +182,25 @@ def leftovers(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_array_file_on_a_full_disk_real_enospc(tmp_path):
-    """The temporary file is a link to /dev/full: the kernel's own ENOSPC mid-write."""
+def test_array_file_on_a_full_disk_real_enospc(tmp_path, monkeypatch):
+    """The temporary file is made a link to /dev/full: the kernel's own ENOSPC mid-write.
+    (A link planted there beforehand is removed: replace_file.create_temporary, O_EXCL.)"""
+    from merlin.engine import replace_file
+
     path = tmp_path / "chat.msession"
     save_array(path, 1.0)
     before = path.read_bytes()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.symlink_to("/dev/full")
-    with pytest.raises(FileSaveError) as e:
-        save_array(path, 2.0)
+    with monkeypatch.context() as m:
+        m.setattr(replace_file, "create_temporary", lambda t, _replaced: t.symlink_to("/dev/full"))
+        with pytest.raises(FileSaveError) as e:
+            save_array(path, 2.0)
     assert "disk is full" in str(e.value) and str(tmp_path) in str(e.value)
     assert not tmp.is_symlink() and leftovers(tmp_path) == []
     assert path.read_bytes() == before and read_value(path) == 1.0
+    tmp.symlink_to("/dev/full")  # planted: removed, never written through
     save_array(path, 2.0)  # room again
-    assert read_value(path) == 2.0
+    assert read_value(path) == 2.0 and not tmp.is_symlink()
 
 
 class _FailingFile:

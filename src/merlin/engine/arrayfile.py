@@ -100,7 +100,8 @@ def write(path: Path | str, kind: str, meta: dict, arrays: list[ArraySpec]) -> i
     entries = []
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with replace_file.create_temporary(tmp, path) as f:
+        replace_file.create_temporary(tmp, path)
+        with open(tmp, "wb") as f:
             f.write(_HEAD.pack(MAGIC, CONTAINER_VERSION, 0))
             offset = _HEAD.size
             for spec in arrays:

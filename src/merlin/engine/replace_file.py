@@ -36,17 +36,16 @@ def _mode(path: Path | str) -> int | None:
         return None
 
 
-def create_temporary(tmp: Path | str, replaced: Path | str):
-    """A new file at `tmp` open for binary writing (O_EXCL: never through a link planted
-    there; a leftover of a dead process is removed first), created with the permissions of
-    `replaced` less the umask, or the usual ones for a new file: a private file's contents
-    are never readable by others while they are written."""
+def create_temporary(tmp: Path | str, replaced: Path | str) -> None:
+    """Create `tmp` empty, new (O_EXCL: never through a link planted there; a leftover of a
+    dead process is removed first), with the permissions of `replaced` less the umask, or
+    the usual ones for a new file; the caller then opens it for writing ("wb" keeps them): a
+    private file's contents are never readable by others while they are written."""
     mode = _mode(replaced)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o666 if mode is None else mode)
-    return os.fdopen(fd, "wb")
+    os.close(os.open(tmp, flags, 0o666 if mode is None else mode))
 
 
 def keep_permissions(tmp: Path | str, replaced: Path | str) -> None:

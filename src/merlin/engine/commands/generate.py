@@ -89,7 +89,8 @@ def _save_exactly(out: Path, array: np.ndarray) -> None:
     renamed over it, keeping the replaced file's permissions."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with replace_file.create_temporary(tmp, out) as f:
+        replace_file.create_temporary(tmp, out)
+        with open(tmp, "wb") as f:
             np.save(f, array)
             f.flush()
             os.fsync(f.fileno())
