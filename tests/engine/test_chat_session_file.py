@@ -125,3 +125,24 @@ def test_a_picture_attached_before_regenerate_waits_for_the_next_question(
     users = [m for m in s.messages if m.role == "user"]
     assert [m.text for m in users] == ["first", "what is in it?"]
     assert [len(m.images) for m in users] == [0, 1]
+
+
+def test_a_picture_given_by_a_relative_path_is_found_from_another_folder(
+    demo_model, tmp_path, monkeypatch, capsys
+):
+    """`/image pic.png` kept as given: a later run started in another folder took it for a
+    file that is gone (or read another pic.png there)."""
+    from PIL import Image
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    Image.new("RGB", (64, 48), "red").save(first / "pic.png")
+    path = tmp_path / "c.mss"
+    monkeypatch.chdir(first)
+    assert _chat(monkeypatch, capsys, demo_model, path, ["/image pic.png", "what is it?"])[0] == 0
+    s, _ = Session.open(demo_model, path)
+    assert s.messages[0].images[0].source == str(first / "pic.png")
+    monkeypatch.chdir(second)
+    code, err = _chat(monkeypatch, capsys, demo_model, path, ["and its colour?"])
+    assert code == 0 and "error" not in err, err

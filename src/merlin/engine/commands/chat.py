@@ -100,7 +100,7 @@ def cmd_chat(args) -> int:
             )
     else:
         session = Session(model, system=args.system or "", settings=settings)
-    pending = list(args.image)
+    pending = [_absolute(p) for p in args.image]
     failed = False
     if hasattr(sys.stdin, "reconfigure"):  # a byte that is not UTF-8 under a UTF-8 locale:
         sys.stdin.reconfigure(errors="surrogateescape")  # U+FFFD in a turn, kept in a path
@@ -115,7 +115,7 @@ def cmd_chat(args) -> int:
                 _note("error: /image needs a file path.")
                 failed = True
             else:
-                pending.append(image)
+                pending.append(_absolute(image))
             continue
         regenerate = line.strip() == "/regenerate"
         if regenerate and pending:  # they had been dropped without a word
@@ -143,6 +143,13 @@ def cmd_chat(args) -> int:
         _note(f"error: no turn came after the picture {pending[-1]}; it was not sent.")
         failed = True
     return EXIT_USER_ERROR if failed else 0
+
+
+def _absolute(path: str) -> str:
+    """A picture's path as the session keeps it: absolute, so the chat goes on from another
+    folder (a relative one was read against wherever the next run started: "gone", or
+    another file taken for a changed one)."""
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _stream(events, args, out) -> bool:
