@@ -8,13 +8,17 @@ file (a rename within one folder) and the link stays; `create_temporary` makes t
 with no more permissions than the file it replaces before anything is written into it, and
 `keep_permissions` gives it exactly that file's bits before the rename. Keeping permissions is
 best effort: a file system that cannot (vfat, some FUSE and SMB mounts) still gets the save.
+`replacing` is the whole save for a writer that needs nothing else (engine/arrayfile.py does
+the same steps itself, with its own error messages and its test seams).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -55,3 +59,24 @@ def keep_permissions(tmp: Path | str, replaced: Path | str) -> None:
     if mode is not None:
         with contextlib.suppress(OSError):
             os.chmod(tmp, mode)
+
+
+@contextlib.contextmanager
+def replacing(path: Path | str) -> Iterator:
+    """A file open for binary writing whose contents replace `path` when the block ends:
+    through a symlink to its target, flushed to disk, with the replaced file's permissions.
+    On an exception (a full disk, Ctrl-C) the temporary goes and `path` is as it was."""
+    path = target(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        create_temporary(tmp, path)
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        keep_permissions(tmp, path)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

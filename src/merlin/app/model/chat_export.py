@@ -36,14 +36,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import datetime
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -270,19 +267,8 @@ def write_json(store: Store, conversation_ids: Sequence[int], path: Path | str) 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write data to path through a temporary file in the same folder and a rename (through a
     symlink to its target, keeping the replaced file's permissions: engine.replace_file)."""
-    path = replace_file.target(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        replace_file.keep_permissions(tmp, path)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with replace_file.replacing(path) as f:
+        f.write(data)
 
 
 def _image_file_names(refs: Sequence[ImageRef]) -> list[str]:

@@ -3,7 +3,6 @@ every prompt position)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -85,23 +84,13 @@ def _logits_target(name: str) -> Path:
 
 
 def _save_exactly(out: Path, array: np.ndarray) -> None:
-    """np.save to `out` itself (np.save on a name adds ".npy"), through a temporary file
-    renamed over it, keeping the replaced file's permissions."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    """np.save to `out` itself (np.save on a name adds ".npy"), replacing it atomically
+    (engine.replace_file: no temporary left on a failure or Ctrl-C)."""
     try:
-        replace_file.create_temporary(tmp, out)
-        with open(tmp, "wb") as f:
+        with replace_file.replacing(out) as f:
             np.save(f, array)
-            f.flush()
-            os.fsync(f.fileno())
-        replace_file.keep_permissions(tmp, out)
-        os.replace(tmp, out)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise MerlinError(f"{out}: cannot write ({e.strerror or e}).") from None
-    except BaseException:  # Ctrl-C while writing: no temporary of hundreds of MB left
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def cmd_logits(args) -> int:
