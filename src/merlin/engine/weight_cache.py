@@ -90,9 +90,9 @@ def cache_key(ckpt: Checkpoint, cfg: ModelConfig, fmt: str) -> str:
     """The key of a checkpoint's converted weights: its config, its weight files' names,
     sizes, times and sampled bytes (file_sample.py: two fine-tunes of one base model copied
     with their times kept must not share an entry), the format and the layout's versions."""
-    h = hashlib.sha256(json.dumps([cfg.identity, fmt, CACHE_VERSION, LAYOUT]).encode())
-    file_sample.update(h, sorted(ckpt.files, key=lambda p: p.name))
-    return h.hexdigest()[:24]
+    files = file_sample.digest(sorted(ckpt.files, key=lambda p: p.name))
+    blob = json.dumps([cfg.identity, files, fmt, CACHE_VERSION, LAYOUT])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def _crc(a: np.ndarray) -> int:

@@ -12,7 +12,6 @@ the session), and the conversation is recomputed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -71,9 +70,10 @@ def checkpoint_fingerprint(model) -> str:
     cached = model.__dict__.get("_session_fingerprint")
     if cached:
         return cached
-    h = hashlib.sha256()
-    file_sample.update(h, sorted(Path(model.folder).glob("*.safetensors")))
-    value = FINGERPRINT_VERSION + h.hexdigest()[:16]
+    value = (
+        FINGERPRINT_VERSION
+        + file_sample.digest(sorted(Path(model.folder).glob("*.safetensors")))[:16]
+    )
     model.__dict__["_session_fingerprint"] = value
     return value
 
