@@ -658,12 +658,8 @@ class ConversationModel(Branching):
                 self.open_conversation(None)
             self.conversations_changed()
 
-        if (
-            self.answer is not None
-            and self.answer.conversation_id != conversation_id
-            and not self._after_answer  # (an opening of this chat may be waiting there)
-        ):
-            do()
+        if self.answer is not None and self.answer.conversation_id != conversation_id:
+            do()  # (an opening of this chat waiting for the answer to stop opens none)
         else:
             self.when_idle(do)
 
