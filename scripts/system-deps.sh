@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Debian/Ubuntu packages Qt (PySide6) needs to start, offscreen or on a screen, and the CJK
-# font for Chinese text; with the argument "test" also llvm (llvm-mca, for the benchmark's
-# board section and its test). Installs only what is missing; needs root (or sudo) for that,
+# font for Chinese text; with the argument "test" also llvm-mca (for the benchmark's board
+# section and its test). Installs only what is missing; needs root (or sudo) for that,
 # and nothing (no network either) when all are there.
 set -euo pipefail
 pkgs=(libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0
       libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xinerama0 fonts-noto-cjk)
-[ "${1:-}" = test ] && pkgs+=(llvm)
+# llvm-19 where the package index has it: LLVM 14-16's llvm-mca has no Neoverse N1 (the
+# Cortex-A76's core) tables and uses the Cortex-A57's (src/merlin/engine/bench/mca.py)
+if [ "${1:-}" = test ]; then
+  if apt-cache show llvm-19 >/dev/null 2>&1; then pkgs+=(llvm-19); else pkgs+=(llvm); fi
+fi
 command -v dpkg-query >/dev/null || { echo "system-deps: not a Debian-like system; install Qt 6's runtime libraries yourself." >&2; exit 0; }
 missing=()
 for p in "${pkgs[@]}"; do

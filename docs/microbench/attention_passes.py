@@ -1,9 +1,10 @@
 """What the int8-KV attention spends per query and key outside its integer products: the
 softmax row (scale, max, exp, sum, normalise: kernels/attention.py _softmax_row) and the
 quantization of its weights to int16 (_quantize_weights), each in a compiled loop of 2000
-calls on one thread, its data in cache; cycles at the clock given (docs/benchmarks.md, "Issue
-20 at a glance": the board model counts only the products, ~8.6 cycles a query and key on the
-host of session 32 against ~12.6 measured).
+calls on one thread, its data in cache; cycles at the clock given. Session 32 measured these
+when the board model counted only the products (~8.6 cycles a query and key against ~12.6
+measured); since session 33 `bench board` models each pass (attention.ROW_PASSES) and this
+script is the hand check of those figures (docs/benchmarks.md, "Issue 20 at a glance").
 
     python docs/microbench/attention_passes.py [GHz]
 """

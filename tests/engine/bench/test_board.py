@@ -4,6 +4,8 @@ per-token arithmetic of the projection. llvm-mca comes from Debian's llvm packag
 (scripts/system-deps.sh installs it); without it these tests fail with the install hint."""
 
 import math
+import os
+from functools import partial
 
 import numpy as np
 import pytest
@@ -20,20 +22,52 @@ def tool():
     return path
 
 
+def _chain_cycles(asm: str, triple: str, mcpu: str, tool: str) -> float:
+    """llvm-mca's cycles a step of clock.chain: its main loop over its xors."""
+    steps, loop = max((lp.count("xorq", "eor"), lp) for lp in loops.find_loops(asm))
+    return mca.cycles_per_iteration(loop.text(), triple, mcpu, tool) / steps
+
+
 def test_clock_chain_cross_compiled_for_cortex_a76_and_for_this_host(tool):
-    """The add/xor chain is two dependent one-cycle operations a step on any core."""
+    """The add/xor chain is two dependent one-cycle operations a step (board.CHAIN_CYCLES) on
+    the cores whose tables llvm-mca has right."""
     arm = compile_asm(board.AARCH64, "cortex-a76", board.A76_FEATURES, kernels=("clock",))
     assert arm["group"] == 8 and arm["dot"] == "sdot"  # the kernels saw an A76 with dotprod
     assert "eor" in arm["asm"]["clock"] and "xorq" not in arm["asm"]["clock"]
-    assert board.clock_cycles(arm["asm"]["clock"], "neoverse-n1", "aarch64", tool) == (
-        pytest.approx(2.0, rel=0.2)
-    )
-    assert board.clock_cycles(arm["asm"]["clock"], "cortex-a55", "aarch64", tool) >= 1.5
+    chain = partial(_chain_cycles, arm["asm"]["clock"], "aarch64", tool=tool)
+    assert chain("neoverse-n1") == pytest.approx(board.CHAIN_CYCLES, rel=0.2)
+    assert chain("cortex-a55") >= 1.5
     host = compile_asm(None, "x86-64-v3", None, kernels=("clock",))
     assert "xorq" in host["asm"]["clock"]
-    assert board.clock_cycles(host["asm"]["clock"], "x86-64-v3", "x86_64", tool) == (
-        pytest.approx(2.0, rel=0.2)
+    assert _chain_cycles(host["asm"]["clock"], "x86_64", "x86-64-v3", tool) == pytest.approx(
+        board.CHAIN_CYCLES, rel=0.2
     )
+
+
+def test_the_newest_llvm_mca_is_used_and_says_whose_tables_a_core_gets(tmp_path, monkeypatch):
+    """LLVM 14-16 schedule neoverse-n1 (the A76) on the Cortex-A57's tables; LLVM 19 has the
+    N1's own. The newest llvm-mca found wins over the one on PATH."""
+    for version, folder in ((14, "bin"), (19, "llvm-19/bin")):
+        (tmp_path / folder).mkdir(parents=True)
+        fake = tmp_path / folder / "llvm-mca"
+        fake.write_text(f"#!/bin/sh\necho 'Debian LLVM version {version}.0.1'\n")
+        fake.chmod(0o755)
+    monkeypatch.delenv("MERLIN_LLVM_MCA", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(mca, "VERSIONED", str(tmp_path / "llvm-*/bin/llvm-mca"))
+    assert mca.find_llvm_mca() == str(tmp_path / "llvm-19/bin/llvm-mca")
+    assert mca.llvm_version(str(tmp_path / "bin/llvm-mca")) == 14
+
+
+def test_scheduling_model_names_the_tables_llvm_mca_uses(tool):
+    if mca.llvm_version(tool) >= 19:
+        assert mca.has_own_model(tool, "aarch64", "neoverse-n1")
+    assert mca.scheduling_model(tool, "aarch64", "cortex-a55").startswith("CortexA55")
+    assert mca.has_own_model(tool, "aarch64", "cortex-a55") is None  # not in the table
+    old = "/usr/lib/llvm-14/bin/llvm-mca"
+    if os.access(old, os.X_OK):
+        assert mca.scheduling_model(old, "aarch64", "neoverse-n1").startswith("A57")
+        assert mca.has_own_model(old, "aarch64", "neoverse-n1") is False
 
 
 def test_mca_counts_a_dependency_chain(tool):
@@ -82,20 +116,109 @@ def test_loops_found_and_described():
     assert loops.tile_loops(ASM, 8) == {1: loop} and loops.tile_loops(ASM, 4) == {2: loop}
 
 
+ARM_PASS = """
+.LBB3_34:
+	ldr	q20, [x10]
+	fsub	v20.4s, v20.4s, v1.4s
+	str	q20, [x10], #16
+	subs	x9, x9, #4
+	b.ne	.LBB3_34
+.LBB3_41:
+	ldp	q2, q3, [x10, #-16]
+	ldr	q4, [x8, :lo12:.LCPI3_0]
+	fadd	v0.4s, v2.4s, v0.4s
+	fadd	v1.4s, v3.4s, v1.4s
+	add	x10, x10, #32
+	subs	x11, x11, #8
+	b.ne	.LBB3_41
+.LBB3_45:
+	ldr	s1, [x10], #4
+	fadd	s0, s1, s0
+	adds	x9, x9, #1
+	b.lo	.LBB3_45
+"""
+X86_PASS = """
+.LBB0_7:
+	vmulps	(%rsi,%rax,4), %ymm12, %ymm13
+	vmulps	32(%rsi,%rax,4), %ymm12, %ymm14
+	vbroadcastss	.LCPI0_1(%rip), %ymm3
+	vmulps	(%rdx,%rax,4), %ymm14, %ymm14
+	vcvtps2dq	%ymm13, %ymm13
+	vpmovdw	%ymm13, -48(%r14,%rax,2)
+	leaq	(%rbx,%rax,2), %rcx
+	vscatterqps	%ymm6, (,%zmm11) {%k1}
+	addq	$16, %rax
+	cmpq	%rax, %rdi
+	jne	.LBB0_7
+.LBB0_11:
+	vmulss	(%rsi,%rax,4), %xmm11, %xmm0
+	vcvtss2si	%xmm0, %ebp
+	movw	%bp, (%rcx,%rax,2)
+	incq	%rax
+	decq	%rdi
+	jne	.LBB0_11
+"""
+
+
+def test_a_pass_loop_counts_the_keys_it_loads_through_one_address():
+    """Loop.elements: 32-bit lanes loaded an iteration through its busiest address, stores,
+    address arithmetic, scatters and literal-pool constants left out; stream_loop takes the
+    pass's vector body over its remainders."""
+    arm = {lp.label: lp.elements for lp in loops.find_loops(ARM_PASS)}
+    assert arm == {".LBB3_34": 4, ".LBB3_41": 8, ".LBB3_45": 1}
+    assert loops.stream_loop(ARM_PASS).label == ".LBB3_41"
+    x86 = {lp.label: lp.elements for lp in loops.find_loops(X86_PASS)}
+    assert x86 == {".LBB0_7": 16, ".LBB0_11": 1}  # two ymm through (%rsi,%rax,4)
+    assert loops.stream_loop(X86_PASS).label == ".LBB0_7"
+    # AVX-VNNI's dots print with an encoding prefix; a packed dot is not a scalar "sd"
+    vex = loops.Loop(
+        ".L", ["{vex}\tvpdpwssd\t(%rax,%rcx), %ymm1, %ymm2", "vcvtdq2ps\t%ymm2, %ymm4"]
+    )
+    assert vex.mnemonics == ["vpdpwssd", "vcvtdq2ps"]
+    assert (vex.products, vex.converts, vex.elements) == (16, 8, 8)
+    with pytest.raises(ValueError, match="no loop"):
+        loops.stream_loop(".L1:\n\tadd\tx0, x0, #1\n\tb.ne\t.L1\n")
+
+
+def test_the_passes_compiled_for_the_a76_are_modelled_a_key_each(tool):
+    """Every pass of attention.ROW_PASSES is cross-compiled on its own and gets cycles a key
+    from its main loop; the vector exp costs more a key than the scale or the sum, and the
+    model of a query and key is its products plus every pass (the max twice)."""
+    from merlin.engine.bench.cross import ROW_PASS_KERNELS
+    from merlin.engine.kernels.attention import ROW_PASSES
+
+    assert [f"pass{name}" for name in dict.fromkeys(ROW_PASSES)] == list(ROW_PASS_KERNELS)
+    asm = compile_asm(board.AARCH64, "cortex-a76", board.A76_FEATURES, kernels=ROW_PASS_KERNELS)
+    model = board.analyse(asm, "neoverse-n1", board.AARCH64, tool)
+    passes = model["pass_cycles_per_key"]
+    assert set(passes) == set(ROW_PASSES) and all(0 < c < 100 for c in passes.values())
+    assert passes["_exp_row"] > max(passes["_scale_row"], passes["_sum_row"])
+    assert "fmla" in loops.stream_loop(asm["asm"]["pass_exp_row"]).mnemonics  # the polynomial
+    model["attention_cycles_per_product"] = 0.25
+    assert board.attention_cycles(model, 128) == pytest.approx(
+        64 + sum(passes.values()) + passes["_vector_max"]
+    )
+
+
 def test_projection_arithmetic():
     """compute = blocks x cycles / (clock x cores), bandwidth = bytes / GB/s, on a made-up
-    model: 10 cycles a block for any tile, 0.5 cycles per attention product."""
+    model: 10 cycles a block for any tile, 0.5 cycles per attention product and the passes'
+    cycles a key (the max pass twice: the softmax's and the weights')."""
     text = {"hidden_size": 64, "head_dim": 16, "intermediate_size": 128, "num_attention_heads": 4,
             "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256}  # fmt: skip
-    model = {"group": 8, "tile_rows": 4, "attention_cycles_per_product": 0.5}
+    passes = {"_scale_row": 1.0, "_vector_max": 0.25, "_exp_row": 2.0, "_sum_row": 0.5,
+              "_normalize_row": 1.0, "_round_row": 0.5}  # fmt: skip
+    model = {"group": 8, "tile_rows": 4, "attention_cycles_per_product": 0.5,
+             "pass_cycles_per_key": passes}  # fmt: skip
+    assert board.attention_cycles(model, 16) == 2 * 16 * 0.5 + 5.5
     for fmt in ("q4", "q8", "q8a8"):
         model[fmt] = {n: 10.0 * n for n in range(1, 6)}
     assert board.cycles_per_block(model, "q4", 5) == 50.0
     p = board.project(model, text, "q8", 1, 100, ghz=1.0, cores=2, read_gbs=1.0)
     weights = 2 * (128 * 64 + 64 * 64 + 256 * 64 + 64 * 128) + 256 * 64  # O x K per token
     blocks = weights // (8 * 32)
-    products = 2 * 4 * 101 * 16 * 2
-    assert p["compute_ms"] == pytest.approx((blocks * 10 + products * 0.5) / 2e9 * 1e3)
+    query_keys = 2 * 4 * 101  # layers x query heads x keys (one new token)
+    assert p["compute_ms"] == pytest.approx((blocks * 10 + query_keys * 21.5) / 2e9 * 1e3)
     kv = 2 * 2 * 101 * (2 * 16 + 8)
     assert p["bandwidth_ms"] == pytest.approx((weights * 34 / 32 + kv) / 1e9 * 1e3)
     assert p["projected_ms"] == max(p["compute_ms"], p["bandwidth_ms"])
@@ -202,7 +325,12 @@ def test_a_core_llvm_mca_does_not_know_gets_the_nearest_model_that_reads_its_lis
     """Debian 12's llvm-mca (LLVM 14) has no emeraldrapids: the host check fell back to
     x86-64-v3, which refuses every zmm instruction, and `bench board` died on such a host."""
     known = {"sapphirerapids", "icelake-server", "alderlake", "x86-64-v3", "znver3"}
-    assert board.nearest_mca_cpu("emeraldrapids", True, known) == "sapphirerapids"
+    # LLVM 19's Sapphire Rapids tables are off for the VNNI tiles: Ice Lake server's first
+    assert board.nearest_mca_cpu("emeraldrapids", True, known) == "icelake-server"
+    assert board.nearest_mca_cpu("sapphirerapids", True, known) == "icelake-server"
+    assert board.nearest_mca_cpu("emeraldrapids", True, known - {"icelake-server"}) == (
+        "sapphirerapids"
+    )
     assert board.nearest_mca_cpu("znver3", False, known) == "znver3"
     assert board.nearest_mca_cpu("znver4", True, known) == "sapphirerapids"
     assert board.nearest_mca_cpu("arrowlake", False, known) == "alderlake"

@@ -3,29 +3,38 @@ here (the RK3588's Cortex-A76 and A55, the Cortex-A72 of older boards), checked 
 
 Per CPU (cross.compile_asm: the engine's own kernels compiled for that core by Numba's LLVM):
   1. the block loops of the grouped q4 / q8 / q8a8 weight products, one loop per tile of N
-     activation rows (loops.tile_loops), and the integer-multiply loops of the attention over
-     an int8 KV cache (loops.product_loops);
+     activation rows (loops.tile_loops), the integer-multiply loops of the attention over
+     an int8 KV cache (loops.product_loops), and the main loop of each pass a query makes
+     over its keys besides (attention.ROW_PASSES: the softmax's scale, max, exp, sum and
+     normalisation, the weights' max and rounding to int16; each compiled as a function of
+     its own, loops.stream_loop);
   2. llvm-mca's cycles per iteration of each on the core's scheduling model (mca.py): for a
      weight loop, the cycles of one 32-weight block of GROUP output rows against N activation
      rows; for the attention, cycles per integer product (the loops' cycles over their
-     multiply lanes, summed over the hot loops);
+     multiply lanes, summed over the hot loops) and cycles per key of each pass (its loop's
+     cycles over the keys it loads an iteration, loops.Loop.elements), summed over the
+     passes: a query and key costs 2 x head_dim products and one key of every pass;
   3. per token of the 2B shapes (demo.QWEN3VL_2B, the text decoder and its head), decode
      (N = 1) and a verify of 4 drafts (V(4), N = 5 rows, in tiles as qgroup._grouped cuts them):
-       compute   = (weight blocks x cycles per block + attention products x cycles per
-                   product) / (clock x cores), every core busy, nothing else counted;
+       compute   = (weight blocks x cycles per block + queries x keys x (2 head_dim x
+                   cycles per product + cycles of the passes a key)) / (clock x cores),
+                   every core busy, nothing else counted;
        bandwidth = (weight bytes + KV bytes read) / the board's read bandwidth;
        projected = max(compute, bandwidth) (a roofline: each loop overlaps its loads).
      Norms, RoPE, activation quantization and thread start-up are left out (on this host they
      are under 10% of a step: `python -m merlin.engine.bench decode`, column "other").
 
 Trust: the same model is built for this host (x86-64 assembly, llvm-mca for the host's core,
-the clock measured with clock.chain) and compared with the same kernels timed here on one
-thread, their data in L1 as llvm-mca assumes (the weight tiles; marginal time per block between
-two sizes, so fixed costs cancel) or in L2 (the attention). Each part, the weight products and
-the attention, is trusted when all its checks agree within 25%; the report says which are and
-why. On an Intel host the listings given to llvm-mca carry Intel's un-lamination (a computing
-instruction with a base + index memory operand is two uops at rename; loops.Loop.text), which
-llvm-mca's Intel models leave out; Arm cores have no such split.
+the clock measured with clock.chain: CHAIN_CYCLES a step) and compared with the same kernels
+timed here on one thread, their data in L1 as llvm-mca assumes (the weight tiles; marginal time
+per block between two sizes, so fixed costs cancel) or in L2 (the attention, a query and key:
+its products and passes together). Each part, the weight products and the attention, is
+trusted when all its checks agree within 25%; the report says which are and why. On an Intel
+host the listings given to llvm-mca carry Intel's un-lamination (a computing instruction with a
+base + index memory operand is two uops at rename; loops.Loop.text), which llvm-mca's Intel
+models leave out; Arm cores have no such split. Which core's tables llvm-mca really uses
+depends on its version (mca.py: LLVM 14-16 give the A76's Neoverse N1 the Cortex-A57's); the
+report warns when a board's core is not on its own.
 
 The x86 classes this host cannot time (BOARDS' x86 rows: the class's code compiled for a core
 of it, llvm-mca's model of that core; 2 cores, as `bench peer`): Zen 3 for x86-avx2 at
@@ -53,6 +62,7 @@ from functools import partial
 import numpy as np
 from numba import njit
 
+from ..kernels.attention import ROW_PASSES
 from ..kernels.qgroup import _grouped, tile_sizes
 from . import loops, mca
 from .cross import HOT_KERNELS, compile_asm
@@ -74,6 +84,10 @@ ZEN3_READ_GBS = 15.0
 ALDERLAKE_GHZ = 4.0
 # a verify of 4 drafts pays when it costs at most this many plain steps (issue 20's target)
 VERIFY_TARGET = 1.25
+# cycles a step of clock.chain: a dependent add and xor, one cycle each on every core this
+# runs on (llvm-mca 19's Sapphire / Emerald Rapids tables give xor two, which read this
+# host's clock as 5.2 GHz: docs/benchmarks.md, session 33)
+CHAIN_CYCLES = 2.0
 
 
 @dataclass(frozen=True)
@@ -140,8 +154,8 @@ def shapes(text: dict) -> list[tuple[str, int, int, int]]:
 
 def analyse(asm: dict, mca_cpu: str, triple: str, tool: str, unlaminate: bool = False) -> dict:
     """llvm-mca cycles of the kernels' hot loops: per weight format {N: cycles per block of
-    GROUP rows}, the attention's cycles per integer product, and the clock chain's cycles.
-    unlaminate: an Intel core's (loops.Loop.text)."""
+    GROUP rows}, the attention's cycles per integer product, and per pass of ROW_PASSES its
+    cycles a key. unlaminate: an Intel core's (loops.Loop.text)."""
     group = asm["group"]
     out: dict = {"group": group, "tile_rows": asm["tile_rows"], "dot": asm.get("dot")}
 
@@ -159,22 +173,24 @@ def analyse(asm: dict, mca_cpu: str, triple: str, tool: str, unlaminate: bool = 
         products = sum(lp.products for lp in hot)
         out["attention_cycles_per_product"] = total / products if products else math.nan
         out["attention_loops"] = len(hot)
-    if "clock" in asm["asm"]:
-        out["clock_cycles"] = clock_cycles(asm["asm"]["clock"], mca_cpu, triple, tool)
+    passes = {}
+    for name in dict.fromkeys(ROW_PASSES):
+        listing = asm["asm"].get("pass" + name)
+        if listing is not None:
+            loop = loops.stream_loop(listing)
+            passes[name] = loop_cycles(loop) / loop.elements
+    if passes:
+        out["pass_cycles_per_key"] = passes
     return out
 
 
-def clock_cycles(asm: str, mca_cpu: str, triple: str, tool: str) -> float:
-    """Cycles per step of clock.chain: its main loop (the one with the most steps; LLVM
-    unrolls it) over its steps (one xor each)."""
-    best = None
-    for loop in loops.find_loops(asm):
-        steps = loop.count("xorq", "eor")
-        if steps and (best is None or steps > best[0]):
-            best = (steps, loop)
-    if best is None:
-        raise RuntimeError("the clock chain's loop was not found in its assembly")
-    return mca.cycles_per_iteration(best[1].text(), triple, mca_cpu, tool) / best[0]
+def attention_cycles(model: dict, head_dim: int) -> float:
+    """Cycles of one query against one key: its 2 x head_dim integer products (q.k and p.v)
+    and one key of every pass of ROW_PASSES (a pass the model lacks counts nothing)."""
+    passes = model.get("pass_cycles_per_key", {})
+    return 2 * head_dim * model["attention_cycles_per_product"] + sum(
+        passes.get(name, 0.0) for name in ROW_PASSES
+    )
 
 
 def cycles_per_block(model: dict, fmt: str, n: int) -> float:
@@ -197,8 +213,7 @@ def project(model: dict, text: dict, weights: str, n: int, context: int, ghz: fl
     layers, hd = text["num_hidden_layers"], text["head_dim"]
     nh, nkv = text["num_attention_heads"], text["num_key_value_heads"]
     keys = context + n
-    attn_products = layers * nh * n * keys * hd * 2  # q.k and p.v, one product per dimension
-    cycles += attn_products * model["attention_cycles_per_product"] * attention_scale
+    cycles += layers * nh * n * keys * attention_cycles(model, hd) * attention_scale
     bytes_ += layers * nkv * keys * (2 * hd + 8)  # int8 K and V rows and their f32 scales
     compute_ms = cycles / (ghz * 1e9 * cores) * 1e3
     bandwidth_ms = bytes_ / (read_gbs * 1e9) * 1e3 if read_gbs else None
@@ -258,11 +273,18 @@ def verify_limit_gbs(rows: dict, weights: str, context: int) -> float | None:
 
 
 # cores newer than an older llvm-mca knows (Debian 12's LLVM 14 has no emeraldrapids), by the
-# closest core it may know with the same instruction sets
+# closest core it may know with the same instruction sets. The Sapphire Rapids family goes to
+# Ice Lake server's tables first: LLVM 19's Sapphire Rapids tables (LLVM 14 had none and used
+# Skylake server's) charge a VNNI dot's memory-operand latency, 13 cycles, to its accumulator,
+# which forwards in 5, and put the q4 / q8 tiles 1.4-2.3x over their measured time on an
+# Emerald Rapids, where Ice Lake server's (the same instructions) come within 15%
+# (docs/benchmarks.md, session 33).
+_SPR_TABLES = ("icelake-server", "sapphirerapids")
 _SUCCESSORS = {
-    "emeraldrapids": ("sapphirerapids", "icelake-server"),
-    "graniterapids": ("sapphirerapids", "icelake-server"),
-    "graniterapids-d": ("sapphirerapids", "icelake-server"),
+    "sapphirerapids": _SPR_TABLES,
+    "emeraldrapids": _SPR_TABLES,
+    "graniterapids": _SPR_TABLES,
+    "graniterapids-d": _SPR_TABLES,
     "arrowlake": ("alderlake",),
     "arrowlake-s": ("alderlake",),
     "meteorlake": ("alderlake",),
@@ -276,11 +298,11 @@ _AVX512_FALLBACKS = ("x86-64-v4", "sapphirerapids", "icelake-server", "skylake-a
 
 
 def nearest_mca_cpu(name: str, avx512: bool, known: set[str]) -> str:
-    """The llvm-mca -mcpu for a host core LLVM calls `name`: itself if llvm-mca knows it, else
-    its closest known successor model, else a generic x86-64 level that parses the host's
+    """The llvm-mca -mcpu for a host core LLVM calls `name`: the tables _SUCCESSORS gives it
+    that llvm-mca knows, else its own, else a generic x86-64 level that parses the host's
     listings (AVX-512 or AVX2)."""
     fallbacks = _AVX512_FALLBACKS if avx512 else ("x86-64-v3",)
-    for candidate in (name, *_SUCCESSORS.get(name, ()), *fallbacks):
+    for candidate in (*_SUCCESSORS.get(name, ()), name, *fallbacks):
         if candidate in known:
             return candidate
     return fallbacks[-1]
@@ -385,15 +407,18 @@ def _weight_times(fmt: str, n: int, group: int, clock: _Clock, repeats: int) -> 
     return times
 
 
-def _per_product(times: dict) -> float:
+ATTENTION_QUERIES = 2  # query heads of the host check's KV head (the 2B's group)
+
+
+def _per_query_key(times: dict) -> float:
     lo, hi = ATTENTION_KEYS
-    return (times[hi] - times[lo]) / (2 * (hi - lo) * ATTENTION_HEAD_DIM * 2)
+    return (times[hi] - times[lo]) / (ATTENTION_QUERIES * (hi - lo))
 
 
 def _attention_times(clock: _Clock, repeats: int) -> dict:
     """{keys: seconds of one attention call} of the int8-cache attention at the two lengths
     of ATTENTION_KEYS, one thread, one KV head with two query heads (the 2B's group), its
-    cache in L2; _per_product takes the marginal seconds per integer product between them."""
+    cache in L2; _per_query_key takes the marginal seconds per query and key between them."""
     from ..kernels.attention import attention
     from ..kv_cache import KVCache
 
@@ -406,8 +431,8 @@ def _attention_times(clock: _Clock, repeats: int) -> dict:
         v[...] = rng.integers(-127, 128, v.shape, dtype=np.int8)
         ks[...] = 0.01
         vs[...] = 0.01
-        q = rng.standard_normal((1, 2, hd)).astype(np.float32)
-        out = np.empty((1, 2 * hd), np.float32)
+        q = rng.standard_normal((1, ATTENTION_QUERIES, hd)).astype(np.float32)
+        out = np.empty((1, ATTENTION_QUERIES * hd), np.float32)
         scale = np.float32(hd**-0.5)
         fn = partial(attention, q, k, ks, v, vs, keys - 1, scale, out)
         times[keys] = _best_seconds(fn, clock, repeats, 10)
@@ -424,11 +449,11 @@ def host_check(model: dict, rows=ROWS, repeats: int = 9, rounds: int = HOST_CHEC
     would favour a round whose smaller size was the slowed one)."""
     import numba
 
-    clock = _Clock(model["clock_cycles"])
+    clock = _Clock(CHAIN_CYCLES)
     saved = numba.get_num_threads()
     numba.set_num_threads(1)
     kernels = [(fmt, n, cycles_per_block(model, fmt, n)) for fmt in ("q4", "q8") for n in rows]
-    kernels.append(("attention_q8", 1, model["attention_cycles_per_product"]))
+    kernels.append(("attention_q8", 1, attention_cycles(model, ATTENTION_HEAD_DIM)))
     best: list[dict] = [{} for _ in kernels]
     try:
         for _ in range(rounds):
@@ -444,7 +469,7 @@ def host_check(model: dict, rows=ROWS, repeats: int = 9, rounds: int = HOST_CHEC
     ghz = clock.ghz
     checks = []
     for (kernel, n, cycles), fastest in zip(kernels, best):
-        seconds = _per_product(fastest) if kernel == "attention_q8" else _per_block(fastest)
+        seconds = _per_query_key(fastest) if kernel == "attention_q8" else _per_block(fastest)
         ratio = cycles / (seconds * ghz * 1e9)
         checks.append(
             {
@@ -496,6 +521,8 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     progress("board: timing the host's kernels on one thread (weights in L1, attention in L2) ...")
     result = {
         "llvm_mca": tool,
+        "llvm_version": mca.llvm_version(tool),
+        "head_dim": text["head_dim"],
         "host": {"cpu": host_cpu, "mca_cpu": mca_cpu, "model": host_model},
         "boards": [],
     }
@@ -512,8 +539,18 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
         gbs = board.read_gbs
         if read_gbs is not None and board.read_gbs == RK3588_READ_GBS:
             gbs = read_gbs
-        result["boards"].append(board_report(board, model, text, gbs, scale))
+        report_ = board_report(board, model, text, gbs, scale)
+        report_["mca_model"] = mca.scheduling_model(tool, board.triple, board.mca_cpu)
+        report_["own_model"] = mca.has_own_model(tool, board.triple, board.mca_cpu)
+        result["boards"].append(report_)
     return result
+
+
+def text_head_dim(result: dict) -> int:
+    """The head_dim the projections were made for (the 2B's when the result does not say)."""
+    from ..demo import QWEN3VL_2B
+
+    return result.get("head_dim", QWEN3VL_2B.text["head_dim"])
 
 
 def _ms(v) -> str:
@@ -524,13 +561,13 @@ def report(result: dict) -> str:
     h = result["host"]
     check = h["check"]
     lines = [
-        f"board model (llvm-mca: {result['llvm_mca']})",
+        f"board model (llvm-mca: {result['llvm_mca']}, LLVM {result.get('llvm_version', '?')})",
         f"host check: {h['cpu']} (llvm-mca -mcpu={h['mca_cpu']}), clock measured "
         f"{check['ghz']:.2f} GHz, one thread, weight tiles in L1, attention in L2; cycles, "
         "model vs measured:",
     ]
     for c in check["checks"]:
-        unit = "per product" if c["kernel"].startswith("attention") else "per block"
+        unit = "a query and key" if c["kernel"].startswith("attention") else "per block"
         lines.append(
             f"  {c['kernel']:<12} N={c['N']}  model {c['model_cycles']:8.2f}  measured "
             f"{c['measured_cycles']:8.2f} {unit}  ratio {c['ratio']:.2f}"
@@ -557,9 +594,17 @@ def report(result: dict) -> str:
             f"{b['board']}: -mcpu={b['cpu']} (llvm-mca -mcpu={b['mca_cpu']}), {b['cores']} cores "
             f"at {b['ghz']} GHz, {bw}; {b['where']}"
         )
+        if b.get("own_model") is False:
+            lines.append(
+                f"  WARNING: this llvm-mca schedules {b['mca_cpu']} on another core's tables "
+                f"({b['mca_model']}...): install a newer one (Debian 12: apt-get install llvm-19)"
+            )
+        passes = m.get("pass_cycles_per_key", {})
         lines.append(
-            f"  groups of {m['group']} rows, tiles of {m['tile_rows']}, dot {m['dot']}; "
-            f"attention {m['attention_cycles_per_product']:.3f} cycles per int product"
+            f"  groups of {m['group']} rows, tiles of {m['tile_rows']}, dot {m['dot']}; attention "
+            f"{m['attention_cycles_per_product']:.3f} cycles per int product, passes a key: "
+            + " ".join(f"{name.strip('_')} {c:.2f}" for name, c in passes.items())
+            + f"; a query and key {attention_cycles(m, text_head_dim(result)):.1f}"
         )
         lines.append(
             "  cycles per 32-weight block (per row of the group): "

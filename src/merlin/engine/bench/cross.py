@@ -12,8 +12,11 @@ emits the kernels exactly as on that machine. Nothing compiled that way is ever 
 kernels are compiled from explicit signatures (numba.typeof of arrays of the engine's real
 layouts), not by running them.
 
-HOT_KERNELS names what is compiled: the grouped q4, q8 and q8a8 weight products and the
-attention over an int8 (q8) KV cache, the loops a decode step spends its time in.
+HOT_KERNELS names what is compiled: the grouped q4, q8 and q8a8 weight products, the
+attention over an int8 (q8) KV cache, and each pass a query makes over its keys outside the
+attention's integer products (attention.ROW_PASSES: softmax and the weights' quantization,
+compiled one pass a function, so that each listing's main loop is that pass's), the loops a
+decode step spends its time in.
 """
 
 from __future__ import annotations
@@ -34,7 +37,21 @@ KERNELS = {
     "attention_q8": ("merlin.engine.kernels.attention", "attention"),
     "clock": ("merlin.engine.bench.clock", "chain"),  # a latency chain: the clock probe
 }
-HOT_KERNELS = ("q4", "q8", "q8a8", "attention_q8")
+# the functions of attention.ROW_PASSES (named here: importing the kernels before _pretend
+# would fix them to this host's CPU class)
+ROW_PASS_KERNELS = tuple(
+    f"pass{name}"
+    for name in (
+        "_scale_row",
+        "_vector_max",
+        "_exp_row",
+        "_sum_row",
+        "_normalize_row",
+        "_round_row",
+    )
+)
+KERNELS |= {kernel: ("merlin.engine.kernels.attention", kernel[4:]) for kernel in ROW_PASS_KERNELS}
+HOT_KERNELS = ("q4", "q8", "q8a8", "attention_q8", *ROW_PASS_KERNELS)
 
 
 class CrossCompileError(RuntimeError):
@@ -45,7 +62,7 @@ def compile_asm(
     triple: str | None,
     cpu: str,
     features: str | None,
-    kernels=HOT_KERNELS + ("clock",),
+    kernels=HOT_KERNELS,
     timeout: float = 3600,
     cache: Path | None = None,
 ) -> dict:
@@ -118,6 +135,16 @@ def _example_args(kernel: str) -> tuple:
 
     if kernel == "clock":
         return (np.uint64(1), 1000)
+    if kernel in ROW_PASS_KERNELS:  # a row of scores, its length, a float, another row
+        row, n, f = np.zeros(64, np.float32), 64, np.float32(1.0)
+        return {
+            "pass_scale_row": (row, n, row, f),
+            "pass_vector_max": (row, n),
+            "pass_exp_row": (row, n, f),
+            "pass_sum_row": (row, n),
+            "pass_normalize_row": (row, n, f, row),
+            "pass_round_row": (row, n, f, np.zeros(64, np.int16)),
+        }[kernel]
     rng = np.random.default_rng(0)
     x = np.zeros((2, 256), np.float32)
     out = np.zeros((2, 2 * qg.GROUP), np.float32)

@@ -334,8 +334,7 @@ def _quantize_weights(scores, n_max, wq, wsc):
     for m in range(scores.shape[0]):
         sc = _vector_max(scores[m], n_max) * INV_LEVEL16
         inv = np.float32(0.0) if sc <= 0 else np.float32(1.0) / sc
-        for t in range(n_max):
-            wq[m, t] = np.int16(np.rint(scores[m, t] * inv))
+        _round_row(scores[m], n_max, inv, wq[m])
         for t in range(n_max, wq.shape[1]):
             wq[m, t] = 0
         wsc[m] = sc
@@ -431,23 +430,68 @@ def _lanes_max(typingctx, lanes, arr, i0):
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
 def _softmax_row(sc, n_keys, k_scale, v_scale, scale):
-    """sc[:n_keys] = softmax(sc * k_scale * scale) * v_scale; sc[n_keys:] = 0. Reassociation
-    is allowed here (vectorised max, exp and sum: without it this took as long as both
-    matrix passes); the order depends only on n_keys, which a query has in decode and in
-    verify alike."""
-    for t in range(n_keys):
-        sc[t] *= k_scale[t] * scale
+    """sc[:n_keys] = softmax(sc * k_scale * scale) * v_scale; sc[n_keys:] = 0, in the passes of
+    ROW_PASSES. Reassociation is allowed here (vectorised max, exp and sum: without it this
+    took as long as both matrix passes); the order depends only on n_keys, which a query has
+    in decode and in verify alike."""
+    _scale_row(sc, n_keys, k_scale, scale)
     best = _vector_max(sc, n_keys)
-    for t in range(n_keys):
-        sc[t] = fast_exp(sc[t] - best)
-    total = np.float32(0.0)
-    for t in range(n_keys):
-        total += sc[t]
-    inv = np.float32(1.0) / total
-    for t in range(n_keys):
-        sc[t] *= inv * v_scale[t]
+    _exp_row(sc, n_keys, best)
+    inv = np.float32(1.0) / _sum_row(sc, n_keys)
+    _normalize_row(sc, n_keys, inv, v_scale)
     for t in range(n_keys, sc.shape[0]):
         sc[t] = 0.0
+
+
+# The passes over a query's keys outside the integer products, in the order a query runs them
+# (_softmax_row, then _quantize_weights for an int8 cache); bench/board.py compiles each on
+# its own to model its cycles a key.
+ROW_PASSES = (
+    "_scale_row",
+    "_vector_max",
+    "_exp_row",
+    "_sum_row",
+    "_normalize_row",
+    "_vector_max",
+    "_round_row",
+)
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _scale_row(sc, n, k_scale, scale):
+    """sc[:n] *= k_scale[:n] * scale."""
+    for t in range(n):
+        sc[t] *= k_scale[t] * scale
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _exp_row(sc, n, best):
+    """sc[:n] = exp(sc[:n] - best)."""
+    for t in range(n):
+        sc[t] = fast_exp(sc[t] - best)
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _sum_row(sc, n):
+    """sum(sc[:n]) (reassociated: vector partial sums)."""
+    total = np.float32(0.0)
+    for t in range(n):
+        total += sc[t]
+    return total
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _normalize_row(sc, n, inv, v_scale):
+    """sc[:n] *= inv * v_scale[:n]."""
+    for t in range(n):
+        sc[t] *= inv * v_scale[t]
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _round_row(src, n, inv, dst):
+    """dst[:n] = rint(src[:n] * inv) as int16."""
+    for t in range(n):
+        dst[t] = np.int16(np.rint(src[t] * inv))
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
@@ -459,9 +503,7 @@ def exp_minus_row_max(scores):
     n = scores.shape[1]
     for r in range(scores.shape[0]):
         row = scores[r]
-        best = _vector_max(row, n)
-        for t in range(n):
-            row[t] = fast_exp(row[t] - best)
+        _exp_row(row, n, _vector_max(row, n))
 
 
 @njit(nogil=True, cache=True, fastmath=AFASTMATH, parallel=True)
