@@ -179,3 +179,20 @@ def test_attention_rows_do_not_depend_on_batch_or_threads(fmt, nh, nkv, hd):
         numba.set_num_threads(before)
     ref = attention_reference(q, k, ks, v, vs, start0, hd**-0.5)
     np.testing.assert_allclose(singles, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", [1, 16])
+def test_softmax_exp_in_blocks_covers_exactly_the_row(block):
+    """The softmax's exp pass in blocks of keys (16 on NEON, one on x86: attention.EXP_BLOCK),
+    for every row length across the block edges: sc[:n] = exp(sc[:n] - best) within float32's
+    rounding, sc[n:] untouched."""
+    from merlin.engine.kernels.attention import _exp_blocks
+
+    x = (rng.standard_normal(70) * 6).astype(np.float32)
+    best = np.float32(x.max())
+    for n in range(0, 52):
+        sc = x.copy()
+        _exp_blocks(sc, n, best, block)
+        ref = np.exp(x[:n].astype(np.float64) - best)
+        np.testing.assert_allclose(sc[:n], ref, rtol=5e-6, atol=0)
+        assert np.array_equal(sc[n:], x[n:]), n

@@ -12,8 +12,9 @@ kernel's innermost loop once everything in it is inlined and unrolled). Per loop
             vpdpwssd / vpmaddwd 2, sdot 4; plain multiplies 1 a lane of their destination,
             so a widening smull2 / smlal2 of 8 halfwords into 4 words counts 4): the
             attention's loops are scaled by these;
-  elements  32-bit lanes loaded a iteration through its busiest address (base and index
-            registers; constants read from a literal pool left out): the keys one iteration
+  elements  32-bit lanes loaded an iteration through its busiest address (base and index
+            registers; constants from a literal pool and reloads of spilled registers from the
+            stack left out): the keys one iteration
             of a pass over a row of f32 scores handles (attention.ROW_PASSES), whatever the
             vector width and unrolling.
 """
@@ -120,7 +121,9 @@ def _load(line: str) -> tuple[str, float] | None:
     other, a store, or a constant from the literal pool."""
     mnemonic, operands = _split(line)
     if not operands or ":lo12:" in operands or "%rip" in operands:
-        return None
+        return None  # a constant
+    if "(%rsp" in operands or "[sp" in operands:
+        return None  # a spilled register reloaded
     arm = _ARM_MEMORY.search(operands)
     if arm:
         if not mnemonic.startswith("ld"):

@@ -58,6 +58,10 @@ SCORE_QUERIES, SCORE_KEYS = (4, 64) if _X86 else (2, 32)
 VALUE_QUERIES, DIM_BLOCK = (4, 64) if _X86 else (2, 32)
 SCORE_FLOATS = SCORE_QUERIES * SCORE_KEYS
 MAX_LANES = 16  # running maxima in softmax
+# keys a step of softmax's exp (_exp_row): 16 on NEON; on x86 one (a plain loop, which LLVM
+# vectorises one vector a step): with AVX2's 16 registers two chains and their constants
+# spilled, 2.5 cycles a key against 2.0-2.2 (session 33)
+EXP_BLOCK = 1 if _X86 else 16
 FLUSH_PAIRS = 128  # key pairs an int32 value accumulator takes before it moves to float
 VALUE_FLOATS = VALUE_QUERIES * DIM_BLOCK
 WIDE_BLOCK = 2 * DIM_BLOCK  # dimensions a tile of up to VALUE_QUERIES // 2 queries takes
@@ -466,8 +470,22 @@ def _scale_row(sc, n, k_scale, scale):
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
 def _exp_row(sc, n, best):
-    """sc[:n] = exp(sc[:n] - best)."""
-    for t in range(n):
+    """sc[:n] = exp(sc[:n] - best) in blocks of EXP_BLOCK keys (_exp_blocks)."""
+    _exp_blocks(sc, n, best, EXP_BLOCK)
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH, inline="always")
+def _exp_blocks(sc, n, best, block):
+    """sc[:n] = exp(sc[:n] - best), `block` keys a step (a constant once inlined): LLVM unrolls
+    the block and packs it into several vectors whose polynomials overlap (a plain loop did
+    one NEON vector a step, its ~60-cycle chain of fmlas the bound: 13.8 cycles a key on the
+    Cortex-A76's tables, 4.2 in blocks of 16; docs/benchmarks.md, session 33); the rest one
+    key at a time."""
+    full = n // block * block
+    for t0 in range(0, full, block):
+        for u in range(block):
+            sc[t0 + u] = fast_exp(sc[t0 + u] - best)
+    for t in range(full, n):
         sc[t] = fast_exp(sc[t] - best)
 
 
