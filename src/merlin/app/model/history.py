@@ -1,28 +1,53 @@
 """The stored conversation as the engine's turns, without images that can no longer be used.
 
 A chat keeps references to images stored under the data folder. If one of an older message
-is gone (deleted by hand, a restored backup without images/) or is of a kind the engine does
-not decode (an SVG attached by an older Merlin), sending it would make every later question
-of that chat fail. It is left out of what the model sees instead (the chat still shows the
-message), and the caller tells the user which. The images of the last user message are kept
-as they are, so a problem with the question just asked is reported as usual. Qt-free.
+is gone (deleted by hand, a restored backup without images/), is of a kind the engine does
+not decode (an SVG attached by an older Merlin) or is one the engine refuses (truncated,
+damaged, a 1000x4 strip: attached by a Merlin that did not check them yet; engine.vision.
+preprocess.check_image_file, whose verdict is kept per file, size and time), sending it would
+make every later question of that chat fail. It is left out of what the model sees instead
+(the chat still shows the message), and the caller tells the user which. The images of the
+last user message are kept as they are, so a problem with the question just asked is
+reported as usual. Qt-free.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 from merlin.app.model.prompting import Turn
+from merlin.engine.errors import InputError
 from merlin.engine.safe_open import is_regular
 from merlin.engine.vision.budget import BudgetedImage
+from merlin.engine.vision.preprocess import check_image_file
 
 # file extensions of what engine.vision.image_file.IMAGE_FORMATS decodes
 ENGINE_SUFFIXES = {"png", "jpg", "jpeg", "jfif", "jpe", "webp", "gif", "bmp", "tif", "tiff"}
 
 
 def usable(path: Path) -> bool:
-    return path.suffix.lower().lstrip(".") in ENGINE_SUFFIXES and is_regular(path)
+    """Whether the engine can take the image at path (module docstring)."""
+    if path.suffix.lower().lstrip(".") not in ENGINE_SUFFIXES or not is_regular(path):
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _engine_accepts(str(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _engine_accepts(path: str, size: int, mtime_ns: int) -> bool:
+    """check_image_file's verdict, kept per (path, size, time): every turn and the context
+    meter ask about every picture of the chat, and the check decodes each."""
+    try:
+        check_image_file(path)
+    except (InputError, OSError):
+        return False
+    return True
 
 
 def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
