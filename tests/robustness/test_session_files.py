@@ -283,16 +283,22 @@ def test_a_damaged_cache_keeps_the_intact_image_embeddings(demo_model, saved, tm
 @pytest.mark.parametrize(
     "key, value, kept", [("kv", "other", 1), ("weights", "other", 1), ("checkpoint", "2:x", 0)]
 )
+@pytest.mark.parametrize("picture", ["gone", "changed"])
 def test_another_text_format_keeps_the_image_embeddings(
-    demo_model, saved, tmp_path, key, value, kept
+    demo_model, saved, tmp_path, key, value, kept, picture
 ):
     """A session saved with other text weights or another KV format (`--weights`, `--kv`):
-    its rows are recomputed, but a picture whose file is gone had made every turn fail,
-    though the file holds its embedding, which those formats do not change; another
-    checkpoint's embeddings are never kept."""
+    its rows are recomputed, but a picture whose file is gone, or has other pixels since,
+    had made every turn fail, though the file holds its embedding, which those formats do
+    not change; another checkpoint's embeddings are never kept."""
+    from PIL import Image
+
     meta, arrays, _ = saved
     meta = copy.deepcopy(meta)
-    meta["messages"][0]["images"][0]["source"] = str(tmp_path / "gone.png")  # no such file
+    source = tmp_path / f"{picture}.png"
+    if picture == "changed":
+        Image.new("RGB", (64, 64), (20, 20, 220)).save(source)
+    meta["messages"][0]["images"][0]["source"] = str(source)
     meta["identity"][key] = value
     path = tmp_path / "s.msession"
     write(path, meta, arrays)

@@ -13,7 +13,6 @@ the session), and the conversation is recomputed.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from .. import arrayfile, file_sample, session_check
 from ..kv_cache import KVCache
 from ..prompt import ImageSpan
 from ..version import __version__
-from .conversation import Message, SessionImage
+from .conversation import Message
 from .images import ImageEmbedding
 
 log = logging.getLogger("merlin.engine.session")
@@ -88,17 +87,6 @@ def model_identity(model) -> dict:
         "weights": model.weights_fmt,
         "kv": model.kv_fmt,
         "kv_dims": [t.num_hidden_layers, t.num_key_value_heads, t.head_dim],
-    }
-
-
-def _images_gone(saved: SavedConversation) -> set[str]:
-    """Hashes of the conversation's pictures whose file is no longer there (a dangling link
-    counts as gone: it cannot be read)."""
-    return {
-        im.hash
-        for m in saved.messages
-        for im in m.images
-        if isinstance(im, SessionImage) and not (im.source and os.path.isfile(im.source))
     }
 
 
@@ -271,8 +259,8 @@ def read_session(model, path, budget: int):
     session file for `model`: the conversation whenever it is readable, the cached rows only
     when the file matches the model and is intact; when it matches but its rows are not
     intact, the image embeddings that are intact (salvage_embeddings); when it was saved with
-    other text weights or another KV format (same_vision_tower), those of pictures whose
-    file is gone (the others are checked against their file and encoded again); else {}.
+    other text weights or another KV format (same_vision_tower), those too (a picture's file
+    may be gone or changed since); else {}.
     Never raises for a bad file; the reason is logged."""
     path = Path(path)
     try:
@@ -303,10 +291,9 @@ def read_session(model, path, budget: int):
                 reason = str(e)
                 kept = salvage_embeddings(model, reader, meta)
         elif same_vision_tower(meta.get("identity"), current):  # other text weights or KV:
-            gone = _images_gone(saved)  # a picture whose file is there is checked and encoded
-            if gone:
-                kept = salvage_embeddings(model, reader, meta)
-                kept = {h: e for h, e in kept.items() if h in gone}
+            # an embedding's key is its picture's pixels, budget and vision format, so it holds
+            # for a picture whose file is gone or changed since (either made every turn fail)
+            kept = salvage_embeddings(model, reader, meta)
     if reason is not None:
         result.reason = reason
         result.images_kept = len(kept)
