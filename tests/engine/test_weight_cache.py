@@ -2,6 +2,7 @@
 a corrupt or foreign file is detected, deleted and rebuilt."""
 
 import mmap
+import time
 
 import numpy as np
 
@@ -70,12 +71,30 @@ def test_unwritable_cache_folder_still_loads(demo_dir, tmp_path, monkeypatch):
 
 
 def test_eviction_keeps_the_cap(tmp_path):
-    for i, size in enumerate([100, 200, 300]):
-        p = tmp_path / f"{i}.safetensors"
-        p.write_bytes(b"x" * size)
-    weight_cache.evict(tmp_path, cap_bytes=350, keep=tmp_path / "0.safetensors")
+    names = [f"{i:024x}.safetensors" for i in range(3)]
+    for name, size in zip(names, [100, 200, 300]):
+        (tmp_path / name).write_bytes(b"x" * size)
+    weight_cache.evict(tmp_path, cap_bytes=350, keep=tmp_path / names[0])
     left = sorted(p.name for p in tmp_path.glob("*.safetensors"))
-    assert "0.safetensors" in left and sum((tmp_path / n).stat().st_size for n in left) <= 350
+    assert names[0] in left and sum((tmp_path / n).stat().st_size for n in left) <= 350
+
+
+def test_eviction_removes_only_the_caches_own_files(tmp_path):
+    """MERLIN_WEIGHT_CACHE pointed at a folder of the user's own (the low-disk warning invites
+    it): eviction had removed every *.safetensors and old *.part there. Only the cache's
+    names go: {key}.safetensors, {key}-L{i}.safetensors and their writers' temporaries."""
+    import os
+
+    old = time.time() - 2 * weight_cache.STALE_PART_SECONDS
+    own = ["0123456789abcdef01234567.safetensors", "0123456789abcdef01234567-L3.safetensors"]
+    stale = ["89abcdef0123456789abcdef.safetensors.4242-4243.part",
+             "89abcdef0123456789abcdef.safetensors.part"]  # fmt: skip
+    users = ["my-finetune.safetensors", "video.mp4.part", "model.safetensors"]
+    for name in own + stale + users:
+        (tmp_path / name).write_bytes(b"x" * 100)
+        os.utime(tmp_path / name, (old, old))
+    weight_cache.evict(tmp_path, cap_bytes=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(users)
 
 
 def test_two_checkpoints_with_the_same_sizes_and_times_do_not_share_an_entry(

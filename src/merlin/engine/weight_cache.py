@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import zlib
@@ -305,9 +306,21 @@ def store(key: str, weights: TextWeights, cap_bytes: int = DEFAULT_CAP_BYTES) ->
     return True
 
 
+# the names of the cache's own files: {key}.safetensors, {key}-L{i}.safetensors (engine.moe.
+# cache) and their writers' temporaries (checkpoint.part_path: NAME.{pid}-{thread}.part, and
+# NAME.part of older Merlins); nothing else in the folder is ever removed (MERLIN_WEIGHT_CACHE
+# may name a folder that holds the user's own files)
+_OWN_FILE = re.compile(r"[0-9a-f]{24}(-L\d+)?\.safetensors")
+_OWN_PART = re.compile(r"[0-9a-f]{24}(-L\d+)?\.safetensors(\.\d+-\d+)?\.part")
+
+
 def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
+    """Remove stale temporaries and the least recently used entries over cap_bytes: only
+    files named as the cache names its own (_OWN_FILE, _OWN_PART)."""
     now = time.time()
-    for p in folder.glob("*.part"):  # checkpoint.part_path's files (and older <name>.part)
+    for p in folder.glob("*.part"):
+        if not _OWN_PART.fullmatch(p.name):
+            continue
         try:
             if now - p.stat().st_mtime > STALE_PART_SECONDS:
                 p.unlink()
@@ -316,7 +329,8 @@ def evict(folder: Path, cap_bytes: int, keep: Path | None = None) -> None:
     # a model's files (its own and one per routed layer, engine.moe.cache) go together
     groups: dict[str, list[Path]] = {}
     for p in folder.glob("*.safetensors"):
-        groups.setdefault(moe_cache.group_key(p), []).append(p)
+        if _OWN_FILE.fullmatch(p.name):
+            groups.setdefault(moe_cache.group_key(p), []).append(p)
     kept = moe_cache.group_key(keep) if keep is not None else None
     order = sorted(groups, key=lambda g: max(p.stat().st_mtime for p in groups[g]))
     total = sum(p.stat().st_size for ps in groups.values() for p in ps)
