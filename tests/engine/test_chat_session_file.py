@@ -146,3 +146,26 @@ def test_a_picture_given_by_a_relative_path_is_found_from_another_folder(
     monkeypatch.chdir(second)
     code, err = _chat(monkeypatch, capsys, demo_model, path, ["and its colour?"])
     assert code == 0 and "error" not in err, err
+
+
+def test_a_session_whose_conversation_cannot_be_read_is_refused_and_kept(
+    demo_model, tmp_path, monkeypatch, capsys
+):
+    """A file whose container and format are fine but whose messages this Merlin cannot read
+    (here an index out of range in its list of dropped messages, checksums valid) had been
+    replaced by the new run's first turn, losing the chat: it is refused with exit 2 and
+    kept byte for byte."""
+    from merlin.engine import arrayfile
+    from merlin.engine.session import SESSION_KIND
+
+    path = tmp_path / "c.mss"
+    assert _chat(monkeypatch, capsys, demo_model, path, ["first", "second"])[0] == 0
+    with arrayfile.Reader(path, SESSION_KIND) as r:
+        arrays = [arrayfile.array_spec(n, r.read(n)) for n in r.entries]
+        meta = dict(r.meta, dropped=[99])
+    arrayfile.write(path, SESSION_KIND, meta, arrays)
+    before = path.read_bytes()
+    code, err = _chat(monkeypatch, capsys, demo_model, path, ["hello"])
+    assert code == 2 and "cannot be read" in err and "not changed" in err
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.mss"]

@@ -24,6 +24,9 @@ from .tokenizer import Tokenizer, clean_text
 # default context budget; encoding this much takes well under a second (tests/robustness), so a
 # huge paste is refused at once with a message instead of freezing the app while it tokenizes.
 MAX_MESSAGE_CHARS = 128_000
+# The most pictures one message takes (Session refuses more when asked; session_check reads
+# no more), so a conversation never grows into a session file its own reader refuses.
+MAX_IMAGES_PER_MESSAGE = 64
 
 
 def sanitize_user_text(text: str | bytes) -> str:

@@ -26,13 +26,11 @@ import numpy as np
 
 from . import arrayfile
 from .errors import InputError
-from .prompt import MAX_MESSAGE_CHARS
+from .prompt import MAX_IMAGES_PER_MESSAGE
 
 FFE = arrayfile.FileFormatError
 MAX_MESSAGES = 100_000
-MAX_SAVED_MESSAGE_CHARS = 4 * MAX_MESSAGE_CHARS  # an answer may be longer than a question
-MAX_SAVED_TEXT_CHARS = 8 * 1024 * 1024  # all messages of one session
-MAX_IMAGES_PER_MESSAGE = 64
+MAX_SAVED_TEXT_CHARS = 16 * 1024 * 1024  # all messages of one session (Session.save refuses more)
 MAX_POSITION = 1 << 31
 _HASH = re.compile(r"[0-9a-f]{8,64}")
 
@@ -93,8 +91,8 @@ def messages(meta: dict, model) -> list:
         if not isinstance(m, dict):
             raise ValueError("message is not an object")
         text = m.get("text")
-        if not isinstance(text, str) or len(text) > MAX_SAVED_MESSAGE_CHARS:
-            raise ValueError("message text missing or too long")
+        if not isinstance(text, str):
+            raise ValueError("message text missing")
         total += len(text)
         if total > MAX_SAVED_TEXT_CHARS:
             raise ValueError("messages too long in total")

@@ -964,3 +964,30 @@ def test_an_earlier_turns_budget_another_model_does_not_allow_is_the_nearest(dem
     kept = s.image(BudgetedImage(str(picture), too_many, strict=False))
     assert kept.n_tokens <= max_tokens(demo_model.vision.preprocess)
     assert isinstance(list(s.ask("What is it?", [kept], **GEN))[-1], Finished)
+
+
+def test_a_conversation_never_grows_into_a_file_its_reader_refuses(demo_model, tmp_path):
+    """65 pictures in one message were asked about and saved, and the file was then refused as
+    damaged (its reader takes 64): the question is refused when asked. A conversation longer
+    than a session file keeps is not saved (the previous file stays) instead of written."""
+    from merlin.engine import session_check
+    from merlin.engine.prompt import MAX_IMAGES_PER_MESSAGE
+
+    img = tmp_path / "p.png"
+    Image.new("RGB", (32, 32), (10, 200, 10)).save(img)
+    s = Session(demo_model)
+    with pytest.raises(InputError, match=f"at most {MAX_IMAGES_PER_MESSAGE}"):
+        s.ask("which?", images=[str(img)] * (MAX_IMAGES_PER_MESSAGE + 1), max_new_tokens=1)
+    assert s.messages == []
+    for _ in s.ask("hi", max_new_tokens=1):
+        pass
+    path = tmp_path / "s.mss"
+    s.save(path)
+    before = path.read_bytes()
+    import dataclasses
+
+    long = "x" * (session_check.MAX_SAVED_TEXT_CHARS + 1)  # as if grown over many turns
+    s._messages[0] = dataclasses.replace(s._messages[0], text=long)
+    with pytest.raises(arrayfile.FileSaveError, match="not saved"):
+        s.save(path)
+    assert path.read_bytes() == before

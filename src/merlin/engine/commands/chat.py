@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import MerlinError
+from ..errors import InputError, MerlinError
 from .args import (
     EXIT_USER_ERROR,
     ReasoningPrinter,
@@ -76,6 +76,12 @@ def cmd_chat(args) -> int:
     target = _SessionFile(path) if path is not None else None  # before the file is read
     if path is not None and path.exists():
         session, result = Session.open(model, path, settings, system=args.system)
+        if not result.messages_loaded and path.exists():  # its conversation cannot be read:
+            raise InputError(  # saving after the first turn would replace it
+                f"--session {path}: its conversation cannot be read ({result.reason}); the "
+                "file was not changed. Give another path (a new file) for this conversation, "
+                "or move that file away."
+            )
         target.opened()
         if result.restored:
             _note(

@@ -53,8 +53,16 @@ from ..generate import (
     prefill_chunk,
 )
 from ..kv_cache import KVCache
-from ..prompt import ImageSpan, Prompt, build_prompt, check_user_text, offsets_after_check
+from ..prompt import (
+    MAX_IMAGES_PER_MESSAGE,
+    ImageSpan,
+    Prompt,
+    build_prompt,
+    check_user_text,
+    offsets_after_check,
+)
 from ..rope import text_positions
+from ..session_check import MAX_SAVED_TEXT_CHARS
 from ..speculative import Drafter
 from ..vision.encoder import EncodeCancelled
 from . import persistence
@@ -202,6 +210,11 @@ class Session:
                 raise InputError(f"message {i}: text must be a string.")
             if m.images and m.role != "user":
                 raise InputError(f"message {i}: only user messages can have images.")
+            if len(m.images) > MAX_IMAGES_PER_MESSAGE:
+                raise InputError(
+                    f"message {i} has {len(m.images)} pictures; a message takes at most "
+                    f"{MAX_IMAGES_PER_MESSAGE}. Ask about the rest in another message."
+                )
             # what a person typed: lone surrogates cleaned, a huge paste refused before the
             # tokenizer sees it (engine.prompt.check_user_text)
             text = check_user_text(m.text) if m.role == "user" else m.text
@@ -569,6 +582,12 @@ class Session:
         embeddings) atomically; returns the file size. Raises arrayfile.FileSaveError (a
         MerlinError) when the disk is full or the folder cannot be written: the previous
         file, if any, is untouched and the session in memory is unaffected."""
+        chars = sum(len(m.text) for m in self._messages)
+        if chars > MAX_SAVED_TEXT_CHARS:  # a file its reader would refuse (session_check)
+            raise arrayfile.FileSaveError(
+                f"the conversation holds {chars:,} characters; a session file keeps at most "
+                f"{MAX_SAVED_TEXT_CHARS:,}, so it was not saved. Start a new chat to save again."
+            )
         meta, arrays = self._file()
         return arrayfile.write(path, SESSION_KIND, meta, arrays)
 
