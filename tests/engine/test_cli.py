@@ -215,3 +215,34 @@ def test_a_small_forward_runs_on_one_kernel_thread(demo_dir, monkeypatch):
     model.forward(ids[:4], text_positions(0, 4), cache)
     model.forward(ids, text_positions(4, rows), cache)
     assert seen == [1, pool] and numba.get_num_threads() == pool
+
+
+def test_without_max_context_the_cache_holds_the_default_context(demo_dir, tmp_path):
+    """A config with Qwen3-VL's 262,144 positions: generate, chat and a library Session had
+    sized their KV cache for all of them (15 GB of q8 KV for the 2B; 1.2 GB RSS for a tiny
+    model), while `info` and the load-time guard count 8,192 (memory.DEFAULT_CONTEXT)."""
+    import shutil
+
+    from merlin.engine import generate as gen
+    from merlin.engine.memory import DEFAULT_CONTEXT
+    from merlin.engine.model import load_model
+    from merlin.engine.prompt import build_prompt
+    from merlin.engine.session import Session
+
+    folder = tmp_path / "long"
+    shutil.copytree(demo_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["max_position_embeddings"] = 262_144
+    (folder / "config.json").write_text(json.dumps(config))
+    model = load_model(folder, weights="f32")
+    assert model.max_context == 262_144 and model.default_context == DEFAULT_CONTEXT
+    assert model.new_cache().max_tokens == DEFAULT_CONTEXT
+    assert Session(model).cache.max_tokens == DEFAULT_CONTEXT
+    sizes = []
+    real = model.new_cache
+    model.new_cache = lambda n=None: sizes.append(n) or real(n)
+    built = build_prompt(model.tokenizer, model.config, "hi")
+    for _ in gen.generate(model, built, gen.AnswerOptions(max_new_tokens=1)):
+        pass
+    assert sizes == [DEFAULT_CONTEXT]
+    assert model.new_cache(100_000).max_tokens == 100_000  # asked for: as asked

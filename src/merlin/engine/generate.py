@@ -380,7 +380,7 @@ def generate(
             model.tokenizer, prompt.ids, options.thinking, options.thinking_budget
         )
     steer = turn.steer()
-    max_context = min(max_context or model.max_context, model.max_context)
+    max_context = min(max_context or model.default_context, model.max_context)
     if cache is None:
         cache = model.new_cache(max_context)
     start = cache.length - prompt.offset if start is None else int(start)

@@ -40,9 +40,10 @@ class Model:
     experts_mapped: bool = False  # experts are views of the mapped weight cache (engine.moe)
 
     def new_cache(self, max_tokens: int | None = None) -> KVCache:
-        """An empty KV cache in this model's KV format (max_tokens: the context budget).
-        ResourceError when the cache would not fit in the memory available now."""
-        n = min(max_tokens or self.max_context, self.max_context)
+        """An empty KV cache in this model's KV format (max_tokens: the context budget; None:
+        default_context). ResourceError when the cache would not fit in the memory available
+        now."""
+        n = min(max_tokens or self.default_context, self.max_context)
         memory.check_kv_cache(self.config, self.kv_fmt, n)
         return self.text.new_cache(n, self.kv_fmt)
 
@@ -64,6 +65,13 @@ class Model:
     @property
     def max_context(self) -> int:
         return self.config.text.max_position_embeddings
+
+    @property
+    def default_context(self) -> int:
+        """The context budget when none is given: memory.DEFAULT_CONTEXT (what the load-time
+        memory guard and `merlin-cli info` count), at most the model's maximum (a cache for
+        Qwen3-VL's 262,144 positions would hold 15 GB of q8 KV for the 2B)."""
+        return min(memory.DEFAULT_CONTEXT, self.max_context)
 
     @property
     def bytes_per_token(self) -> int:

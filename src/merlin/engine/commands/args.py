@@ -123,7 +123,7 @@ def prompt(args, model):
         model.vision.require()
         pre = model.vision.preprocess
         asked = getattr(args, "max_context", None)
-        context = min(asked or model.max_context, model.max_context)
+        context = min(asked or model.default_context, model.max_context)
         if args.image_tokens is not None:  # the user's number: within the context too
             budget.check_budget(args.image_tokens, pre, context)
         max_px, _ = budget.resolve(pre, None, args.image_tokens, args.max_pixels, context)
@@ -225,7 +225,12 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", default=None, help="system prompt")
     add_image_args(p)
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--max-context", type=int, default=None, help="context budget in tokens")
+    p.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        help="context budget in tokens (default 8192, or the model's maximum if smaller)",
+    )
     p.add_argument("--temperature", type=float, default=None, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)

@@ -67,7 +67,7 @@ def cmd_chat(args) -> int:
     if notice:
         _note(f"warning: {notice}")
     settings = SessionSettings(
-        context_budget=args.max_context or 0,
+        context_budget=args.max_context or model.default_context,
         max_pixels=args.max_pixels,
         image_tokens=args.image_tokens,
     )

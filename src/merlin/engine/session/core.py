@@ -53,6 +53,7 @@ from ..generate import (
     prefill_chunk,
 )
 from ..kv_cache import KVCache
+from ..memory import DEFAULT_CONTEXT
 from ..prompt import (
     MAX_IMAGES_PER_MESSAGE,
     ImageSpan,
@@ -77,7 +78,9 @@ log = logging.getLogger("merlin.engine.session")
 
 @dataclass
 class SessionSettings:
-    context_budget: int = 0  # tokens the conversation may use (0: the model's maximum)
+    # tokens the conversation may use (0: the model's maximum; the default, memory.
+    # DEFAULT_CONTEXT, is what the load-time memory guard counts)
+    context_budget: int = DEFAULT_CONTEXT
     answer_reserve: int = 512  # tokens kept free for the answer when deciding what fits
     trim_fraction: float = 0.75  # when older turns must go, drop until this full (fewer redos)
     max_pixels: int | None = None  # legacy pixel budget, used when image_tokens is None
