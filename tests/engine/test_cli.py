@@ -149,6 +149,10 @@ def test_default_model_is_demo(tmp_path):
         (["generate", "--max-new-tokens", "0", "hi"], ["max-new-tokens"]),
         (["generate", "--temperature", "-1", "hi"], ["temperature"]),
         (["generate", "--max-context", "8", "hello " * 20], ["context"]),
+        # an unset shell variable had run the demo model; info had printed a traceback
+        (["generate", "--model", "", "hi"], ["--model is empty"]),
+        (["info", "--weights", "bogus"], ["unknown weights format"]),
+        (["info", "--kv", "bogus"], ["unknown KV cache format"]),
     ],
 )
 def test_bad_input_gives_clear_error(demo_dir, args, fragments):

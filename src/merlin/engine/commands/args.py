@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import InputError
 from ..formats import DEFAULT_KV, DEFAULT_WEIGHTS
 from ..speculative import MAX_K, SPEC_MODES
 
@@ -29,6 +30,12 @@ def note(msg: str) -> None:
 
 
 def model_dir(arg: str | None) -> Path:
+    """The checkpoint folder --model names; without --model the built-in demo model. An empty
+    --model (a shell variable that is not set) is an error, not the demo model."""
+    if arg is not None and not arg.strip():
+        raise InputError(
+            "--model is empty; give a checkpoint folder, or leave --model out for the demo model."
+        )
     if arg:
         return Path(arg).expanduser()
     from ..demo import ensure_demo_checkpoint

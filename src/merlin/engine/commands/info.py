@@ -40,6 +40,7 @@ def cmd_info(args) -> int:
     from ..moe.memory import describe_experts
     from ..text import expected_text_tensors
 
+    memory.check_formats(args.weights, args.kv)  # an unknown name: an error before any output
     folder = model_dir(args.model)
     cfg = load_config(folder)
     t = cfg.text
