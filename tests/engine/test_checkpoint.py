@@ -188,6 +188,18 @@ def test_shape_not_matching_config(tmp_path):
         check_text_tensors(ckpt, cfg)
 
 
+@pytest.mark.parametrize("change", [-1, 1])
+def test_a_layer_count_not_matching_the_weights(tmp_path, change):
+    """Fewer layers in config.json than in the weights had run a truncated model without a
+    word (more was refused already)."""
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: c["text_config"].update(
+        num_hidden_layers=c["text_config"]["num_hidden_layers"] + change))  # fmt: skip
+    cfg = load_config(folder)
+    with Checkpoint(folder) as ckpt, pytest.raises(CheckpointError, match="does not match"):
+        check_text_tensors(ckpt, cfg)
+
+
 def test_untied_config_without_lm_head(tmp_path):
     folder = copy_fixture(tmp_path)
     edit_config(folder, lambda c: c.update(tie_word_embeddings=False))

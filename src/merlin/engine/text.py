@@ -129,6 +129,11 @@ def check_text_tensors(ckpt: Checkpoint, cfg: ModelConfig) -> None:
             f"{ckpt.folder}: config.json says {layers} decoder layers but the weights have no "
             f"layer {layers - 1}. The config does not match the weights."
         )
+    if f"{cfg.text_prefix}layers.{layers}.input_layernorm.weight" in ckpt:
+        raise CheckpointError(  # the extra layers would be left out without a word
+            f"{ckpt.folder}: config.json says {layers} decoder layers but the weights have a "
+            f"layer {layers} too. The config does not match the weights."
+        )
     for name, shape in expected_text_tensors(cfg).items():
         if name not in ckpt:
             hint = ""
