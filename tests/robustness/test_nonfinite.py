@@ -13,7 +13,7 @@ from merlin.engine.checkpoint import Checkpoint, save_safetensors
 from merlin.engine.errors import CheckpointError
 
 
-def _poisoned(demo_dir, tmp_path, name_part: str, value: float, whole: bool = False):
+def _poisoned(demo_dir, tmp_path, name_part: str, value: float, whole=False, dtype="BF16"):
     folder = tmp_path / "m"
     shutil.copytree(demo_dir, folder)
     with Checkpoint(demo_dir) as ckpt:
@@ -21,14 +21,14 @@ def _poisoned(demo_dir, tmp_path, name_part: str, value: float, whole: bool = Fa
         target = next(n for n in names if name_part in n)
         tensors = {}
         for n in names:
-            a = ckpt.read_f32(n)
-            if n == target:
+            a = ckpt.read_f32(n).astype(np.float64 if dtype == "F64" else np.float32)
+            if n == target:  # (an F64 value may lie beyond float32)
                 if whole:
                     a[...] = value
                 else:
                     a.reshape(-1)[a.size // 2] = value
             tensors[n] = a
-    save_safetensors(folder / "model.safetensors", tensors, dtype="BF16")
+    save_safetensors(folder / "model.safetensors", tensors, dtype=None if dtype == "F64" else dtype)
     return folder, target
 
 
@@ -53,6 +53,18 @@ def test_nonfinite_weights_refused_at_load(demo_dir, tmp_path, part, value, whol
     message = str(e.value)
     assert target in message and ("NaN" in message or "infinite" in message)
     assert "cannot quantize" not in message
+
+
+@pytest.mark.parametrize("weights", ["f32", "q8"])
+def test_an_f64_value_beyond_float32_is_refused_at_load_with_its_name(demo_dir, tmp_path, weights):
+    """1e300 is finite in an F64 checkpoint but infinite once converted: it had failed with
+    "cannot quantize" (q4/q8) or a NaN forward naming no tensor (f32)."""
+    from merlin.engine.model import load_model
+
+    folder, target = _poisoned(demo_dir, tmp_path, "layers.0.mlp.down_proj", 1e300, dtype="F64")
+    with pytest.raises(CheckpointError, match="beyond what float32 holds") as e:
+        load_model(folder, weights=weights)
+    assert target in str(e.value)
 
 
 def test_vision_exp_is_nan_safe():

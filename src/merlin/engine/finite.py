@@ -49,8 +49,20 @@ def first_nonfinite(raw: np.ndarray, dtype: str) -> int:
     return -1
 
 
+F32_MAX = float(np.finfo(np.float32).max)
+
+
 def check_tensor(raw: np.ndarray, dtype: str, name: str, file) -> None:
-    """CheckpointError naming the tensor when it holds a NaN or an infinity."""
+    """CheckpointError naming the tensor when it holds a NaN or an infinity, or (F64) a value
+    float32 cannot hold, which would become one when the weights are converted."""
+    if dtype == "F64":
+        big = np.flatnonzero(np.abs(raw.reshape(-1)) > F32_MAX)
+        if big.size:
+            raise CheckpointError(
+                f"{file}: tensor {name!r} holds {raw.reshape(-1)[big[0]]:g} (at element "
+                f"{int(big[0]):,} of {raw.size:,}), beyond what float32 holds. The weights "
+                "are damaged; download the checkpoint again."
+            )
     i = first_nonfinite(raw, dtype)
     if i >= 0:
         value = _bits(raw, dtype).reshape(-1)[i]
