@@ -388,6 +388,8 @@ IMPOSSIBLE_OPTIONS = [
     ("--sessions", "0"),
     ("--queue", "-1"),
     ("--port", "70000"),
+    ("--spec-k", "0"),  # had started, and every answer carried the operator's error
+    ("--spec-k", "9"),
 ]
 
 

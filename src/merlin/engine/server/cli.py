@@ -86,6 +86,7 @@ def check_options(args) -> None:
     limits.integer(args.queue, "--queue", 0, MAX_QUEUE)
     limits.number(args.max_body_mb, "--max-body-mb", *MB_RANGE)
     limits.number(args.max_image_mb, "--max-image-mb", *MB_RANGE)
+    limits.integer(args.spec_k, "--spec-k", 1, MAX_K)  # else every answer carried the notice
 
 
 def is_loopback(host: str) -> bool:
