@@ -292,3 +292,24 @@ def test_a_model_is_named_after_its_folder_or_its_hub_repository(demo_model, tmp
     assert named == {"Qwen/Qwen3-VL-2B-Instruct", "my model"}
     monkeypatch.chdir(plain)
     assert dataclasses.replace(demo_model, folder=Path(".")).name == "my model"
+
+
+def test_a_missing_shard_or_a_dangling_link_says_to_download_again(tmp_path):
+    """An interrupted download (a shard the index lists is not there) and a hub cache link
+    whose blob is gone had said only "file is missing" / "does not exist"."""
+    import os
+
+    folder = tmp_path / "m"
+    save_safetensors(tmp_path / "a.safetensors", {"x": np.ones(2, np.float32)}, dtype="F32")
+    folder.mkdir()
+    index = {"metadata": {}, "weight_map": {"x": "model-00001-of-00002.safetensors",
+                                            "y": "model-00002-of-00002.safetensors"}}  # fmt: skip
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    os.link(tmp_path / "a.safetensors", folder / "model-00001-of-00002.safetensors")
+    with pytest.raises(CheckpointError, match="incomplete: download the checkpoint again") as e:
+        Checkpoint(folder)
+    assert "model-00002-of-00002.safetensors" in str(e.value)
+    link = tmp_path / "model.safetensors"
+    link.symlink_to(tmp_path / "blobs" / "0123abcd")
+    with pytest.raises(CheckpointError, match="which is gone; download it again"):
+        SafetensorsFile(link)

@@ -444,17 +444,18 @@ def test_eviction_removes_a_model_with_its_layer_files(tmp_path):
 
     folder = tmp_path / "c"
     folder.mkdir()
-    for key, age in (("old", 100), ("new", 0)):
+    old, new = "0" * 24, "f" * 24  # cache keys (weight_cache.cache_key)
+    for key, age in ((old, 100), (new, 0)):
         for name in (f"{key}.safetensors", f"{key}-L1.safetensors", f"{key}-L3.safetensors"):
             p = folder / name
             p.write_bytes(b"x" * 1000)
             t = 1_000_000 - age
             os.utime(p, (t, t))
-    weight_cache.evict(folder, 3500, keep=folder / "new.safetensors")
+    weight_cache.evict(folder, 3500, keep=folder / f"{new}.safetensors")
     assert sorted(p.name for p in folder.iterdir()) == [
-        "new-L1.safetensors",
-        "new-L3.safetensors",
-        "new.safetensors",
+        f"{new}-L1.safetensors",
+        f"{new}-L3.safetensors",
+        f"{new}.safetensors",
     ]
 
 

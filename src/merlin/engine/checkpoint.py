@@ -70,6 +70,17 @@ def _reject_duplicates(pairs):
     return out
 
 
+def _dangling(path: Path) -> bool:
+    """A symbolic link whose target does not exist (not a loop: open says what that is)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return os.path.islink(path)
+    except OSError:
+        return False
+    return False
+
+
 class SafetensorsFile:
     """One .safetensors file: header parsed and validated at open, data mapped lazily.
     remedy: what a damaged file's error tells the person to do (a cache file: that it is
@@ -80,7 +91,11 @@ class SafetensorsFile:
 
         try:
             if not os.path.lexists(self.path):
-                raise CheckpointError(f"{self.path}: file is missing.")
+                raise CheckpointError(f"{self.path}: file is missing; {remedy}.")
+            if _dangling(self.path):  # a link whose file is gone (a hub cache's blob)
+                raise CheckpointError(
+                    f"{self.path}: a link to {os.readlink(self.path)!r}, which is gone; {remedy}."
+                )
             # a FIFO, device or folder is refused with what it is, never opened blocking
             self._fd = open_regular(self.path, "the weights file", CheckpointError)
         except (UnicodeError, ValueError) as e:  # a name no file system can hold
@@ -239,7 +254,8 @@ def _reject_repeated_names(index: Path) -> None:
         json.loads(index.read_text(encoding="utf-8"), object_pairs_hook=_reject_duplicates)
     except ValueError as e:
         raise CheckpointError(
-            f"{index}: {e} in the index: a tensor is listed twice. Download {INDEX_NAME} again."
+            f"{index}: {e} in the index (JSON would keep only the last). Download {INDEX_NAME} "
+            "again."
         ) from None
 
 
@@ -308,6 +324,13 @@ class Checkpoint:
             ):
                 raise CheckpointError(f"{index}: shard name {file!r} for {name!r} is not valid.")
         named = set(weight_map.values())
+        missing = sorted(f for f in named if not os.path.lexists(self.folder / f))
+        if missing:  # an interrupted download: say which, and that the index lists them
+            raise CheckpointError(
+                f"{self.folder}: {INDEX_NAME} lists {len(missing)} weights file(s) that are "
+                f"not there ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}). "
+                "The download is incomplete: download the checkpoint again."
+            )
         for file in sorted(named):
             self._open_file(self.folder / file)
         _reject_unnamed_shards(index, named)
