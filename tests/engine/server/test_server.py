@@ -335,6 +335,22 @@ def test_limits_of_the_strict_server(strict):
     assert ok.status_code == 200, ok.text
 
 
+def test_every_request_that_leaves_messages_out_says_so(strict):
+    """The same over-long conversation sent twice: the second answer had an empty notices
+    list though its oldest messages were still left out (the session had trimmed them for
+    the first request); each request stands alone."""
+    history = []
+    for i in range(6):
+        history += [{"role": "user", "content": f"turn {i} " + " ".join(["y"] * 700)},
+                    {"role": "assistant", "content": "ok"}]  # fmt: skip
+    body = {"messages": [*history, {"role": "user", "content": "and now?"}], "max_tokens": 2}
+    for _ in range(2):
+        r = post(strict, body, KEY)
+        assert r.status_code == 200, r.text
+        stats = r.json()["merlin"]
+        assert stats["dropped_messages"] and any("left out" in n for n in stats["notices"])
+
+
 def test_unknown_routes_and_methods_are_json_errors(server):
     r = httpx.get(server.root + "/nope")
     assert r.status_code == 404 and "error" in r.json()

@@ -12,9 +12,11 @@ Only the public Session API is used here (Session, SessionSettings, Message, `im
 sessions are not thread-safe and the engine runs one generation at a time anyway.
 
 The events are the engine's own (PrefillDone, Tokens, Finished; a ContextTrimmed is dropped:
-its notice is in Finished). Two things are added on the way: `stop` strings (the text is cut
-before the first stop string, held back while it could still be one, and the generation is
-cancelled at its next step) and the step-profile totals in Finished.totals["profile"].
+its notice is in Finished). Three things are added on the way: `stop` strings (the text is
+cut before the first stop string, held back while it could still be one, and the generation
+is cancelled at its next step), the step-profile totals in Finished.totals["profile"], and a
+notice for messages an earlier request on the session already left out (each request stands
+alone: its client is told what the model did not see).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import InputError, MerlinError
 from ..generate import Finished, PrefillDone, Tokens
 from ..profile import StepProfile
-from ..session import Message, Session, SessionSettings
+from ..session import ContextTrimmed, Message, Session, SessionSettings
 from .errors import ApiError
 from .images import ImageResolver
 from .schema import ChatRequest
@@ -191,9 +193,12 @@ class EngineAdapter:
         profile = dict.fromkeys(PROFILE_KEYS, 0.0)
         steps = 0
         first = last = None  # when the first and the last text left the engine
+        trimmed_now = False  # this request left messages out (its notice is in Finished)
         try:
             for ev in events:
-                if isinstance(ev, PrefillDone):
+                if isinstance(ev, ContextTrimmed):
+                    trimmed_now = True
+                elif isinstance(ev, PrefillDone):
                     yield ev
                 elif isinstance(ev, Tokens):
                     if ev.ids:
@@ -225,6 +230,15 @@ class EngineAdapter:
                         **{k: round(v, 3) for k, v in profile.items() if k.endswith("_ms")},
                         **{k: int(v) for k, v in profile.items() if k.endswith("_bytes")},
                     }
+                    dropped = totals.get("dropped_messages") or []
+                    notices = list(totals.get("notices") or [])
+                    if dropped and not trimmed_now:  # left out by an earlier request on this
+                        notices.append(  # session: each request reports its own trimming
+                            "The conversation does not fit in the context budget of "
+                            f"{slot.session.budget} tokens: the {len(dropped)} oldest "
+                            "message(s) were left out of what the model sees."
+                        )
+                        totals["notices"] = notices
                     reason = "stop_string" if stops.stopped else ev.reason
                     self.counts["cancelled" if reason == "cancelled" else "answered"] += 1
                     slot.keys = keys + [("assistant", totals.get("text", ""), ())]
