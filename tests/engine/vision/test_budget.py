@@ -90,6 +90,12 @@ def test_a_picture_too_big_for_the_context_is_refused_with_the_numbers():
     assert f"needs {n:,} tokens; the context holds 8,192; choose 'detailed' or lower" in msg
     assert e.value.nearest == 1024
     budget.check_image_fits(1024, 8192, PRE)  # fits: no error
+    # a context smaller than the smallest picture: no budget to advise ("below 0" had been)
+    small = budget.min_tokens(PRE)
+    with pytest.raises(InvalidBudget) as e:
+        budget.check_image_fits(small, small, PRE)
+    assert f"the smallest picture this model takes is {small:,} tokens" in str(e.value)
+    assert "budget below" not in str(e.value)
 
 
 def test_resolve_prefers_the_image_then_the_session_then_the_default():

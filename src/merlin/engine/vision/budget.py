@@ -185,10 +185,15 @@ def check_image_fits(
     room = context_tokens - 1
     name = lower_preset(room, pre)
     what = f"{source}: this picture" if source else "this picture"
-    advice = f"choose '{name}' or lower" if name else f"use an image-token budget below {room:,}"
+    if room < min_tokens(pre):  # no budget this model takes would fit: only the context can
+        advice = f"the smallest picture this model takes is {min_tokens(pre):,} tokens"
+    elif name:
+        advice = f"choose '{name}' or lower"
+    else:
+        advice = f"use an image-token budget below {room:,}"
     raise InvalidBudget(
         f"{what} needs {n_tokens:,} tokens; the context holds {context_tokens:,}; {advice}, "
-        "or raise the context budget in the settings.",
+        "or raise the context budget.",
         max(min_tokens(pre), min(room, preset_tokens(name, pre) if name else room)),
     )
 
