@@ -4,7 +4,6 @@ No QApplication; the same module is checked to import without PySide6."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -350,43 +349,6 @@ def test_each_message_keeps_the_budget_its_picture_was_sent_with(world, tmp_path
     rows = reopened.messages(m.current_id)
     assert [r.images[0].tokens for r in rows if r.images] == [64, None]
     reopened.close()
-
-
-def test_an_earlier_picture_the_engine_refuses_is_left_out_with_a_notice(world, tmp_path):
-    """A chat holding a truncated JPEG and a 1000x4 strip (attached by a Merlin that did not
-    check pictures yet) failed at every later question: they are left out of what the model
-    sees, the user is told which, a good picture of the same message is kept, and the
-    question just asked still sends its own pictures as they are (the engine reports them)."""
-    from PIL import Image
-
-    m, store, engine, view, composer, events = world
-    m.on_loaded(INFO)
-    good, cut, strip = tmp_path / "good.png", tmp_path / "cut.jpg", tmp_path / "strip.png"
-    Image.new("RGB", (64, 64), (200, 10, 10)).save(good)
-    Image.radial_gradient("L").convert("RGB").save(cut, quality=95)
-    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
-    Image.new("RGB", (1000, 4), (0, 0, 255)).save(strip)
-
-    @dataclass
-    class Attached:
-        path: str
-        name: str
-        tokens: int | None = None
-
-    m.image_tokens = lambda a: a.tokens
-    pictures = [Attached(str(p), p.name) for p in (good, cut, strip)]
-    m.send("Look", pictures)
-    assert len(engine.jobs[-1].turns[-1].images) == 3  # the question just asked: as sent
-    m.on_event(engine.jobs[-1].job_id, finished())
-    events.clear()
-    m.send("Again", [Attached(str(strip), "strip.png")])
-    turns = engine.jobs[-1].turns
-    assert [os.path.basename(str(p)) for p in turns[0].images] == [
-        os.path.basename(str(store.image_path(store.messages(m.current_id)[0].images[0])))
-    ]
-    assert len(turns[-1].images) == 1  # asked now: sent, the engine says what is wrong
-    notices = [e[2] for e in events if e[0] == "notice"]
-    assert any("cut.jpg" in n and "strip.png" in n for n in notices), notices
 
 
 def test_the_load_request_carries_the_map_experts_setting(world):

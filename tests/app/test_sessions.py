@@ -468,3 +468,32 @@ def test_sending_an_edit_gives_back_the_message_put_aside(qtbot, make_window, tm
     assert [a.name for a in w.composer.attachments()] == ["leaf.png"]
     users = [m.text for m in w.store.messages(w.controller.current_id) if m.role == "user"]
     assert users == ["first question, edited"]
+
+
+def test_an_earlier_picture_the_engine_refuses_is_left_out_with_a_notice(
+    qtbot, make_window, tmp_path
+):
+    """A chat holding a truncated JPEG and a 1000x4 strip in an earlier message (attached by a
+    Merlin that did not check pictures yet) failed at every later question. The worker
+    leaves them out (the check decodes them: never on the GUI thread) and the answer says
+    which, by the names they were attached as."""
+    from PIL import Image
+
+    w = make_window(**GREEDY)
+    send(qtbot, w, "Hello")
+    c, store = w.controller, w.store
+    cid = c.current_id
+    cut, strip = tmp_path / "cut.jpg", tmp_path / "strip.png"
+    Image.radial_gradient("L").convert("RGB").save(cut, quality=95)
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    Image.new("RGB", (1000, 4), (0, 0, 255)).save(strip)
+    refs = [store.import_image(p) for p in (cut, strip)]
+    last = store.messages(cid)[-1].id
+    asked = store.add_message(cid, "user", "What about these?", refs, "done", last)
+    store.add_message(cid, "assistant", "Nice.", (), "done", asked)
+    c.open_conversation(None)
+    c.open_conversation(cid)
+    send(qtbot, w, "And now?")
+    answer = answers(w)[-1]
+    assert answer.state == "done", answer.text
+    assert any("cut.jpg" in n and "strip.png" in n for n in answer.stats["notices"])

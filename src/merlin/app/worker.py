@@ -20,6 +20,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from merlin.app import pyside_fixes
+from merlin.app.i18n import tr
+from merlin.app.model.history import missing_images_notice, without_refused_images
 from merlin.app.model.jobs import (  # noqa: F401 (the worker's requests and results)
     GENERATION_KEY,
     GenerationJob,
@@ -295,7 +297,8 @@ class EngineWorker(QObject):
             self._drop_session()
             return
         try:
-            self._session_for(job.conversation_id, job.turns, job.options)
+            turns, _ = without_refused_images(job.turns)
+            self._session_for(job.conversation_id, turns, job.options)
         except MerlinError as e:  # e.g. an image file is gone: the next turn says so
             log.info("chat %s: session not prepared: %s", job.conversation_id, e)
             self._drop_session()
@@ -411,8 +414,9 @@ class EngineWorker(QObject):
             self.sig_count.emit(CountReport(job.serial, False))
             return
         try:
-            s = self._session_for(job.conversation_id, job.turns[:-1], job.options)
-            c = s.count(session_messages(job.turns), answer_options(self._model, job.options))
+            turns, _ = without_refused_images(job.turns)
+            s = self._session_for(job.conversation_id, turns[:-1], job.options)
+            c = s.count(session_messages(turns), answer_options(self._model, job.options))
         except Exception as e:  # a count never breaks the app; the meter says it is unknown
             log.info("the context meter could not count: %s", e)
             self.sig_count.emit(CountReport(job.serial, False))
@@ -461,15 +465,19 @@ class EngineWorker(QObject):
         from merlin.engine.threads import set_threads
 
         set_threads(job.options.threads or None)
-        session = self._session_for(job.conversation_id, job.turns, job.options)
+        turns, refused = without_refused_images(job.turns)
+        session = self._session_for(job.conversation_id, turns, job.options)
         session.vision_progress = self._progress(GENERATION_KEY)
         events = session.respond(
-            session_messages(job.turns),
+            session_messages(turns),
             answer_options(self._model, job.options),
             cancel=job.cancel,
         )
         ended = False
         for event in events:
+            if refused and isinstance(event, Finished):  # shown on the answer, kept with it
+                names = [job.image_names.get(p) or Path(p).name for p in refused]
+                event.notices.append(missing_images_notice(names, tr))
             self.sig_event.emit(job.job_id, event)
             ended = ended or isinstance(event, Finished)
         if ended:  # finished or stopped: the next answer starts from here, even later

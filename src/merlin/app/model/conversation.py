@@ -394,6 +394,9 @@ class ConversationModel(Branching):
             self.turns(rows),
             self.settings.generation_options(),
             conversation_id=cid,
+            image_names={
+                str(self.store.image_path(ref)): ref.name for r in rows for ref in r.images
+            },
         )
         job.options.thinking = thinking_mode(self.model, self.thinking_switch)
         try:

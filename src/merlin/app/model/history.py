@@ -1,20 +1,22 @@
 """The stored conversation as the engine's turns, without images that can no longer be used.
 
 A chat keeps references to images stored under the data folder. If one of an older message
-is gone (deleted by hand, a restored backup without images/), is of a kind the engine does
-not decode (an SVG attached by an older Merlin) or is one the engine refuses (truncated,
-damaged, a 1000x4 strip: attached by a Merlin that did not check them yet; engine.vision.
-preprocess.check_image_file, whose verdict is kept per file, size and time), sending it would
-make every later question of that chat fail. It is left out of what the model sees instead
-(the chat still shows the message), and the caller tells the user which. The images of the
-last user message are kept as they are, so a problem with the question just asked is
-reported as usual. Qt-free.
+is gone (deleted by hand, a restored backup without images/) or is of a kind the engine does
+not decode (an SVG attached by an older Merlin), sending it would make every later question
+of that chat fail. It is left out of what the model sees instead (the chat still shows the
+message), and the caller tells the user which (prompt_turns: cheap checks, on the GUI
+thread). One the engine refuses though it is there (truncated, damaged, a 1000x4 strip:
+attached by a Merlin that did not check pictures yet) is found by decoding it, so the worker
+thread leaves those out (without_refused_images: engine.vision.preprocess.check_image_file,
+its verdict kept per file, size and time). The images of the last user message are kept as
+they are, so a problem with the question just asked is reported as usual. Qt-free.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,20 +31,42 @@ ENGINE_SUFFIXES = {"png", "jpg", "jpeg", "jfif", "jpe", "webp", "gif", "bmp", "t
 
 
 def usable(path: Path) -> bool:
-    """Whether the engine can take the image at path (module docstring)."""
-    if path.suffix.lower().lstrip(".") not in ENGINE_SUFFIXES or not is_regular(path):
-        return False
+    return path.suffix.lower().lstrip(".") in ENGINE_SUFFIXES and is_regular(path)
+
+
+def without_refused_images(turns: list[Turn]) -> tuple[list[Turn], list[str]]:
+    """(turns, paths left out): the images of messages before the last user message that the
+    engine refuses (module docstring). Decodes each picture the first time: call it off the
+    GUI thread."""
+    last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=-1)
+    out, refused = [], []
+    for i, t in enumerate(turns):
+        if i == last_user or not t.images:
+            out.append(t)
+            continue
+        kept = []
+        for image in t.images:
+            path = str(getattr(image, "path", image))  # a BudgetedImage or a path
+            if _accepted(path):
+                kept.append(image)
+            else:
+                refused.append(path)
+        out.append(replace(t, images=kept) if len(kept) != len(t.images) else t)
+    return out, refused
+
+
+def _accepted(path: str) -> bool:
     try:
         st = os.stat(path)
     except OSError:
         return False
-    return _engine_accepts(str(path), st.st_size, st.st_mtime_ns)
+    return _engine_accepts(path, st.st_size, st.st_mtime_ns)
 
 
 @lru_cache(maxsize=4096)
 def _engine_accepts(path: str, size: int, mtime_ns: int) -> bool:
-    """check_image_file's verdict, kept per (path, size, time): every turn and the context
-    meter ask about every picture of the chat, and the check decodes each."""
+    """check_image_file's verdict, kept per (path, size, time): every turn and every count of
+    the context meter ask about every picture of the chat, and the check decodes each."""
     try:
         check_image_file(path)
     except (InputError, OSError):

@@ -67,6 +67,8 @@ class GenerationJob:
     options: GenerationOptions
     conversation_id: int | None = None  # the key of its saved session (None: not saved)
     cancel: threading.Event = field(default_factory=threading.Event)
+    # the names the user knows the turns' pictures by (stored copies have content names)
+    image_names: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
