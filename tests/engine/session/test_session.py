@@ -433,9 +433,9 @@ def test_a_session_restored_under_other_vision_weights_encodes_its_pictures_agai
     demo_dir, tmp_path
 ):
     """A file saved with q8 vision weights, opened with f32 ones (and other text weights: the
-    cache is not used): its picture, unchanged on disk, is encoded again and the chat goes
-    on (its hash, made under q8, had been taken for a changed file). A picture whose file
-    did change is still refused."""
+    cache is not used): the chat goes on (its picture's hash, made under q8, had been taken
+    for a changed file). A picture whose file changed since goes on with the embedding the
+    file keeps (of the picture that was asked about; it had failed every turn)."""
     picture = image_file(tmp_path / "a.png", 1)
     saved = load_model(demo_dir, weights="q8", kv="f32", vision_weights="q8")
     a = Session(saved)
@@ -447,9 +447,9 @@ def test_a_session_restored_under_other_vision_weights_encodes_its_pictures_agai
     assert isinstance(list(b.ask("And the colours?", **GEN))[-1], Finished)
     image_file(picture, 2)  # other pixels, same size; a model without its embedding
     fresh = load_model(demo_dir, weights="f32", kv="f32", vision_weights="f32")
-    c, _ = Session.open(fresh, tmp_path / "chat.msession")
-    with pytest.raises(InputError, match="changed on disk"):
-        list(c.ask("And now?", **GEN))
+    c, result = Session.open(fresh, tmp_path / "chat.msession")
+    assert result.images_kept == 1
+    assert isinstance(list(c.ask("And now?", **GEN))[-1], Finished)
 
 
 def test_restore_matches_scratch_and_app_path(demo_model, tmp_path, exact, spy, images):
@@ -928,9 +928,11 @@ def test_a_fine_tune_of_the_same_size_and_times_is_another_checkpoint(demo_dir, 
 
 
 def test_editing_a_restored_message_refuses_a_changed_picture(demo_dir, tmp_path):
-    """A session restored without its cache (other weights) whose picture's file changed:
-    editing that message refuses the file as asking does (the edit had gone on with the new
-    picture), and an unchanged file is prepared again at the budget it was sent with."""
+    """A session restored without its cache (other weights): an unchanged picture is taken at
+    the budget it was sent with; one whose file changed goes on with the embedding the file
+    keeps (the picture asked about), and where there is none (the app's stored messages,
+    no session file) editing that message refuses the file as asking does (the edit had gone
+    on with the new picture)."""
     from merlin.engine.vision.budget import BudgetedImage
 
     picture = image_file(tmp_path / "a.png", 1, (640, 480))
@@ -946,8 +948,10 @@ def test_editing_a_restored_message_refuses_a_changed_picture(demo_dir, tmp_path
     assert b.messages[0].images[0].grid_thw == saved.grid_thw  # its own budget, not the default
     image_file(picture, 2, (640, 480))  # other pixels, same size
     c, _ = Session.open(load_model(demo_dir, weights="q8", kv="f32"), tmp_path / "chat.msession")
+    assert isinstance(list(c.edit(0, "What is it now?", **GEN))[-1], Finished)
+    d = Session(load_model(demo_dir, weights="q8", kv="f32"))
     with pytest.raises(InputError, match="changed on disk"):
-        list(c.edit(0, "What is it now?", **GEN))
+        d.set_messages([Message("user", "What is it?", [saved]), Message("assistant", "A.")])
 
 
 def test_an_earlier_turns_budget_another_model_does_not_allow_is_the_nearest(demo_model, tmp_path):
