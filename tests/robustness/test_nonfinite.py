@@ -67,6 +67,16 @@ def test_an_f64_value_beyond_float32_is_refused_at_load_with_its_name(demo_dir, 
     assert target in str(e.value)
 
 
+def test_an_f64_value_that_rounds_to_float32s_largest_is_accepted():
+    """float32's largest value as printed (3.4028235e38) is a hair above it in float64 and
+    rounds to it, not to infinity: it is a finite weight."""
+    from merlin.engine.finite import check_tensor
+
+    check_tensor(np.array([1.0, 3.4028235e38, -3.4028235e38]), "F64", "w", "f.safetensors")
+    with pytest.raises(CheckpointError, match="beyond what float32 holds"):
+        check_tensor(np.array([1.0, 3.5e38]), "F64", "w", "f.safetensors")
+
+
 def test_vision_exp_is_nan_safe():
     from numba import njit
 

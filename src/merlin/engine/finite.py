@@ -49,14 +49,13 @@ def first_nonfinite(raw: np.ndarray, dtype: str) -> int:
     return -1
 
 
-F32_MAX = float(np.finfo(np.float32).max)
-
-
 def check_tensor(raw: np.ndarray, dtype: str, name: str, file) -> None:
     """CheckpointError naming the tensor when it holds a NaN or an infinity, or (F64) a value
     float32 cannot hold, which would become one when the weights are converted."""
-    if dtype == "F64":
-        big = np.flatnonzero(np.abs(raw.reshape(-1)) > F32_MAX)
+    if dtype == "F64":  # finite values that round to infinity in float32
+        flat = raw.reshape(-1)
+        with np.errstate(over="ignore"):
+            big = np.flatnonzero(np.isinf(flat.astype(np.float32)) & np.isfinite(flat))
         if big.size:
             raise CheckpointError(
                 f"{file}: tensor {name!r} holds {raw.reshape(-1)[big[0]]:g} (at element "

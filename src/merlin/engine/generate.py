@@ -180,7 +180,11 @@ def check_prompt(model, prompt_ids: Sequence[int], max_context: int) -> None:
         raise InputError("the prompt is empty; type a question first.")
     if len(prompt_ids) >= max_context:
         limit = model.config.text.max_position_embeddings
-        fix = "shorten it" if max_context >= limit else "shorten it or raise the context budget"
+        fix = (
+            "shorten it"
+            if max_context >= limit
+            else "shorten it or raise the context budget (merlin-cli: --max-context)"
+        )
         raise InputError(
             f"the prompt is {len(prompt_ids)} tokens but the context holds {max_context}"
             f"{' (all the model reads)' if max_context >= limit else ''}; {fix}."

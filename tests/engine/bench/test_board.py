@@ -176,6 +176,9 @@ def test_a_pass_loop_counts_the_keys_it_loads_through_one_address():
     )
     assert vex.mnemonics == ["vpdpwssd", "vcvtdq2ps"]
     assert (vex.products, vex.converts, vex.elements) == (16, 8, 8)
+    # an AVX-512 masked store is a store, not a load
+    masked = loops.Loop(".L", ["vmovups\t%zmm0, (%rdi,%rax,4) {%k1}", "vmovups\t(%rsi), %ymm1"])
+    assert masked.elements == 8
     with pytest.raises(ValueError, match="no loop"):
         loops.stream_loop(".L1:\n\tadd\tx0, x0, #1\n\tb.ne\t.L1\n")
 

@@ -137,7 +137,8 @@ def _load(line: str) -> tuple[str, float] | None:
             lanes = sum(_ARM_REGISTER_LANES[r] for r in names)
         return ",".join(r for r in arm.groups() if r), lanes
     x86 = _X86_MEMORY.search(operands)
-    if not x86 or operands.rstrip().endswith(")") or "scatter" in mnemonic:
+    bare = re.sub(r"\s*\{%k\d\}(\{z\})?\s*$", "", operands)  # an AVX-512 mask
+    if not x86 or bare.rstrip().endswith(")") or "scatter" in mnemonic:
         return None  # no memory operand, or it is the destination: a store
     if mnemonic.startswith(("lea", "prefetch", "nop")):
         return None  # an address computed, not read

@@ -129,8 +129,10 @@ def prompt(args, model):
 
         model.vision.require()
         pre = model.vision.preprocess
-        asked = getattr(args, "max_context", None)
-        context = min(asked or model.default_context, model.max_context)
+        if hasattr(args, "max_context"):  # generate, chat: the budget asked, else the default
+            context = min(args.max_context or model.default_context, model.max_context)
+        else:  # logits: its cache is the prompt's own length, up to the model's maximum
+            context = model.max_context
         if args.image_tokens is not None:  # the user's number: within the context too
             budget.check_budget(args.image_tokens, pre, context)
         max_px, _ = budget.resolve(pre, None, args.image_tokens, args.max_pixels, context)
