@@ -546,13 +546,6 @@ def run(boards=BOARDS, read_gbs: float | None = None, progress=print) -> dict:
     return result
 
 
-def text_head_dim(result: dict) -> int:
-    """The head_dim the projections were made for (the 2B's when the result does not say)."""
-    from ..demo import QWEN3VL_2B
-
-    return result.get("head_dim", QWEN3VL_2B.text["head_dim"])
-
-
 def _ms(v) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -604,7 +597,7 @@ def report(result: dict) -> str:
             f"  groups of {m['group']} rows, tiles of {m['tile_rows']}, dot {m['dot']}; attention "
             f"{m['attention_cycles_per_product']:.3f} cycles per int product, passes a key: "
             + " ".join(f"{name.strip('_')} {c:.2f}" for name, c in passes.items())
-            + f"; a query and key {attention_cycles(m, text_head_dim(result)):.1f}"
+            + f"; a query and key {attention_cycles(m, result['head_dim']):.1f}"
         )
         lines.append(
             "  cycles per 32-weight block (per row of the group): "
