@@ -74,3 +74,21 @@ def test_cancel_and_failure_are_shown(qtbot, data_dir, hub_files):
     dialog.mirror.setText("not a url")
     dialog.start()
     assert "mirror's address" in dialog.status.text() and not dialog.busy
+
+
+def test_busy_until_the_end_is_shown(qtbot, data_dir, monkeypatch):
+    """The thread ends before its last signal reaches the GUI thread: the dialog stays busy
+    (download button off) until the failure is on screen (a race CI hit once)."""
+
+    def fail(*_args, **_kwargs):
+        raise downloads.DownloadError("the mirror said no")
+
+    monkeypatch.setattr(downloads, "download_checkpoint", fail)
+    dialog = GetModelDialog(available_memory=None)
+    qtbot.addWidget(dialog)
+    _use_mirror(dialog, "http://127.0.0.1:9")
+    dialog.start()
+    dialog._thread.join(timeout=30)  # ended; its signal is still queued
+    assert dialog.busy and not dialog.download_button.isEnabled()
+    qtbot.waitUntil(lambda: not dialog.busy, timeout=30_000)
+    assert dialog.status.text() == "the mirror said no" and dialog.download_button.isEnabled()

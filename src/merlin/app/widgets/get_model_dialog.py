@@ -68,6 +68,7 @@ class GetModelDialog(QDialog):
         self.available = available_memory
         self.folder: Path | None = None
         self._thread: threading.Thread | None = None
+        self._downloading = False  # from start() until its end is shown (not: thread alive)
         self._cancel = threading.Event()
         self._relay = _Relay()
         self._relay.sig_progress.connect(self.on_progress, Qt.QueuedConnection)
@@ -168,7 +169,7 @@ class GetModelDialog(QDialog):
     # ---- downloading -----------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self.busy:
             return
         entry = self.selected()
         source = self.source.currentData()
@@ -192,6 +193,7 @@ class GetModelDialog(QDialog):
         self._thread = threading.Thread(
             target=self._run, args=(entry, source, endpoint), name="merlin-download", daemon=True
         )
+        self._downloading = True
         self._thread.start()
 
     def _run(self, entry: Entry, source: str, endpoint: str | None) -> None:
@@ -223,7 +225,9 @@ class GetModelDialog(QDialog):
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """A download runs or its end has not been shown yet: the thread ends before the
+        GUI thread receives its last signal, so its liveness would say "done" too early."""
+        return self._downloading
 
     def on_progress(self, done: int, total: int, file: str) -> None:
         self.progress.setValue(int(1000 * done / total))
@@ -234,6 +238,7 @@ class GetModelDialog(QDialog):
         )
 
     def on_finished(self, folder: str) -> None:
+        self._downloading = False
         self.folder = Path(folder)
         self.progress.setValue(1000)
         self.status.setText(tr("Downloaded to {folder}").format(folder=folder))
@@ -243,6 +248,7 @@ class GetModelDialog(QDialog):
         self.accept()
 
     def on_failed(self, message: str) -> None:
+        self._downloading = False
         self.status.setText(message)
         self.download_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
