@@ -64,6 +64,24 @@ def state_stats_list(folder):
     s.close()
 
 
+def state_odd_figures_in_the_last_chat(folder):
+    """An answer whose stored figures are of the wrong kind (a text for tokens/s, numbers as
+    notices), in the chat the last window had open: opening it at start had raised, and the
+    app could not start at all."""
+    import json
+
+    from merlin.app.model.store import Store
+
+    s = Store(folder)
+    cid = s.create_conversation("chat")
+    s.add_message(cid, "user", "q")
+    mid = s.add_message(cid, "assistant", "a")
+    odd = {"tokens": 3, "tokens_per_s": "12.5", "notices": [1, 2], "drafted": [[0, "x"]]}
+    s._db.execute("UPDATE messages SET stats = ? WHERE id = ?", (json.dumps(odd), mid))
+    s.close()
+    (folder / "settings.ini").write_text(f"[General]\nlast_conversation={cid}\n")
+
+
 def state_bad_settings(folder):
     folder.mkdir(parents=True)
     (folder / "settings.ini").write_text(
@@ -80,6 +98,7 @@ STATES = {
     "our tables without a version": (state_old_layout_v0, False),
     "stats column holds a list": (state_stats_list, False),
     "bad settings.ini": (state_bad_settings, False),
+    "odd figures in the last chat": (state_odd_figures_in_the_last_chat, False),
 }
 
 
@@ -89,7 +108,7 @@ def test_app_starts_on_broken_data_folder(qtbot, make_window, data_dir, state): 
     make_state(data_dir)
     db = data_dir / "chats.sqlite3"
     before = db.read_bytes() if db.exists() else None
-    w = make_window(saved=state == "bad settings.ini")
+    w = make_window(saved=state in ("bad settings.ini", "odd figures in the last chat"))
     if unusable:
         assert "left as it is" in w.notice_banner.text()
         assert not w.notice_banner.action.isHidden()  # "Start a new chat history"
@@ -101,6 +120,9 @@ def test_app_starts_on_broken_data_folder(qtbot, make_window, data_dir, state): 
     if state == "bad settings.ini":
         assert "settings.ini" in w.notice_banner.text()
         assert w.settings.threads == 0 and w.settings.last_conversation == 0
+    if state == "odd figures in the last chat":
+        shown = w.chat.messages()
+        assert [m.text for m in shown] == ["q", "a"] and "3 tokens" in shown[1].status.text()
     if state.startswith("older") or state.startswith("our tables"):
         assert any(r.title == "old chat" for r in w.store.conversations())
     send(qtbot, w, "hello")  # the app answers, and the answer is saved
@@ -147,3 +169,29 @@ def test_svg_attachment_is_converted(qtbot, data_dir, tmp_path):  # noqa: F811
     a = read_image(svg)
     assert a.path.endswith(".png") and a.name == "logo.svg"
     assert open_image(a.path).size == (64, 48)  # the engine can read what is attached
+
+
+def test_a_last_chat_that_cannot_be_shown_does_not_stop_the_app(
+    qtbot,
+    make_window,
+    data_dir,
+    monkeypatch,  # noqa: F811
+):
+    """Whatever makes the chat open last time fail to show, the window opens on no chat
+    with a notice, the chat stays in the list, and the next start does not try it again."""
+    from merlin.app.model.conversation import ConversationModel
+
+    state_odd_figures_in_the_last_chat(data_dir)
+    shown = ConversationModel._show_row
+
+    def failing(self, *args, **kwargs):
+        raise ValueError("a row this code cannot show")
+
+    monkeypatch.setattr(ConversationModel, "_show_row", failing)
+    w = make_window(saved=True)
+    assert "could not be shown" in w.notice_banner.text()
+    assert w.controller.current_id is None and w.settings.last_conversation == 0
+    assert [r.title for r in w.store.conversations()] == ["chat"]
+    monkeypatch.setattr(ConversationModel, "_show_row", shown)
+    send(qtbot, w, "hello")  # a new chat answers
+    assert len(w.store.conversations()) == 2

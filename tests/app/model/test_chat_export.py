@@ -336,3 +336,49 @@ def test_a_backup_with_a_picture_gone_at_export_still_imports(store, tmp_path):
     bad["conversations"][0]["messages"][0]["images"][0]["data"] = 5  # not ours: refused
     with pytest.raises(ChatFileError, match="must be base64 text"):
         read_json(_write(tmp_path, bad))
+
+
+BAD_STATS = {
+    "tokens": 12,
+    "tokens_per_s": "12.5",
+    "notices": [1, 2],
+    "thinking_s": "3 s",
+    "drafted": [[0, "x"]],
+    "token_ids": [1, "2"],
+    "reason": "context_full",
+    "from_a_newer_merlin": {"kept": True},
+}
+
+
+def test_stats_of_the_wrong_kind_are_left_out_at_import(store, tmp_path):
+    """An answer's figures of a kind the app cannot show (a text where a number goes) had
+    been imported as they were, and opening that chat raised; they are left out, the rest
+    kept (a key this Merlin does not read too)."""
+    doc = {
+        "format": "merlin-chats",
+        "version": 2,
+        "conversations": [
+            {
+                "title": "odd figures",
+                "messages": [
+                    {"role": "user", "text": "hi"},
+                    {"role": "assistant", "text": "hello", "stats": BAD_STATS},
+                ],
+            }
+        ],
+    }
+    (cid,) = chat_export.import_conversations(store, read_json(_write(tmp_path, doc)))
+    stats = store.messages(cid)[1].stats
+    assert stats == {"tokens": 12, "reason": "context_full", "from_a_newer_merlin": {"kept": True}}
+    raw = store._db.execute("SELECT stats FROM messages WHERE role = 'assistant'").fetchone()[0]
+    assert "12.5" not in raw  # not stored either
+
+
+def test_stored_stats_of_the_wrong_kind_are_read_as_left_out(store):
+    """The same figures written into the database by hand (or a newer Merlin) read back
+    without them."""
+    cid = store.create_conversation("chat")
+    mid = store.add_message(cid, "assistant", "a")
+    store._db.execute("UPDATE messages SET stats = ? WHERE id = ?", (json.dumps(BAD_STATS), mid))
+    assert store.messages(cid)[0].stats["tokens"] == 12
+    assert set(store.messages(cid)[0].stats) == {"tokens", "reason", "from_a_newer_merlin"}

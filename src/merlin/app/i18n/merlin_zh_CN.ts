@@ -1520,6 +1520,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/window.py" />
+      <source>The chat open last time could not be shown; it is in the list.</source>
+      <translation>上次打开的对话无法显示；它仍在列表中。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
       <source>&amp;Chat</source>
       <translation>对话(&amp;C)</translation>
     </message>

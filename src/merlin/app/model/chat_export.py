@@ -47,7 +47,7 @@ from pathlib import Path
 
 from merlin.app.model.markdown import literal_html
 from merlin.app.model.store import MESSAGE_STATES, ImageRef, Store
-from merlin.app.model.store_schema import image_tokens
+from merlin.app.model.store_schema import clean_stats, image_tokens
 from merlin.engine import replace_file
 from merlin.engine.tokenizer import clean_text
 
@@ -373,6 +373,7 @@ def _message(m, where: str) -> ImportedMessage:
     stats = m.get("stats", {})
     if not isinstance(stats, dict):
         raise ChatFileError(f'{where}: "stats" must be an object.')
+    stats = clean_stats(stats)  # a figure of the wrong kind is left out, not stored
     images = m.get("images", [])
     if not isinstance(images, list) or len(images) > MAX_IMAGES:
         raise ChatFileError(f'{where}: "images" must be a list of at most {MAX_IMAGES}.')

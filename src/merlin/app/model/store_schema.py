@@ -180,6 +180,42 @@ def _text(value) -> str:
     return "" if value is None else str(value)
 
 
+# the keys the app reads from a message's stats (conversation.answer_stats writes them) and
+# the values it can use; a stored value of another kind (an import, a hand edit, a newer
+# Merlin) is left out rather than crash the chat's display at every opening
+_COUNT_STATS = ("tokens", "prompt_tokens", "reused_tokens")
+_SECONDS_STATS = ("tokens_per_s", "prefill_ms", "vision_ms", "ttft_ms", "thinking_s")
+_TEXT_STATS = ("reason", "error")
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_ROW_ID
+
+
+def _stat_ok(key: str, v) -> bool:
+    if key in _COUNT_STATS:
+        return _count(v)
+    if key in _SECONDS_STATS:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return number and 0 <= v < float("inf")
+    if key in _TEXT_STATS:
+        return isinstance(v, str)
+    if key == "notices":
+        return isinstance(v, list) and all(isinstance(n, str) for n in v)
+    if key == "drafted":  # [start, end] character spans
+        return isinstance(v, list) and all(
+            isinstance(s, list) and len(s) == 2 and all(_count(i) for i in s) for s in v
+        )
+    if key == "token_ids":
+        return isinstance(v, list) and all(_count(i) for i in v)
+    return True  # a key this Merlin does not read: kept as it is
+
+
+def clean_stats(stats: dict) -> dict:
+    """A message's stats with every known key of an unusable kind left out."""
+    return {k: v for k, v in stats.items() if isinstance(k, str) and _stat_ok(k, v)}
+
+
 def message_row(mid, cid, role, text, state, stats):
     """(role, text, state, stats dict) of a stored message, or None to leave it out."""
     if role not in ("user", "assistant") or not row_id_ok(mid):
@@ -192,7 +228,7 @@ def message_row(mid, cid, role, text, state, stats):
         stats_d = {}
     if not isinstance(stats_d, dict):  # a list, a number...: the app reads it as a dict
         stats_d = {}
-    return role, _text(text), state, stats_d
+    return role, _text(text), state, clean_stats(stats_d)
 
 
 def optional_text(value) -> str | None:

@@ -217,8 +217,17 @@ class MainWindow(QMainWindow):
         self.refresh_conversations()
         last = self.settings.last_conversation
         if last and self.store.conversation(last) is not None:
-            c.open_conversation(last)
-            self.conversations.select(last)
+            try:
+                c.open_conversation(last)
+            except Exception:  # the window must open: a chat it cannot show is not reopened
+                log.exception("the last chat (%d) could not be shown", last)
+                self.settings.last_conversation = 0
+                c.open_conversation(None)
+                self.on_notice(
+                    "error", tr("The chat open last time could not be shown; it is in the list.")
+                )
+            else:
+                self.conversations.select(last)
 
         self._restore_draft()
         source = model_folder if model_folder is not None else self.settings.model_source
