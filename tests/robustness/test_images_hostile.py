@@ -271,3 +271,26 @@ def test_animation_uses_the_first_frame(tmp_path, fmt):
     frame = _first_frame(image)
     assert np.allclose(frame[0], 1.0, atol=0.02)  # red
     assert np.allclose(frame[1:], -1.0, atol=0.02)
+
+
+@pytest.mark.parametrize("dtype", [">u2", "<u2"])
+@pytest.mark.parametrize("side", [64, 3000])
+def test_16_bit_grey_tiff_in_either_byte_order(tmp_path, dtype, side, monkeypatch):
+    """A big-endian 16-bit grey TIFF (Pillow mode I;16B: ImageJ, scientific cameras) is read
+    as the little-endian one is, small or reduced on reading; its values scaled to 8 bits
+    (Pillow's getextrema cannot read I;16B: it had raised a ValueError past every check, so
+    an app attached it and each later question of the chat failed)."""
+    from merlin.engine.vision import image_file
+    from merlin.engine.vision.preprocess import check_image_file
+
+    monkeypatch.setattr(image_file, "REDUCE_ABOVE", 1 << 20)  # 3000 x 3000 is reduced
+    a = np.zeros((side, side), dtype=dtype)
+    a[:, side // 2 :] = 65535  # right half white, left black
+    path = tmp_path / "grey16.tif"
+    Image.fromarray(a).save(path)
+    with Image.open(path) as im:
+        assert im.mode == ("I;16B" if dtype == ">u2" else "I;16")
+    check_image_file(path)
+    image = prepare_image(path, PreprocessConfig(min_pixels=32 * 32, max_pixels=32 * 32))
+    frame = _first_frame(image)
+    assert np.allclose(frame[:, :, :12], -1.0) and np.allclose(frame[:, :, 20:], 1.0)

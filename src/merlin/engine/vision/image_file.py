@@ -191,10 +191,9 @@ def to_rgb(image: Image.Image, source=None) -> Image.Image:
     Pillow's own conversion clips them (a 16-bit PNG would come out nearly white).
     """
     mode = image.mode
-    if mode.startswith("I;16") or mode in ("I", "F"):
-        image = _high_depth_to_l(image)
-        mode = image.mode
     try:
+        if mode.startswith("I;16") or mode in ("I", "F"):
+            image = _high_depth_to_l(image)
         has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
         if has_alpha:  # a band at a time: four full-size copies otherwise
             return _in_bands(image, 1, "RGB", _on_white)
@@ -253,8 +252,8 @@ def _high_depth_to_l(image: Image.Image, reduce_by: int = 1) -> Image.Image:
             a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=top, neginf=0.0)
             return np.clip(np.rint(a * (255.0 / top)), 0, 255)
 
-    else:
-        low, high = image.getextrema()
+    else:  # getextrema reads I but not the byte-ordered 16-bit modes (I;16B: TIFF, ImageJ)
+        low, high = image.getextrema() if image.mode == "I" else (0, 65535)
         eight_bit = image.mode == "I" and 0 <= low and high <= 255  # 8-bit data stored as I
 
         def to_8_bits(a):

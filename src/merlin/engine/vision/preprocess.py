@@ -321,7 +321,8 @@ def check_image_file(path: Path | str) -> None:
     about it: damaged or truncated anywhere in its data (decoded, at a reduced scale where
     the format allows, CHECK_PIXELS), or of a shape check_shape refuses. An app checks what
     it attaches with this, so a chat never holds a picture no later question could use."""
-    open_image(path, target_pixels=CHECK_PIXELS).close()  # every failure an InputError
+    with open_image(path, target_pixels=CHECK_PIXELS) as small:  # every failure: InputError
+        to_rgb(small, path).close()  # its colour mode converts as the question's will
     with Image.open(path, formats=IMAGE_FORMATS) as header:  # the whole image's shape
         width, height = header.size  # (EXIF orientation swaps sides: the same checks)
     check_shape(width, height, str(path))
