@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from merlin.app.model import store_sync
+from merlin.app.model import store_schema, store_sync
 from merlin.app.model.store import DB_NAME, SCHEMA_VERSION, ImageRef, Store, StoreError
 
 
@@ -121,6 +121,39 @@ def test_images_are_content_addressed_and_collected(tmp_path):
     age(store.image_dir)
     store.delete_conversation(cid)
     assert not store.image_path(ref).exists()
+
+
+ODD_EXTENSIONS = [("猫.ｐｎｇ", "png"), ("photo.jpé", "jp"), ("x.图片", "img")]
+
+
+@pytest.mark.parametrize("name, ext", ODD_EXTENSIONS)
+def test_a_picture_with_a_non_ascii_extension_stays_with_its_message(tmp_path, name, ext):
+    """Its stored file had kept any Unicode letter of the extension, which the store does
+    not read back: the picture vanished from the message sent, the chat and its exports."""
+    store = Store(tmp_path)
+    src = tmp_path / name
+    src.write_bytes(b"\x89PNG fake bytes")
+    ref = store.import_image(src)
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "look", [ref])
+    (got,) = store.messages(cid)[0].images
+    assert got.name == name and got.ext == ext
+    assert store.image_path(got).read_bytes() == src.read_bytes()
+    store.close()
+
+
+def test_a_picture_stored_with_a_non_ascii_extension_by_an_older_merlin_is_shown(tmp_path):
+    store = Store(tmp_path)
+    ref = store.import_image_bytes(b"\x89PNG fake bytes", "png", "猫.ｐｎｇ")
+    old = store.image_dir / f"{ref.sha256}.ｐｎｇ"  # as the older Merlin named it
+    store.image_path(ref).rename(old)
+    cid = store.create_conversation("t")
+    store.add_message(cid, "user", "look", [ImageRef(ref.sha256, "ｐｎｇ", "猫.ｐｎｇ")])
+    (got,) = store.messages(cid)[0].images
+    assert store.image_path(got) == old
+    for bad in ("p/g", "p.g", "..", "p_g", "p\ng"):
+        assert not store_schema.image_ref_ok(ref.sha256, bad)
+    store.close()
 
 
 def age(folder, seconds=3600.0):

@@ -34,6 +34,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -692,7 +693,10 @@ class Store:
         return path.is_file()
 
     def import_image_bytes(self, data: bytes, ext: str, name: str) -> ImageRef:
-        ext = "".join(ch for ch in ext.lower() if ch.isalnum())[:8] or "img"
+        # the stored name's extension is ASCII letters and digits (store_schema.image_ref_ok
+        # reads no other back): full-width "ｐｎｇ" of an input method is "png", "jpé" "jp"
+        ext = unicodedata.normalize("NFKC", ext).lower()
+        ext = "".join(ch for ch in ext if ch.isascii() and ch.isalnum())[:8] or "img"
         sha = hashlib.sha256(data).hexdigest()
         ref = ImageRef(sha, ext, name)
         target = self.image_path(ref)

@@ -103,7 +103,8 @@ ALTER TABLE conversations ADD COLUMN thinking TEXT
 THINKING_SWITCHES = ("on", "off")
 MESSAGE_STATES = ("done", "streaming", "stopped", "error", "interrupted", "queued")
 _SHA = re.compile(r"[0-9a-f]{64}")
-_EXT = re.compile(r"[a-z0-9]{1,8}")
+# letters and digits: ASCII since session 34; any script before (read back, never a path)
+_EXT = re.compile(r"[^\W_]{1,8}")
 MAX_ROW_ID = 2**63 - 1
 
 
