@@ -195,3 +195,68 @@ def test_a_last_chat_that_cannot_be_shown_does_not_stop_the_app(
     monkeypatch.setattr(ConversationModel, "_show_row", shown)
     send(qtbot, w, "hello")  # a new chat answers
     assert len(w.store.conversations()) == 2
+
+
+def test_a_new_chat_history_keeps_what_was_written_before_it(qtbot, make_window, data_dir):  # noqa: F811
+    """On a database Merlin cannot use, chats go to a store in memory and no draft is kept.
+    Starting a new history moved nothing across: the chat written meanwhile was gone and its
+    next message said another window had deleted it, and the unsent text was never kept on
+    disk for the rest of the run. Now the chats go into the new history, the one shown stays
+    shown, and the drafts are kept (the last run's put back after what the box holds)."""
+    from merlin.app.model.draft import DRAFTS_DIR, Draft, write_draft_file
+    from merlin.app.model.store import Store
+
+    state_newer(data_dir)
+    (data_dir / DRAFTS_DIR).mkdir()
+    write_draft_file(data_dir / DRAFTS_DIR / "gone.json", Draft("left from yesterday"))
+    w = make_window()
+    assert w.composer.text() == ""  # no draft while chats are not kept on disk
+    send(qtbot, w, "a first question")
+    w.composer.set_text("typed before pressing the button")
+    w.notice_banner.action.click()
+    assert "new chat history was started" in w.notice_banner.text()
+    assert [r.title for r in w.store.conversations()] == ["a first question"]
+    cid = w.controller.current_id
+    assert [m.text for m in w.chat.messages()][0] == "a first question"
+    assert [r.text for r in w.store.messages(cid)][0] == "a first question"
+    assert w.composer.text() == "typed before pressing the button\n\nleft from yesterday"
+    send(qtbot, w, "a follow-up")
+    rows = w.store.messages(cid)
+    assert [r.text for r in rows if r.role == "user"] == ["a first question", "a follow-up"]
+    w.composer.set_text("unsent at close")
+    w.close()
+    reopened = Store(data_dir)
+    assert [len(reopened.messages(c.id)) for c in reopened.conversations()] == [4]
+    reopened.close()
+    again = make_window()
+    assert again.composer.text() == "unsent at close"
+
+
+def test_no_new_history_while_an_answer_streams(
+    qtbot,
+    make_window,
+    data_dir,
+    monkeypatch,  # noqa: F811
+):
+    import threading
+
+    from merlin.engine.generate import Finished
+
+    state_newer(data_dir)
+    w = make_window()
+    worker, answering = w.controller.worker, threading.Event()
+
+    def held_answer(job):  # an answer that goes on until the test lets it end
+        answering.wait(30)
+        worker.sig_event.emit(job.job_id, Finished("stop_token", generated_tokens=1))
+
+    monkeypatch.setattr(worker, "_answer", held_answer)
+    send(qtbot, w, "a question", wait=False)
+    qtbot.waitUntil(lambda: w.controller.busy, timeout=10_000)
+    w.notice_banner.action.click()
+    assert "Stop the answer first" in w.notice_banner.text()
+    assert not [p for p in data_dir.iterdir() if ".unreadable-" in p.name]
+    answering.set()
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=60_000)
+    w.notice_banner.action.click()
+    assert [r.title for r in w.store.conversations()] == ["a question"]

@@ -138,3 +138,29 @@ def test_the_stores_collection_spares_every_drafts_pictures(tmp_path):
         assert store.image_path(refs[0]).is_file()
     finally:
         store.close()
+
+
+def test_drafts_too_long_to_merge_wait_for_a_later_start(tmp_path, monkeypatch):
+    """Two windows that died left a draft each, together over the limit: merged and cut,
+    the rest of the second was deleted at the first save. Now the one that does not fit
+    stays on disk for a later start."""
+    monkeypatch.setattr(draft_module, "MAX_DRAFT_CHARS", 1000)
+    for letter in ("x", "y"):
+        keeper = DraftKeeper(tmp_path)
+        assert keeper.save(Draft(letter * 600 + " END"))
+        keeper._lock.close()  # its process died
+    first = DraftKeeper(tmp_path)
+    got = first.take_over()
+    assert len(got.text) == 604 and got.text.endswith(" END")
+    assert first.save(got)
+    second = DraftKeeper(tmp_path)
+    other = second.take_over()
+    assert other.text.endswith(" END") and other.text[0] != got.text[0]  # the other one
+
+
+def test_a_long_draft_is_kept_whole(tmp_path):
+    text = "a line of an essay pasted in\n" * 50_000  # 1.5 million characters
+    keeper = DraftKeeper(tmp_path)
+    assert keeper.save(Draft(text))
+    keeper.close()
+    assert DraftKeeper(tmp_path).take_over().text == text.strip("\n")

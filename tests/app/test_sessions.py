@@ -497,3 +497,29 @@ def test_an_earlier_picture_the_engine_refuses_is_left_out_with_a_notice(
     answer = answers(w)[-1]
     assert answer.state == "done", answer.text
     assert any("cut.jpg" in n and "strip.png" in n for n in answer.stats["notices"])
+
+
+def test_a_draft_that_cannot_be_kept_is_said_and_asked_about_at_close(
+    qtbot, make_window, monkeypatch
+):
+    """On a full disk the unsent text was lost at close with a line in the log only."""
+    import errno
+
+    from merlin.app.model import draft as draft_module
+
+    def full(path, draft):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    w = make_window()
+    w.composer.set_text("an answer to keep")
+    monkeypatch.setattr(draft_module, "write_draft_file", full)
+    assert not w.save_draft()
+    assert "could not be kept on disk (No space left on device)" in w.notice_banner.text()
+    asked = []
+    monkeypatch.setattr(w, "ask", lambda title, text: asked.append(text) or False)
+    w.close()
+    assert asked and "Close and lose it?" in asked[0]
+    assert w.isVisible() and w.composer.text() == "an answer to keep"  # not closed
+    monkeypatch.setattr(w, "ask", lambda title, text: True)
+    w.close()
+    assert not w.isVisible()

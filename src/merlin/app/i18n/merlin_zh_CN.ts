@@ -1410,8 +1410,18 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/startup_problems.py" />
+      <source>Stop the answer first, then start a new chat history.</source>
+      <translation>请先停止回答，再开始新的聊天记录。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/startup_problems.py" />
       <source>A new chat history could not be started: {why}</source>
       <translation>无法开始新的对话记录：{why}</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/startup_problems.py" />
+      <source>The chats written since Merlin started could not be copied into the new chat history ({why}); export them to keep them.</source>
+      <translation>Merlin 启动后写下的对话无法复制到新的聊天记录中（{why}）；请导出它们以便保留。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/startup_problems.py" />
@@ -1762,6 +1772,21 @@ Merlin 在这台电脑上回答。</translation>
       <location filename="../../app/widgets/window.py" />
       <source>Paste an image or text</source>
       <translation>粘贴图片或文字</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Your unsent message could not be kept on disk ({why}); it is still in the box.</source>
+      <translation>未发送的消息无法保存到磁盘（{why}）；它仍在输入框中。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Close Merlin?</source>
+      <translation>关闭 Merlin？</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/window.py" />
+      <source>Your unsent message could not be kept on disk ({why}). Close and lose it?</source>
+      <translation>未发送的消息无法保存到磁盘（{why}）。仍要关闭并丢失它吗？</translation>
     </message>
   </context>
 </TS>

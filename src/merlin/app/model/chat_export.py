@@ -462,6 +462,16 @@ def store_images(store: Store, convs: Sequence[ImportedConversation]) -> list:
     return prepared
 
 
+def copy_conversations(source: Store, target: Store) -> dict[int, int]:
+    """Every chat of source added to target as an export and import would (the path each
+    shows, its pictures, all or nothing); {source id: target id}."""
+    ids = [row.id for row in source.conversations()]
+    if not ids:
+        return {}
+    convs = parse_document(export_json(source, ids), "the chats held in memory")
+    return dict(zip(ids, import_conversations(target, convs)))
+
+
 def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:
     """Add the checked conversations to the store, all or nothing (Store.add_conversations),
     their images written first (store_images); returns their ids."""

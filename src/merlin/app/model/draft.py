@@ -34,7 +34,7 @@ from merlin.app.model.file_lock import try_lock
 
 DRAFTS_DIR = "drafts"
 LEGACY_FILES = ("draft.json", "draft.txt")  # the one draft of a folder (before session 27's end)
-MAX_DRAFT_CHARS = 1_000_000  # a larger text is not ours to load
+MAX_DRAFT_CHARS = 8 << 20  # the longest message an import takes (chat_export.MAX_TEXT_CHARS)
 MAX_DRAFT_IMAGES = 64
 log = logging.getLogger(__name__)
 
@@ -197,11 +197,13 @@ class DraftKeeper:
         self.path = drafts / f"{name}.json"
         self._lock = try_lock(drafts / f"{name}.lock")
         self._taken: list[tuple[Path, object]] = []  # drafts taken over: (file, its lock)
+        self.problem = ""  # why the last save failed ("": it did not)
 
     def take_over(self) -> Draft:
         """The drafts of windows that are gone, merged; they are deleted at the next save.
-        Unreadable ones are left where they are (logged)."""
-        drafts = []
+        Unreadable ones are left where they are (logged), and so are those whose text would
+        take the merged one past MAX_DRAFT_CHARS (a later start takes them over)."""
+        drafts, chars = [], 0
         for path in draft_files(self.folder):
             if path == self.path or any(path == p for p, _ in self._taken):
                 continue
@@ -211,12 +213,19 @@ class DraftKeeper:
                 if lock is None:
                     continue  # its window is running
             try:
-                drafts.append(read_draft_file(path))
+                draft = read_draft_file(path)
             except DraftUnreadable as e:
                 log.warning("a draft was not taken over: %s", e)
+                draft = None
+            if draft is not None and drafts and chars + 2 + len(draft.text) > MAX_DRAFT_CHARS:
+                log.warning("a draft was left for a later start: %s", path)
+                draft = None
+            if draft is None:
                 if lock is not None:
                     lock.close()
                 continue
+            drafts.append(draft)
+            chars += 2 + len(draft.text)
             self._taken.append((path, lock))
         self._remove_stale_locks()
         return merged(drafts)
@@ -235,12 +244,14 @@ class DraftKeeper:
 
     def save(self, draft: Draft) -> bool:
         """Keep this window's draft; then the drafts taken over are deleted. False if it
-        cannot be written (logged: the box still holds the draft)."""
+        cannot be written (logged, the reason in self.problem: the box still holds it)."""
         try:
             write_draft_file(self.path, draft)
         except OSError as e:
             log.warning("the draft was not saved in %s: %s", self.path.parent, e)
+            self.problem = e.strerror or str(e)
             return False
+        self.problem = ""
         for path, lock in self._taken:
             with contextlib.suppress(OSError):
                 path.unlink()

@@ -9,6 +9,7 @@ user presses the banner's button; then the unusable database is moved aside unch
 from __future__ import annotations
 
 from merlin.app.i18n import tr
+from merlin.app.model import chat_export
 from merlin.app.model.paths import data_dir, data_dir_problem
 from merlin.app.model.store import Store, StoreError
 
@@ -31,6 +32,11 @@ def offer_new_store(window, error: StoreError, notes=()) -> None:
     banner.show_message("error", " ".join([*notes, text]), action=tr("Start a new chat history"))
 
     def start() -> None:
+        c = window.controller
+        if c.busy:  # its answer is being written into the store in memory
+            text = tr("Stop the answer first, then start a new chat history.")
+            banner.show_message("error", text, action=tr("Start a new chat history"))
+            return
         banner.sig_action.disconnect(start)
         folder = data_dir()
         try:
@@ -41,10 +47,25 @@ def offer_new_store(window, error: StoreError, notes=()) -> None:
                 "error", tr("A new chat history could not be started: {why}").format(why=e)
             )
             return
+        try:  # the chats written since the window opened (in memory) go into the new one
+            new_ids = chat_export.copy_conversations(window.store, store)
+        except (OSError, StoreError, chat_export.ChatFileError) as e:
+            store.close()  # the window stays on the chats in memory; the next start opens it
+            window.on_notice(
+                "error",
+                tr(
+                    "The chats written since Merlin started could not be copied into the new "
+                    "chat history ({why}); export them to keep them."
+                ).format(why=e),
+            )
+            return
         old, window.store = window.store, store
-        window.controller.set_store(store)
+        c.set_store(store)
+        c.open_conversation(new_ids.get(c.current_id) if c.current_id else None)
         old.close()
         window.refresh_conversations()
+        window.conversations.select(c.current_id)
+        window.keep_drafts()
         window.on_notice(
             "info",
             tr("A new chat history was started. The old file was kept unchanged as {name}.").format(

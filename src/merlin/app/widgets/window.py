@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from merlin.app import pyside_fixes
 from merlin.app.controller import ChatController
 from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
-from merlin.app.model.draft import Draft, DraftImage, DraftKeeper
+from merlin.app.model.draft import Draft, DraftImage, DraftKeeper, merged
 from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
 from merlin.app.model.remote import REMOTE_SOURCE
@@ -141,11 +141,7 @@ class MainWindow(QMainWindow):
         self._draft_timer.timeout.connect(self.save_draft)
         self._restoring: dict[str, DraftImage] = {}  # path -> the draft's entry (_restore_draft)
         self._drafts = None  # this window's draft file (none for a store in memory)
-        if self.store.folder:
-            try:
-                self._drafts = DraftKeeper(data_dir())
-            except OSError as e:
-                log.warning("the unsent message will not be kept on disk: %s", e)
+        self._draft_problem = ""  # why the last draft save failed (shown once)
         self.composer.sig_contents_changed.connect(self._draft_timer.start)
         self.panel = PerfPanel(self.stats)
         self.load_banner = Banner("info")
@@ -229,7 +225,7 @@ class MainWindow(QMainWindow):
             else:
                 self.conversations.select(last)
 
-        self._restore_draft()
+        self.keep_drafts()
         source = model_folder if model_folder is not None else self.settings.model_source
         c.load_model(
             source or SOURCE_DEMO,
@@ -679,12 +675,26 @@ class MainWindow(QMainWindow):
         else:
             self._settings_read = dataclasses.replace(self.settings)
 
-    def save_draft(self) -> None:
+    def keep_drafts(self) -> None:
+        """Keep the unsent message on disk from now on, and put back in the box what windows
+        that are gone left (after what it holds): at start, or when a new chat history gives
+        a window that started on a store in memory one on disk."""
+        if self._drafts is not None or not self.store.folder:
+            return
+        try:
+            self._drafts = DraftKeeper(data_dir())
+        except OSError as e:
+            log.warning("the unsent message will not be kept on disk: %s", e)
+            return
+        self._restore_draft()
+
+    def save_draft(self) -> bool:
         """Keep the unsent text and pictures on disk (not for a store in memory: nothing is
-        kept then). Pictures are named by their copy in the store (made when attached)."""
+        kept then). Pictures are named by their copy in the store (made when attached).
+        False if it could not be written: a notice says so (once until a save works)."""
         self._draft_timer.stop()
         if self._drafts is None:
-            return
+            return True
         text, attachments, pending = self.composer.draft()
         images = []
         for a in attachments:
@@ -695,7 +705,17 @@ class MainWindow(QMainWindow):
             was = self._restoring.get(path)
             sha, ext = (was.sha256, was.ext) if was else ("", "")
             images.append(DraftImage(sha, ext, name, was.path if was else path, detail))
-        self._drafts.save(Draft(text, images))
+        saved = self._drafts.save(Draft(text, images))
+        problem = self._drafts.problem
+        if problem and problem != self._draft_problem:
+            self.on_notice(
+                "error",
+                tr(
+                    "Your unsent message could not be kept on disk ({why}); it is still in the box."
+                ).format(why=problem),
+            )
+        self._draft_problem = problem
+        return saved
 
     def _restore_draft(self) -> None:
         """The drafts of windows that are gone (model/draft.py) back in the box: each picture
@@ -710,7 +730,8 @@ class MainWindow(QMainWindow):
             path = str(path if path and path.is_file() else i.path)
             self._restoring[path] = i  # named as before while it is read again
             images.append((path, i.name, i.detail))
-        self.composer.restore_draft(draft.text, images)
+        text = merged([Draft(self.composer.text()), draft]).text  # what the box holds first
+        self.composer.restore_draft(text, images)
 
     def closeEvent(self, event):  # noqa: N802
         if self._closed:  # closed once already: all of the below is done
@@ -719,7 +740,14 @@ class MainWindow(QMainWindow):
         # a picture still being read is waited for a while; the draft names it either way
         if not self.composer.close_reading(CLOSE_READ_WAIT_S):
             log.warning("closing while pictures are still being read")
-        self.save_draft()
+        if not self.save_draft() and not self.ask(
+            tr("Close Merlin?"),
+            tr("Your unsent message could not be kept on disk ({why}). Close and lose it?").format(
+                why=self._drafts.problem
+            ),
+        ):
+            event.ignore()  # the box still holds it: the user can copy it somewhere
+            return
         self.composer.sig_contents_changed.disconnect(self._draft_timer.start)
         self.composer.drop_readings()  # one that comes later changes nothing
         if self._drafts is not None:
