@@ -3,6 +3,7 @@ and nothing the user typed is lost."""
 
 import warnings
 
+import pytest
 from gui_helpers import data_dir, drafts_on_disk, make_window, send, wait_idle  # noqa: F401 (fixtures)
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
@@ -714,3 +715,44 @@ def test_the_waiting_notice_goes_when_the_answer_starts(qtbot, make_window, monk
     qtbot.waitUntil(lambda: len(stored(w)) == 2 and not w.controller.busy, timeout=120_000)
     assert not w.notice_banner.isVisible()
     assert [r.state for r in stored(w)] == ["done", "done"]
+
+
+def test_a_file_that_cannot_be_read_is_not_called_damaged(tmp_path, monkeypatch):
+    """A picture the user may not read was reported as "damaged or not really an image"."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    from merlin.app.widgets.attachments import AttachmentError, read_image
+
+    locked = tmp_path / "locked.png"
+    Image.new("RGB", (8, 8)).save(locked)
+    opened = Path.open
+
+    def no_permission(self, *args, **kwargs):
+        if self == locked:  # as for a file of mode 000 (the tests may run as root)
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", no_permission)
+    with pytest.raises(AttachmentError) as e:
+        read_image(locked)
+    assert "cannot be read (Permission denied)" in str(e.value)
+
+
+def test_a_dropped_file_whose_name_is_not_utf8_is_attached(qtbot, make_window, tmp_path):
+    """A file manager drops file:///.../bad%FFname.png for a name with the byte 0xFF; Qt's
+    toLocalFile read it as UTF-8 and the picture "cannot be found"."""
+    import os
+
+    from PIL import Image
+    from PySide6.QtCore import QMimeData, QUrl
+
+    folder = os.fsencode(tmp_path)
+    Image.new("RGB", (16, 16), (200, 0, 0)).save(os.fsdecode(folder + b"/bad\xffname.png"))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromEncoded(b"file://" + folder + b"/bad%FFname.png")])
+    w = make_window()
+    w.composer.add_mime(mime)
+    w.composer.wait_attachments()
+    assert len(w.composer.attachments()) == 1, w.composer.notice.text()

@@ -561,3 +561,42 @@ def test_ctrl_c_ends_the_answers_in_progress_as_errors(demo_dir):
         s.stop()
     assert len(events) < 5000  # cut, not finished
     assert "not finished" in events[-1]["error"]["message"] and "data: [DONE]" not in lines
+
+
+def test_data_urls_are_read_as_browsers_read_them(tmp_path):
+    """Line-wrapped base64 (`base64`'s 76-character lines, MIME) and base64 without its "="
+    padding are data: URLs browsers load; they were a 400 "not valid base64"."""
+    import base64
+
+    from merlin.engine.server.errors import ApiError
+    from merlin.engine.server.images import ImageResolver
+
+    data = bytes(range(256)) * 3 + b"12"  # 770 bytes: padded with "="
+    plain = base64.b64encode(data).decode()
+    resolver = ImageResolver(None, 1 << 20, folder=tmp_path / "cache")
+    try:
+        for payload in (plain, base64.encodebytes(data).decode(), plain.rstrip("="),
+                        " \r\n".join(plain[i : i + 60] for i in range(0, len(plain), 60)),
+                        plain.replace("+", "%2B")):  # fmt: skip
+            path = resolver.resolve("data:image/png;base64," + payload, "p")
+            assert path.read_bytes() == data, payload[:20]
+        for bad in (plain[:-3] + "*", plain[:-4] + "A", "=" + plain):
+            with pytest.raises(ApiError) as e:
+                resolver.resolve("data:image/png;base64," + bad, "p")
+            assert e.value.status == 400 and "not valid base64" in e.value.message
+    finally:
+        resolver.close()
+
+
+def test_a_file_url_names_a_file_by_its_bytes(tmp_path):
+    """file:///...bad%FFname.png is the file whose name has the byte 0xFF (a name that is
+    not UTF-8): it had been read as U+FFFD, a name no file has."""
+    import os
+
+    from merlin.engine.server.images import ImageResolver
+
+    name = os.fsdecode(b"bad\xffname.png")
+    (tmp_path / name).write_bytes(b"picture")
+    resolver = ImageResolver(tmp_path, 1000, folder=tmp_path / "cache")
+    url = "file://" + str(tmp_path) + "/bad%FFname.png"
+    assert resolver.resolve(url, "p") == tmp_path / name

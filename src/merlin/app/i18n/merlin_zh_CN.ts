@@ -518,6 +518,11 @@ Applies at the next model load.</source>
     </message>
     <message>
       <location filename="../../app/widgets/attachments.py" />
+      <source>{name} cannot be read ({why}); it was not attached.</source>
+      <translation>无法读取 {name}（{why}）；未添加。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/attachments.py" />
       <source>{name} is damaged or not really an image; it was not attached.</source>
       <translation>{name} 已损坏或并不是图片，未附加。</translation>
     </message>

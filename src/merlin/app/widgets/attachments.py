@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt
 from PySide6.QtGui import QImage, QImageReader, QPixmap
 
 from merlin.app.i18n import tr
@@ -107,9 +107,16 @@ def read_image(path: str | Path, name: str | None = None) -> ReadImage:
                 name=name, mb=MAX_FILE_BYTES >> 20
             )
         )
+    try:  # Qt's reader says only "cannot read", which the checks below call damaged
+        path.open("rb").close()
+    except OSError as e:
+        raise AttachmentError(
+            tr("{name} cannot be read ({why}); it was not attached.").format(
+                name=name, why=e.strerror or e
+            )
+        ) from None
     allow_engine_sized_images()
-    reader = QImageReader(str(path))
-    reader.setAutoTransform(True)
+    reader = image_reader(path)
     if not reader.canRead():
         if path.suffix.lower() in IMAGE_SUFFIXES:
             raise AttachmentError(
@@ -166,9 +173,26 @@ def allow_engine_sized_images() -> None:
         QImageReader.setAllocationLimit(needed)
 
 
-def _converted_png(path: Path, name: str) -> Path:
-    reader = QImageReader(str(path))
+def image_reader(path: str | Path) -> QImageReader:
+    """Qt's reader of an image file, EXIF orientation applied. A name whose bytes are not
+    UTF-8 (a str holding surrogate escapes) cannot be a QString, so that file is read through
+    its bytes in memory (files here are at most MAX_FILE_BYTES)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        buffer = QBuffer()
+        buffer.setData(QByteArray(Path(path).read_bytes()))
+        buffer.open(QIODevice.ReadOnly)
+        reader = QImageReader(buffer)
+        reader.buffer = buffer  # alive as long as the reader
+    else:
+        reader = QImageReader(str(path))
     reader.setAutoTransform(True)
+    return reader
+
+
+def _converted_png(path: Path, name: str) -> Path:
+    reader = image_reader(path)
     image = reader.read()
     if image.isNull() or min(image.width(), image.height()) < 2:
         raise AttachmentError(

@@ -18,12 +18,14 @@ detail menu (fast / detailed / full, or the settings' default) that changes its 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
-from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontMetrics, QImage, QKeyEvent, QPalette, QTextLayout
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -123,6 +125,14 @@ class ComposerEdit(QPlainTextEdit):
         super().changeEvent(event)
         if event.type() == QEvent.FontChange:
             self._fit()
+
+
+def _local_path(url: QUrl) -> str:
+    """A file: URL's path with the name's own bytes (os.fsdecode): QUrl.toLocalFile reads
+    them as UTF-8, so a name that is not ("bad%FFname.png") became one no file has."""
+    if url.host() not in ("", "localhost"):
+        return url.toLocalFile()  # a network share's //host/path, as Qt names it
+    return os.fsdecode(unquote_to_bytes(url.path(QUrl.FullyEncoded)))
 
 
 def _with_detail(read: ReadImage, detail: str) -> ReadImage:
@@ -645,7 +655,7 @@ class Composer(QWidget):
     def add_mime(self, mime: QMimeData) -> int:
         """Images or files from a drop or a paste."""
         if mime.hasUrls() and any(u.isLocalFile() for u in mime.urls()):
-            return self.add_paths([u.toLocalFile() for u in mime.urls() if u.isLocalFile()])
+            return self.add_paths([_local_path(u) for u in mime.urls() if u.isLocalFile()])
         # an image file's bytes as they came (Qt's imageData() decodes on this thread)
         for fmt, ext in PASTED_FORMATS:
             if mime.hasFormat(fmt):

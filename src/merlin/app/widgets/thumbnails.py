@@ -24,9 +24,9 @@ from collections.abc import Callable
 
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QSize, Qt, Signal
-from PySide6.QtGui import QImage, QImageReader
+from PySide6.QtGui import QImage
 
-from merlin.app.widgets.attachments import allow_engine_sized_images
+from merlin.app.widgets.attachments import allow_engine_sized_images, image_reader
 
 CACHED = 96  # thumbnails kept (120 x 360 pixels at most: 170 KB each)
 
@@ -35,8 +35,10 @@ def read_thumbnail(path: str, height: int, max_width: int) -> QImage | None:
     """The image at path scaled to `height` pixels (aspect kept, EXIF orientation applied),
     its left max_width pixels; None if it cannot be read. Any thread."""
     allow_engine_sized_images()
-    reader = QImageReader(path)
-    reader.setAutoTransform(True)
+    try:
+        reader = image_reader(path)
+    except OSError:
+        return None
     size = reader.size()
     if size.isValid() and min(size.width(), size.height()) > height:
         # decoded with its shorter side at `height`: enough whichever way EXIF turns it

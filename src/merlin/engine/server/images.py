@@ -25,11 +25,23 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, unquote_to_bytes, urlparse
 
 from .errors import ApiError
 
 _DATA = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,", re.I)
+
+
+def _forgiving_base64(text: str) -> bytes:
+    """A data: URL's payload as browsers decode it (WHATWG "forgiving-base64"): percent-escapes
+    and ASCII whitespace anywhere (line-wrapped base64: `base64`, MIME) are allowed, and so is
+    leaving out the final "=" padding. binascii.Error if it is not base64."""
+    raw = re.sub(r"[\t\n\f\r ]", "", unquote(text))
+    if len(raw) % 4 == 0 and raw.endswith("="):
+        raw = raw[:-2] if raw.endswith("==") else raw[:-1]
+    if len(raw) % 4 == 1:
+        raise binascii.Error("not a whole number of base64 bytes")
+    return base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
 
 
 @contextmanager
@@ -81,7 +93,7 @@ class ImageResolver:
             parsed = urlparse(url)
             if parsed.netloc not in ("", "localhost"):
                 raise ApiError(f"'{param}': only local file: URLs are accepted.", param)
-            path = unquote(parsed.path)
+            path = os.fsdecode(unquote_to_bytes(parsed.path))  # a name's bytes, UTF-8 or not
         elif re.match(r"^[a-z][a-z0-9+.-]*://", low):
             raise ApiError(
                 f"'{param}': unsupported URL scheme; send a data: URL or a file path.", param
@@ -136,7 +148,7 @@ class ImageResolver:
         if len(payload) * 3 // 4 > self.max_image_bytes + 3:
             raise ApiError(self._too_big(param, len(payload) * 3 // 4), param, status=413)
         try:
-            data = base64.b64decode(payload.strip(), validate=True)
+            data = _forgiving_base64(payload)
         except (binascii.Error, ValueError):
             raise ApiError(f"'{param}': the data: URL is not valid base64.", param) from None
         if len(data) > self.max_image_bytes:
