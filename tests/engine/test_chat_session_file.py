@@ -169,3 +169,22 @@ def test_a_session_whose_conversation_cannot_be_read_is_refused_and_kept(
     assert code == 2 and "cannot be read" in err and "not changed" in err
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["c.mss"]
+
+
+def test_a_picture_pasted_as_a_terminal_pastes_a_dragged_file(
+    demo_model, tmp_path, monkeypatch, capsys
+):
+    """A file dragged into a terminal comes as a quoted path, an escaped one or a file://
+    URL; each had been glued to the current folder ("no such file", exit 2)."""
+    from PIL import Image
+
+    picture = tmp_path / "my photo.png"
+    Image.new("RGB", (64, 48), "red").save(picture)
+    url = "file://" + str(picture).replace(" ", "%20")
+    for typed in (f"'{picture}'", f'"{picture}"', str(picture).replace(" ", "\\ "), url):
+        path = tmp_path / "c.mss"
+        path.unlink(missing_ok=True)
+        code, err = _chat(monkeypatch, capsys, demo_model, path, [f"/image {typed}", "what?"])
+        assert code == 0 and "error" not in err, (typed, err)
+        s, _ = Session.open(demo_model, path)
+        assert s.messages[0].images[0].source == str(picture), typed

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
+from urllib.parse import unquote_to_bytes, urlparse
 
 from ..errors import InputError, MerlinError
 from .args import (
@@ -121,7 +123,7 @@ def cmd_chat(args) -> int:
                 _note("error: /image needs a file path.")
                 failed = True
             else:
-                pending.append(_absolute(image))
+                pending.append(_absolute(_typed_path(image)))
             continue
         regenerate = line.strip() == "/regenerate"
         if regenerate and pending:  # they had been dropped without a word
@@ -149,6 +151,23 @@ def cmd_chat(args) -> int:
         _note(f"error: no turn came after the picture {pending[-1]}; it was not sent.")
         failed = True
     return EXIT_USER_ERROR if failed else 0
+
+
+def _typed_path(text: str) -> str:
+    """The file a /image line names as a terminal pastes a dragged file: as typed if that
+    exists, else a file:// URL (its bytes: a name need not be UTF-8) or a shell-quoted path
+    ('my photo.png', my\\ photo.png) made plain."""
+    if os.path.exists(os.path.expanduser(text)):
+        return text
+    if text.startswith("file://"):
+        parsed = urlparse(text)
+        if parsed.netloc in ("", "localhost"):
+            return os.fsdecode(unquote_to_bytes(parsed.path))
+    try:
+        words = shlex.split(text)
+    except ValueError:  # an unclosed quote: "Bob's.png"
+        return text
+    return words[0] if len(words) == 1 else text
 
 
 def _absolute(path: str) -> str:
