@@ -165,3 +165,57 @@ def test_a_store_in_memory_imports_in_steps_too():
     ids = store.add_conversations(chats(), step=4)
     assert [c.id for c in store.conversations()] == ids[::-1]
     store.close()
+
+
+IMPORT_IN_ANOTHER_PROCESS = """
+import contextlib, sys, time
+sys.path.insert(0, {tests!r})
+from test_store_import import chats
+from merlin.app.model.store import Store
+
+store = Store({folder!r})
+writer = store.writer()
+real = writer._transaction
+
+@contextlib.contextmanager
+def slow():
+    with real() as db:
+        time.sleep(0.03)
+        yield db
+
+writer._transaction = slow
+print("importing", flush=True)
+writer.add_conversations(chats(4, 400), 40)
+writer.close()
+store.close()
+"""
+
+
+def test_the_window_writes_between_the_steps_of_another_merlins_import(tmp_path):
+    """The same with the import in another Merlin on the same data folder: its steps had
+    followed each other at once, so every save of this one waited for the whole import
+    (100,000 messages: 1.2 s on the GUI thread; past SQLite's 5 s a save failed)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store = Store(tmp_path)
+    own = store.create_conversation("mine")
+    script = IMPORT_IN_ANOTHER_PROCESS.format(
+        tests=str(Path(__file__).parent), folder=str(tmp_path)
+    )
+    other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert other.stdout.readline() == "importing\n"
+    t0 = time.perf_counter()
+    waits = []
+    while other.poll() is None:
+        t = time.perf_counter()
+        store.add_message(own, "user", "saved while another Merlin imports")
+        waits.append(time.perf_counter() - t)
+        time.sleep(0.05)
+    took = time.perf_counter() - t0
+    assert other.wait() == 0
+    assert took > 0.9 and len(waits) >= 5
+    assert max(waits) < 0.4, (max(waits), took)
+    assert len(store.conversations()) == 5
+    store.close()

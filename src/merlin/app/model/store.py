@@ -167,7 +167,7 @@ class Store:
         self._running = None  # this Merlin's shared hold of RUNNING_LOCK (file_lock)
         self._image_holds = 0  # collect_images waits while an import or export is running
         self._syncer: Syncer | None = None
-        self._turns = store_import.WriteTurns()  # shared with reader() and writer() copies
+        self._turns = store_import.WriteTurns(self.folder)  # shared with reader() and writer()
         self._second = False  # a reader() or writer() copy: the syncer is not its own
         self._writes = 0  # transactions run by this Store (messages() cache)
         self._shown: tuple[tuple, list[MessageRow]] | None = None  # messages()'s last answer
@@ -348,6 +348,8 @@ class Store:
     def close(self) -> None:
         if self._syncer is not None and not self._second:  # a second connection's is borrowed
             self._syncer.close()
+        if not self._second:
+            self._turns.close()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()  # the last connection: checkpoints (and syncs) what is left
         self._let_go()

@@ -31,6 +31,11 @@ from pathlib import Path
 
 from merlin.app.model.file_lock import try_lock
 
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: other Merlins are not waited for
+    fcntl = None
+
 IMPORT_STEP = 400  # messages a transaction: ~5 ms here, a few tens on a board's core
 IMPORTS_DIR = "imports"
 PENDING_TABLE = """
@@ -42,32 +47,74 @@ VISIBLE = "id NOT IN (SELECT conversation_id FROM pending_imports)"  # a convers
 
 Transaction = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 TURN_WAIT_S = 10.0  # the longest a step waits for the writes ahead of it
+WRITES_LOCK = "writes.lock"  # shared by each Merlin while it writes (WriteTurns)
+OTHER_WRITER_POLL_S = 0.002
 
 
 class WriteTurns:
     """The connections of one Store in this process (its own and its writer()'s) count
     their transactions in progress or waiting for the lock; a long job (an import) waits
-    between its steps until none is."""
+    between its steps until none is. Other Merlins on the same data folder are waited for
+    too: while this process has any, it holds a shared flock on `writes.lock` in the data
+    folder, and the job's turn comes when it can take that file's exclusive lock (at once
+    let go)."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path | None = None) -> None:
         self._active = 0
         self._idle = threading.Condition()
+        self._path = folder / WRITES_LOCK if folder is not None else None
+        self._shared = None  # the file holding this process's shared lock (opened at need)
 
     @contextlib.contextmanager
     def writing(self):
         with self._idle:
             self._active += 1
+            if self._active == 1:
+                self._share(fcntl.LOCK_SH if fcntl else 0)
         try:
             yield
         finally:
             with self._idle:
                 self._active -= 1
+                if self._active == 0:
+                    self._share(fcntl.LOCK_UN if fcntl else 0)
                 self._idle.notify_all()
 
+    def _share(self, operation: int) -> None:
+        if self._path is None or fcntl is None:
+            return
+        try:
+            if self._shared is None:
+                self._shared = open(self._path, "a+")  # noqa: SIM115 (kept for the next write)
+            fcntl.flock(self._shared.fileno(), operation)
+        except OSError:  # a folder that cannot hold it: other Merlins are not waited for
+            self._path = None
+
     def wait_turn(self) -> None:
-        """Until no other transaction of this process is in progress or waiting."""
+        """Until no other transaction of this process, nor of another Merlin on the same
+        folder, is in progress or waiting (at most TURN_WAIT_S each)."""
         with self._idle:
             self._idle.wait_for(lambda: self._active == 0, TURN_WAIT_S)
+        if self._path is None or fcntl is None:
+            return
+        deadline = time.monotonic() + TURN_WAIT_S
+        try:
+            with open(self._path, "a+") as f:  # its own open file: not the shared lock's
+                while True:
+                    try:
+                        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        return  # let go as the file closes
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            return
+                        time.sleep(OTHER_WRITER_POLL_S)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
 
 
 def lock_path(folder: Path, token: str) -> Path:
