@@ -756,3 +756,9 @@ def test_a_dropped_file_whose_name_is_not_utf8_is_attached(qtbot, make_window, t
     w.composer.add_mime(mime)
     w.composer.wait_attachments()
     assert len(w.composer.attachments()) == 1, w.composer.notice.text()
+    w.save_draft()  # the draft keeps it (its path's bytes as they are)
+    assert [i.name for i in drafts_on_disk(w.store.folder).images] == ["bad\ufffdname.png"]
+    send(qtbot, w, "what is it?")  # saving it had raised on the name's escaped byte
+    (question, answer) = w.store.messages(w.controller.current_id)
+    assert [i.name for i in question.images] == ["bad\ufffdname.png"]
+    assert answer.state == "done"

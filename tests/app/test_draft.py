@@ -164,3 +164,25 @@ def test_a_long_draft_is_kept_whole(tmp_path):
     assert keeper.save(Draft(text))
     keeper.close()
     assert DraftKeeper(tmp_path).take_over().text == text.strip("\n")
+
+
+def test_drafts_with_more_pictures_than_the_box_takes_wait_too(tmp_path):
+    pictures = [DraftImage(f"{i:064x}", "png", f"{i}.png", f"/p/{i}.png") for i in range(10)]
+    for part in (pictures[:5], pictures[5:]):
+        keeper = DraftKeeper(tmp_path)
+        assert keeper.save(Draft("", part))
+        keeper._lock.close()
+    first = DraftKeeper(tmp_path)
+    assert len(first.take_over(max_images=8).images) == 5
+    assert first.save(Draft("mine"))
+    assert len(DraftKeeper(tmp_path).take_over(max_images=8).images) == 5
+
+
+def test_a_picture_whose_path_is_not_utf8_stays_in_the_draft(tmp_path):
+    """A file named by bytes that are not UTF-8 is a str with surrogate escapes: its draft
+    entry had been dropped as unreadable."""
+    picture = DraftImage(
+        "ab12" * 16, "png", "bad\ufffdname.png", os.fsdecode(b"/p/bad\xffname.png")
+    )
+    write_draft_file(tmp_path / "d.json", Draft("", [picture]))
+    assert read_draft_file(tmp_path / "d.json").images == [picture]

@@ -344,7 +344,7 @@ BAD_STATS = {
     "notices": [1, 2],
     "thinking_s": "3 s",
     "drafted": [[0, "x"]],
-    "token_ids": [1, "2"],
+    "token_ids": "1 2",
     "reason": "context_full",
     "from_a_newer_merlin": {"kept": True},
 }
@@ -382,3 +382,33 @@ def test_stored_stats_of_the_wrong_kind_are_read_as_left_out(store):
     store._db.execute("UPDATE messages SET stats = ? WHERE id = ?", (json.dumps(BAD_STATS), mid))
     assert store.messages(cid)[0].stats["tokens"] == 12
     assert set(store.messages(cid)[0].stats) == {"tokens", "reason", "from_a_newer_merlin"}
+
+
+def test_copy_conversations_keeps_order_states_switches_and_pictures(tmp_path):
+    """What "Start a new chat history" moves from the store in memory: the list's order, a
+    message still waiting for the model (not made "interrupted" as an import does), each
+    chat's thinking switch, and the pictures."""
+    import time
+
+    source = Store(None)
+    older = source.create_conversation("older chat")
+    source.add_message(older, "user", "q1")
+    time.sleep(0.01)
+    newer = source.create_conversation("newer chat")
+    source.set_thinking(newer, "off")
+    picture = source.import_image_bytes(PNG, "png", "dot.png")
+    source.add_message(newer, "user", "look", [picture])
+    source.add_message(newer, "user", "sent while the model loads", state="queued")
+    target = Store(tmp_path / "data")
+    ids = chat_export.copy_conversations(source, target)
+    assert [c.title for c in target.conversations()] == ["newer chat", "older chat"]
+    assert target.thinking(ids[newer]) == "off" and target.thinking(ids[older]) is None
+    rows = target.messages(ids[newer])
+    assert [(r.text, r.state) for r in rows] == [
+        ("look", "done"),
+        ("sent while the model loads", "queued"),
+    ]
+    assert target.image_path(rows[0].images[0]).read_bytes() == PNG
+    assert chat_export.copy_conversations(Store(None), target) == {}
+    source.close()
+    target.close()

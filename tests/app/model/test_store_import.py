@@ -219,3 +219,16 @@ def test_the_window_writes_between_the_steps_of_another_merlins_import(tmp_path)
     assert max(waits) < 0.4, (max(waits), took)
     assert len(store.conversations()) == 5
     store.close()
+
+
+def test_a_store_closed_while_a_write_runs_lets_other_merlins_go(tmp_path):
+    """Closing the store closes its lock file, even under a write still running on another
+    connection; the write's end does not open it again."""
+    import fcntl
+
+    turns = store_import.WriteTurns(tmp_path)
+    with turns.writing():
+        turns.close()
+    assert turns._shared is None
+    with open(tmp_path / store_import.WRITES_LOCK) as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it

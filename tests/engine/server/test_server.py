@@ -580,10 +580,28 @@ def test_data_urls_are_read_as_browsers_read_them(tmp_path):
                         plain.replace("+", "%2B")):  # fmt: skip
             path = resolver.resolve("data:image/png;base64," + payload, "p")
             assert path.read_bytes() == data, payload[:20]
-        for bad in (plain[:-3] + "*", plain[:-4] + "A", "=" + plain):
+        for bad in (plain[:-3] + "*", plain[:-4] + "A", "=" + plain, plain + "=="):
             with pytest.raises(ApiError) as e:
                 resolver.resolve("data:image/png;base64," + bad, "p")
             assert e.value.status == 400 and "not valid base64" in e.value.message
+    finally:
+        resolver.close()
+
+
+def test_the_size_limit_counts_the_image_not_its_wrapping(tmp_path):
+    """An image just under the limit, line-wrapped or percent-escaped, had been refused as
+    too big (its line breaks and escapes counted as data)."""
+    import base64
+
+    from merlin.engine.server.images import ImageResolver
+
+    data = bytes(range(256)) * 115  # 29,440 bytes
+    resolver = ImageResolver(None, 30_000, folder=tmp_path / "cache")
+    try:
+        wrapped = base64.encodebytes(data).decode().replace("\n", "\r\n")
+        escaped = base64.b64encode(data).decode().replace("+", "%2B").replace("/", "%2F")
+        for payload in (wrapped, escaped):
+            assert resolver.resolve("data:image/png;base64," + payload, "p").read_bytes() == data
     finally:
         resolver.close()
 

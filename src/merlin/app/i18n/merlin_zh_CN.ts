@@ -1420,6 +1420,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/startup_problems.py" />
+      <source>Wait for the import or export to end, then start a new chat history.</source>
+      <translation>请等待导入或导出结束，再开始新的聊天记录。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/startup_problems.py" />
       <source>A new chat history could not be started: {why}</source>
       <translation>无法开始新的对话记录：{why}</translation>
     </message>

@@ -463,13 +463,29 @@ def store_images(store: Store, convs: Sequence[ImportedConversation]) -> list:
 
 
 def copy_conversations(source: Store, target: Store) -> dict[int, int]:
-    """Every chat of source added to target as an export and import would (the path each
-    shows, its pictures, all or nothing); {source id: target id}."""
-    ids = [row.id for row in source.conversations()]
-    if not ids:
-        return {}
-    convs = parse_document(export_json(source, ids), "the chats held in memory")
-    return dict(zip(ids, import_conversations(target, convs)))
+    """Every chat of source added to target (a new chat history taking the chats a window
+    kept in memory): the path each shows, its pictures (one whose file is gone left out),
+    message states as they are (a message waiting for the model stays waiting), each chat's
+    thinking switch, the list's order; all or nothing. {source id: target id}."""
+    rows = list(reversed(source.conversations()))  # oldest first: the newest gets the last id
+    convs = []
+    for row in rows:
+        messages = []
+        for m in source.messages(row.id):
+            images = []
+            for ref in m.images:
+                try:
+                    data = source.image_path(ref).read_bytes()
+                except OSError:
+                    continue
+                images.append(ImportedImage(ref.name, ref.ext, data, ref.tokens))
+            messages.append(ImportedMessage(m.role, m.text, m.state, m.stats, images, m.reasoning))
+        convs.append(ImportedConversation(row.title, row.created or None, messages))
+    new_ids = import_conversations(target, convs) if convs else []
+    for row, new_id in zip(rows, new_ids):
+        if source.thinking(row.id) is not None:
+            target.set_thinking(new_id, source.thinking(row.id))
+    return {row.id: new_id for row, new_id in zip(rows, new_ids)}
 
 
 def import_conversations(store: Store, convs: Sequence[ImportedConversation]) -> list[int]:

@@ -125,7 +125,9 @@ def _parse(raw: str) -> Draft:
         if not isinstance(item, dict):
             continue
         fields = {k: item.get(k) for k in ("sha256", "ext", "name", "path", "detail")}
-        if not all(_usable(v) for v in fields.values()):
+        if not isinstance(fields["path"], str):  # a name's bytes may be no UTF-8: a str still
+            continue
+        if not all(_usable(v) for k, v in fields.items() if k != "path"):
             continue
         if not _safe_name(fields["sha256"], fields["ext"]):
             continue  # not a store file name: never a path out of the image folder
@@ -199,11 +201,12 @@ class DraftKeeper:
         self._taken: list[tuple[Path, object]] = []  # drafts taken over: (file, its lock)
         self.problem = ""  # why the last save failed ("": it did not)
 
-    def take_over(self) -> Draft:
+    def take_over(self, max_images: int = MAX_DRAFT_IMAGES) -> Draft:
         """The drafts of windows that are gone, merged; they are deleted at the next save.
-        Unreadable ones are left where they are (logged), and so are those whose text would
-        take the merged one past MAX_DRAFT_CHARS (a later start takes them over)."""
-        drafts, chars = [], 0
+        Unreadable ones are left where they are (logged), and so are those whose text or
+        pictures would take the merged one past MAX_DRAFT_CHARS or max_images (the box's
+        limit): a later start takes them over."""
+        drafts, chars, images = [], 0, 0
         for path in draft_files(self.folder):
             if path == self.path or any(path == p for p, _ in self._taken):
                 continue
@@ -217,7 +220,11 @@ class DraftKeeper:
             except DraftUnreadable as e:
                 log.warning("a draft was not taken over: %s", e)
                 draft = None
-            if draft is not None and drafts and chars + 2 + len(draft.text) > MAX_DRAFT_CHARS:
+            too_much = draft is not None and (
+                chars + 2 + len(draft.text) > MAX_DRAFT_CHARS
+                or images + len(draft.images) > max_images
+            )
+            if too_much and drafts:
                 log.warning("a draft was left for a later start: %s", path)
                 draft = None
             if draft is None:
@@ -226,6 +233,7 @@ class DraftKeeper:
                 continue
             drafts.append(draft)
             chars += 2 + len(draft.text)
+            images += len(draft.images)
             self._taken.append((path, lock))
         self._remove_stale_locks()
         return merged(drafts)

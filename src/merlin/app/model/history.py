@@ -94,7 +94,8 @@ def prompt_turns(rows, image_path: Callable) -> tuple[list[Turn], list[str]]:
             else:
                 dropped.append(ref.name or p.name)
         ids = r.stats.get("token_ids") if r.role == "assistant" else None
-        ids = ids if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else None
+        ids_ok = isinstance(ids, list) and all(type(t) is int and t >= 0 for t in ids)
+        ids = ids if ids_ok else None
         reasoning = getattr(r, "reasoning", None) if r.role == "assistant" else None
         turns.append(Turn(r.role, r.text, paths, ids, reasoning))
     return turns, dropped

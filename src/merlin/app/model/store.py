@@ -57,6 +57,7 @@ from merlin.app.model.store_errors import (
     why_not_saved,
 )
 from merlin.app.model.store_sync import Syncer
+from merlin.engine.tokenizer import clean_text
 
 SCHEMA_VERSION = 3
 DB_NAME = "chats.sqlite3"
@@ -697,6 +698,7 @@ class Store:
     def import_image_bytes(self, data: bytes, ext: str, name: str) -> ImageRef:
         # the stored name's extension is ASCII letters and digits (store_schema.image_ref_ok
         # reads no other back): full-width "ｐｎｇ" of an input method is "png", "jpé" "jp"
+        name = clean_text(name)  # a file name's bytes that are not UTF-8 (SQLite takes none)
         ext = unicodedata.normalize("NFKC", ext).lower()
         ext = "".join(ch for ch in ext if ch.isascii() and ch.isalnum())[:8] or "img"
         sha = hashlib.sha256(data).hexdigest()

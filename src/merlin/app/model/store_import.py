@@ -112,9 +112,13 @@ class WriteTurns:
             return
 
     def close(self) -> None:
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
+        """The store is closed: its lock file too (a write still running on a writer() copy
+        no longer holds other Merlins' imports back)."""
+        with self._idle:
+            self._path = None  # never opened again
+            if self._shared is not None:
+                self._shared.close()
+                self._shared = None
 
 
 def lock_path(folder: Path, token: str) -> Path:

@@ -19,6 +19,7 @@ from PySide6.QtGui import QImage, QImageReader, QPixmap
 from merlin.app.i18n import tr
 from merlin.app.model.paths import data_dir
 from merlin.engine.errors import InputError
+from merlin.engine.tokenizer import clean_text
 from merlin.engine.vision.preprocess import check_image_file
 
 THUMB = 64
@@ -90,7 +91,7 @@ def read_image(path: str | Path, name: str | None = None) -> ReadImage:
     """Check the file and decode its thumbnail (any thread); AttachmentError says what is
     wrong, for the user."""
     path = Path(path)
-    name = name or path.name
+    name = clean_text(name or path.name)  # a name's bytes that are not UTF-8: U+FFFD
     if path.is_dir():
         raise AttachmentError(tr("{name} is a folder, not an image.").format(name=name))
     if not path.exists():

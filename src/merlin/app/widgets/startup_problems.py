@@ -33,8 +33,11 @@ def offer_new_store(window, error: StoreError, notes=()) -> None:
 
     def start() -> None:
         c = window.controller
-        if c.busy:  # its answer is being written into the store in memory
+        job = window.file_job
+        if c.busy or (job is not None and job.running):  # writing into the store in memory
             text = tr("Stop the answer first, then start a new chat history.")
+            if not c.busy:
+                text = tr("Wait for the import or export to end, then start a new chat history.")
             banner.show_message("error", text, action=tr("Start a new chat history"))
             return
         banner.sig_action.disconnect(start)
@@ -62,6 +65,11 @@ def offer_new_store(window, error: StoreError, notes=()) -> None:
         old, window.store = window.store, store
         c.set_store(store)
         c.open_conversation(new_ids.get(c.current_id) if c.current_id else None)
+        for a in window.composer.attachments():  # their copies go with the store in memory
+            try:
+                a.stored = store.import_image(a.path, a.name)
+            except (OSError, StoreError):
+                a.stored = None  # sending copies it again (and says what failed)
         old.close()
         window.refresh_conversations()
         window.conversations.select(c.current_id)

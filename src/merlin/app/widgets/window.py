@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from merlin.app import pyside_fixes
 from merlin.app.controller import ChatController
 from merlin.app.i18n import N_, Translations, resolve_language, shared_translations, tr
-from merlin.app.model.draft import Draft, DraftImage, DraftKeeper, merged
+from merlin.app.model.draft import Draft, DraftImage, DraftKeeper
 from merlin.app.model.paths import data_dir
 from merlin.app.model.perf_stats import PerfStats, format_bytes
 from merlin.app.model.remote import REMOTE_SOURCE
@@ -41,7 +41,7 @@ from merlin.app.widgets import chat_files, startup_problems
 from merlin.app.widgets.attachments import clear_scratch
 from merlin.app.widgets.banner import Banner
 from merlin.app.widgets.chat_view import ChatView
-from merlin.app.widgets.composer import Composer
+from merlin.app.widgets.composer import MAX_IMAGES, Composer
 from merlin.app.widgets.conversations import ConversationList
 from merlin.app.widgets.icons import app_icon, icon
 from merlin.app.widgets.model_dialog import ModelChoice, ModelDialog
@@ -676,9 +676,10 @@ class MainWindow(QMainWindow):
             self._settings_read = dataclasses.replace(self.settings)
 
     def keep_drafts(self) -> None:
-        """Keep the unsent message on disk from now on, and put back in the box what windows
-        that are gone left (after what it holds): at start, or when a new chat history gives
-        a window that started on a store in memory one on disk."""
+        """Keep the unsent message on disk from now on, and put back in an empty box what
+        windows that are gone left: at start, or when a new chat history gives a window that
+        started on a store in memory one on disk (a box holding something is left as it is,
+        and those drafts wait on disk for the next start)."""
         if self._drafts is not None or not self.store.folder:
             return
         try:
@@ -686,12 +687,17 @@ class MainWindow(QMainWindow):
         except OSError as e:
             log.warning("the unsent message will not be kept on disk: %s", e)
             return
-        self._restore_draft()
+        text, attachments, pending = self.composer.draft()
+        if Draft(text).empty and not attachments and not pending:
+            self._restore_draft()
+        else:
+            self._draft_timer.start()
 
     def save_draft(self) -> bool:
         """Keep the unsent text and pictures on disk (not for a store in memory: nothing is
         kept then). Pictures are named by their copy in the store (made when attached).
-        False if it could not be written: a notice says so (once until a save works)."""
+        False if what the box holds could not be written: a notice says so (once until a
+        save works)."""
         self._draft_timer.stop()
         if self._drafts is None:
             return True
@@ -705,7 +711,8 @@ class MainWindow(QMainWindow):
             was = self._restoring.get(path)
             sha, ext = (was.sha256, was.ext) if was else ("", "")
             images.append(DraftImage(sha, ext, name, was.path if was else path, detail))
-        saved = self._drafts.save(Draft(text, images))
+        draft = Draft(text, images)
+        saved = self._drafts.save(draft)
         problem = self._drafts.problem
         if problem and problem != self._draft_problem:
             self.on_notice(
@@ -715,14 +722,14 @@ class MainWindow(QMainWindow):
                 ).format(why=problem),
             )
         self._draft_problem = problem
-        return saved
+        return saved or draft.empty  # an old file left behind loses nothing written
 
     def _restore_draft(self) -> None:
         """The drafts of windows that are gone (model/draft.py) back in the box: each picture
         from the store's copy, or from where it came if the store has none."""
         if self._drafts is None:
             return
-        draft = self._drafts.take_over()
+        draft = self._drafts.take_over(max_images=MAX_IMAGES)
         images = []
         for i in draft.images:
             ref = ImageRef(i.sha256, i.ext, i.name) if i.sha256 else None
@@ -730,8 +737,7 @@ class MainWindow(QMainWindow):
             path = str(path if path and path.is_file() else i.path)
             self._restoring[path] = i  # named as before while it is read again
             images.append((path, i.name, i.detail))
-        text = merged([Draft(self.composer.text()), draft]).text  # what the box holds first
-        self.composer.restore_draft(text, images)
+        self.composer.restore_draft(draft.text, images)
 
     def closeEvent(self, event):  # noqa: N802
         if self._closed:  # closed once already: all of the below is done

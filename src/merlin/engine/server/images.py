@@ -32,16 +32,17 @@ from .errors import ApiError
 _DATA = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,", re.I)
 
 
-def _forgiving_base64(text: str) -> bytes:
-    """A data: URL's payload as browsers decode it (WHATWG "forgiving-base64"): percent-escapes
-    and ASCII whitespace anywhere (line-wrapped base64: `base64`, MIME) are allowed, and so is
-    leaving out the final "=" padding. binascii.Error if it is not base64."""
-    raw = re.sub(r"[\t\n\f\r ]", "", unquote(text))
+def _base64_text(payload: str) -> str:
+    """A data: URL's payload as browsers read it (WHATWG "forgiving-base64"): percent-escapes
+    and ASCII whitespace anywhere are allowed (line-wrapped base64: `base64`, MIME), and so
+    is leaving out the final "=" padding; the plain base64 letters, padded again.
+    binascii.Error if it is not base64."""
+    raw = re.sub(r"[\t\n\f\r ]", "", unquote(payload))
     if len(raw) % 4 == 0 and raw.endswith("="):
         raw = raw[:-2] if raw.endswith("==") else raw[:-1]
-    if len(raw) % 4 == 1:
-        raise binascii.Error("not a whole number of base64 bytes")
-    return base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
+    if len(raw) % 4 == 1 or "=" in raw:
+        raise binascii.Error("not base64")
+    return raw + "=" * (-len(raw) % 4)
 
 
 @contextmanager
@@ -144,11 +145,11 @@ class ImageResolver:
             raise ApiError(
                 f"'{param}': a data: URL must be base64 (data:image/png;base64,...).", param
             )
-        payload = url[m.end() :]
-        if len(payload) * 3 // 4 > self.max_image_bytes + 3:
-            raise ApiError(self._too_big(param, len(payload) * 3 // 4), param, status=413)
         try:
-            data = _forgiving_base64(payload)
+            text = _base64_text(url[m.end() :])
+            if len(text) * 3 // 4 > self.max_image_bytes + 3:  # not decoded then
+                raise ApiError(self._too_big(param, len(text) * 3 // 4), param, status=413)
+            data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             raise ApiError(f"'{param}': the data: URL is not valid base64.", param) from None
         if len(data) > self.max_image_bytes:
