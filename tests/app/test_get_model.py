@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from fake_hub import FakeHub
-from gui_helpers import data_dir  # noqa: F401 (fixture)
+from gui_helpers import data_dir, make_window  # noqa: F401 (fixtures)
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
@@ -92,3 +92,31 @@ def test_busy_until_the_end_is_shown(qtbot, data_dir, monkeypatch):
     assert dialog.busy and not dialog.download_button.isEnabled()
     qtbot.waitUntil(lambda: not dialog.busy, timeout=30_000)
     assert dialog.status.text() == "the mirror said no" and dialog.download_button.isEnabled()
+
+
+def test_progress_past_two_gigabytes(qtbot, data_dir):
+    """Every catalogue model is over 2 GB: the byte counts went through a C int, and the
+    dialog read "95.4 MB of -38.1 MB" with a bar that never moved."""
+    dialog = GetModelDialog(available_memory=None)
+    qtbot.addWidget(dialog)
+    dialog.progress.setRange(0, 1000)
+    dialog._relay.sig_progress.emit(3 << 30, 4_260_000_000, "model.safetensors")
+    qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=5000)
+    assert dialog.progress.value() == int(1000 * (3 << 30) / 4_260_000_000)
+    assert "3.0 GB of 4.0 GB" in dialog.status.text()  # GiB, as everywhere in the app
+
+
+def test_a_download_not_finished_is_not_offered_as_a_model(qtbot, make_window, tmp_path, demo_dir):
+    """A folder still being downloaded (or stopped half-way) had been accepted, and loading
+    it blamed the checkpoint ("tensor ... is missing")."""
+    import shutil
+
+    from merlin.app.widgets.model_dialog import folder_problem
+
+    folder = tmp_path / "Qwen--Qwen3-VL-2B-Instruct"
+    shutil.copytree(demo_dir, folder)
+    (folder / downloads.MARKER).write_text("http://mirror/Qwen/Qwen3-VL-2B-Instruct\n")
+    assert "not finished; open Get a model" in folder_problem(str(folder))
+    w = make_window(model=str(folder))
+    assert w.controller.model is None
+    assert "not finished; open Get a model" in w.model_banner.text()

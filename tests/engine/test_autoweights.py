@@ -63,8 +63,13 @@ def test_measures_both_kernels_once_then_reads_the_cache(fresh, monkeypatch):
     assert (again.fmt, again.source, again.reason) == (first.fmt, "cached", first.reason)
 
 
-def test_a_damaged_cache_file_is_measured_again(fresh, monkeypatch):
-    (fresh / autoweights.CACHE_NAME).write_text("{not json")
+@pytest.mark.parametrize("damage", ["{not json", "null", "[1, 2]", "KEY"])
+def test_a_damaged_cache_file_is_measured_again(fresh, monkeypatch, damage):
+    """Not JSON, JSON of another shape (null, a list: an AttributeError had escaped every
+    --weights auto load), or an entry that is no table."""
+    key = autoweights._kernel_stamp() if damage == "KEY" else None
+    text = json.dumps({key: 1}) if key else damage
+    (fresh / autoweights.CACHE_NAME).write_text(text)
     fake = autoweights.WeightsChoice("q8", "fake", "x", {}, "measured")
     monkeypatch.setattr(autoweights, "measure", lambda: fake)
     assert autoweights.choose().fmt == "q8"

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from merlin.app import pyside_fixes
 from merlin.app.i18n import tr
+from merlin.app.model import downloads
 from merlin.app.model.history import missing_images_notice, without_refused_images
 from merlin.app.model.jobs import (  # noqa: F401 (the worker's requests and results)
     GENERATION_KEY,
@@ -40,7 +41,7 @@ from merlin.app.model.prompting import (
     session_settings,
 )
 from merlin.engine import warmup
-from merlin.engine.errors import MerlinError, ResourceError
+from merlin.engine.errors import CheckpointError, MerlinError, ResourceError
 from merlin.engine.session import DEFAULT_STORE_CAP, Session, SessionStore
 
 pyside_fixes.install()
@@ -214,6 +215,10 @@ class EngineWorker(QObject):
             if not (folder / "model.safetensors").is_file():
                 progress(0.01, "building the 2B-shaped random checkpoint (first time only)")
             return str(demo.ensure_random_checkpoint(demo.QWEN3VL_2B))
+        if downloads.is_incomplete(Path(source)):  # a load would blame the checkpoint
+            raise CheckpointError(
+                f"The download into {source} is not finished; open Get a model… to resume it."
+            )
         return source
 
     @staticmethod

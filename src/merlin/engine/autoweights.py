@@ -83,10 +83,11 @@ def cache_path() -> Path:
 
 def _read_cache(key: str) -> WeightsChoice | None:
     try:
-        entry = json.loads(cache_path().read_text()).get(key)
-        if entry and entry.get("fmt") in CANDIDATES:
+        table = json.loads(cache_path().read_text())
+        entry = table.get(key) if isinstance(table, dict) else None
+        if isinstance(entry, dict) and entry.get("fmt") in CANDIDATES:
             return WeightsChoice(**{**entry, "source": "cached"})
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError):  # unreadable or foreign: measured again
         pass
     return None
 

@@ -4,7 +4,9 @@ and file downloads ask for), serving files from a dict, on 127.0.0.1 only.
 Faults for tests: `drop_after[name] = n` closes the next transfer of a file after n bytes (an
 interrupted download); `down = True` answers 503 to every file request (the network or the
 server is gone; `down_after_drop` sets it when a transfer is dropped); `corrupt.add(name)`
-serves other bytes than the published sha256; `slow = True` sends files at ~1 MB/s."""
+serves other bytes than the published sha256; `slow = True` sends files at ~1 MB/s;
+`error_page.add(name)` answers that file's HEAD and GET with a web page (200, text/html), as
+a misconfigured mirror does."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class FakeHub:
         self.down_after_drop = False
         self.slow = False
         self.corrupt: set[str] = set()
+        self.error_page: set[str] = set()
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         hub = self
 
@@ -87,6 +90,9 @@ class FakeHub:
             return self._reply(h, 404, b'{"error": "Entry not found"}',
                                {"X-Error-Code": "EntryNotFound"}, head)  # fmt: skip
         name = m.group(1)
+        if name in self.error_page:
+            page = b"<html><body>Mirror error: try again later</body></html>"
+            return self._reply(h, 200, page, {"Content-Type": "text/html"}, head)
         if self.down:
             return self._reply(h, 503, b"Service Unavailable", {}, head)
         data = self.files[name]

@@ -123,3 +123,68 @@ def test_a_repo_without_weights_is_refused(tmp_path):
     with FakeHub(REPO, {"config.json": b"{}", "README.md": b"x"}) as hub:
         with pytest.raises(DownloadError, match="not a checkpoint"):
             download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+
+
+def test_a_web_page_in_a_files_place_is_refused(files, tmp_path):
+    """A mirror answering a small file with its error page (200, HTML) had made a folder
+    called complete whose config.json was HTML."""
+    with FakeHub(REPO, files) as hub:
+        hub.error_page.add("config.json")
+        with pytest.raises(DownloadError, match=r"config.json arrived as \d+ bytes .* web page"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        folder = tmp_path / "Qwen--Qwen3-VL-Tiny-Test"
+        assert downloads.is_incomplete(folder) and not (folder / "config.json").exists()
+        hub.error_page.clear()
+        assert download_checkpoint(REPO, tmp_path, endpoint=hub.url) == folder
+    assert (folder / "config.json").read_bytes() == files["config.json"]
+
+
+def test_a_second_download_of_the_same_model_is_told_not_run(files, tmp_path):
+    """Two Merlins downloading one model wrote the same files: one folder was called complete
+    with a tokenizer.json written twice."""
+    from merlin.app.model.file_lock import try_lock
+
+    folder = tmp_path / "Qwen--Qwen3-VL-Tiny-Test"
+    folder.mkdir()
+    other = try_lock(folder / downloads.MARKER)  # another Merlin's download, running
+    with FakeHub(REPO, files) as hub:
+        with pytest.raises(DownloadError, match="Another Merlin is downloading"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        assert [p.name for p in folder.iterdir()] == [downloads.MARKER]
+        other.close()  # it stopped
+        assert download_checkpoint(REPO, tmp_path, endpoint=hub.url) == folder
+    assert not downloads.is_incomplete(folder)
+
+
+def test_a_disk_without_room_is_said_before_anything_is_fetched(files, tmp_path, monkeypatch):
+    import collections
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(downloads.shutil, "disk_usage", lambda path: usage(1 << 30, 0, 1 << 20))
+    with FakeHub(REPO, files) as hub:
+        with pytest.raises(DownloadError, match="needs .* more on the disk .* 1.0 MB free"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        assert not [r for r in hub.requests if "/resolve/" in r[1]]  # nothing fetched
+
+
+def test_a_cancel_keeps_what_arrived(files, tmp_path):
+    """A cancel came at huggingface_hub's progress report, before the chunk it reported was
+    written, and its chunks were 10 MB: at a slow link's speed a cancel waited most of a
+    minute and the partial file kept nothing."""
+    big = dict(files, **{"model-00002-of-00002.safetensors": bytes(range(256)) * (12 << 12)})
+    cancel, seen = threading.Event(), []
+
+    def progress(p):
+        if p.file.startswith("model-00002"):
+            seen.append(p.done_bytes)
+            if seen[-1] - seen[0] > (1 << 20):
+                cancel.set()
+
+    with FakeHub(REPO, big) as hub:
+        hub.slow = True
+        with pytest.raises(Cancelled):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url, on_progress=progress,
+                                cancel=cancel)  # fmt: skip
+    part = tmp_path / "Qwen--Qwen3-VL-Tiny-Test" / ".model-00002-of-00002.safetensors.part"
+    assert part.stat().st_size >= 1 << 20
+    assert part.read_bytes() == big["model-00002-of-00002.safetensors"][: part.stat().st_size]

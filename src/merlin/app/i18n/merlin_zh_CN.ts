@@ -1025,6 +1025,11 @@ Merlin 在这台电脑上回答。</translation>
     </message>
     <message>
       <location filename="../../app/widgets/model_dialog.py" />
+      <source>The download into {folder} is not finished; open Get a model… to resume it.</source>
+      <translation>{folder} 的下载尚未完成；请打开“获取模型…”继续下载。</translation>
+    </message>
+    <message>
+      <location filename="../../app/widgets/model_dialog.py" />
       <source>{folder} has no config.json, so it is not a Hugging Face checkpoint folder. Choose the folder that holds config.json and the .safetensors files.</source>
       <translation>{folder} 中没有 config.json，因此不是 Hugging Face 检查点文件夹。请选择包含 config.json 和 .safetensors 文件的文件夹。</translation>
     </message>

@@ -7,20 +7,33 @@ retries within a transfer); this module picks the files a checkpoint needs, keep
 partial download in `.<name>.part` so that a later try (after a cancel, a lost network or a
 restart) asks only for the rest, reports progress over all of them, checks every large file
 against the sha256 the hub publishes (a damaged file is removed and the download says so, so
-the next try fetches it again), and writes into `<models folder>/<name>` so that a finished
-folder is a checkpoint Merlin loads. A folder holds a marker file until every file is in.
+the next try fetches it again) and every file against the size the hub lists (a mirror's
+error page in a file's place is refused), and writes into `<models folder>/<name>` so that a
+finished folder is a checkpoint Merlin loads. A folder holds a marker file until every file
+is in; the download holds an exclusive lock on it (file_lock), so a second Merlin asking for
+the same model is told, not let write the same files. The disk's free space is checked
+before anything is fetched.
+
+Transfers read 256 KB at a time (huggingface_hub's default is 10 MB: at a slow link's
+200 KB/s the progress stood still and a cancel waited 50 s), and a cancel keeps every chunk
+already received (the stop comes after a chunk is written).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import os
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from merlin.app.model.file_lock import try_lock
+from merlin.app.model.perf_stats import format_bytes
 
 # what a checkpoint folder needs (README: config, weights, tokenizer, template, preprocessor)
 WANTED = (
@@ -40,6 +53,9 @@ WANTED = (
     "merges.txt",
 )
 MARKER = ".merlin-download"  # in a folder being downloaded; removed when it is complete
+CHUNK_BYTES = 256 << 10  # read at a time: progress and cancel at least every 256 KB
+LISTING_TIMEOUT_S = 30  # a hub or mirror that accepts the connection and never answers
+SPARE_BYTES = 256 << 20  # left free on the disk (the chat store lives beside the models)
 
 
 class DownloadError(Exception):
@@ -81,7 +97,9 @@ def list_files(repo_id: str, endpoint: str, token: str | None = None) -> list[Re
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     try:
-        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, files_metadata=True)
+        info = HfApi(endpoint=endpoint, token=token).model_info(
+            repo_id, files_metadata=True, timeout=LISTING_TIMEOUT_S
+        )
     except RepositoryNotFoundError:
         raise DownloadError(f"{repo_id} was not found on {endpoint}.") from None
     except HfHubHTTPError as e:
@@ -126,12 +144,51 @@ def download_checkpoint(
     endpoint = hf_endpoint(endpoint)
     cancel = cancel or threading.Event()
     files = list_files(repo_id, endpoint, token)
+    if cancel.is_set():
+        raise Cancelled(CANCELLED)
     target = Path(models_dir) / repo_id.replace("/", "--")
     try:
         target.mkdir(parents=True, exist_ok=True)
-        (target / MARKER).write_text(f"{endpoint}/{repo_id}\n", encoding="utf-8")
+        marker = try_lock(target / MARKER)
     except OSError as e:
         raise DownloadError(f"{target} cannot be written ({e.strerror or e}).") from None
+    if marker is None:
+        raise DownloadError(
+            f"Another Merlin is downloading {repo_id} into {target} now; let it finish there."
+        )
+    try:
+        marker.truncate(0)
+        marker.write(f"{endpoint}/{repo_id}\n")
+        marker.flush()
+        _check_room(target, files)
+        _fetch_all(repo_id, files, target, endpoint, token, on_progress, cancel)
+        (target / MARKER).unlink(missing_ok=True)  # complete (the lock goes with the file)
+    finally:
+        marker.close()
+    return target
+
+
+def _check_room(target: Path, files: list[RemoteFile]) -> None:
+    """DownloadError unless the disk holds what is still to come, and SPARE_BYTES more."""
+    needed = sum(max(0, f.size - _have(target, f)) for f in files)
+    free = shutil.disk_usage(target).free
+    if needed + SPARE_BYTES > free:
+        raise DownloadError(
+            f"The download needs {format_bytes(needed)} more on the disk of {target}, which has "
+            f"{format_bytes(free)} free. Free {format_bytes(needed + SPARE_BYTES - free)} and "
+            "start it again: what arrived is kept."
+        )
+
+
+def _have(target: Path, f: RemoteFile) -> int:
+    """Bytes of f already on disk (the finished file, or its partial download)."""
+    for path in (target / f.name, target / f".{f.name}.part"):
+        with contextlib.suppress(OSError):
+            return path.stat().st_size
+    return 0
+
+
+def _fetch_all(repo_id, files, target, endpoint, token, on_progress, cancel) -> None:
     total = sum(f.size for f in files)
     finished = 0
     for f in files:
@@ -144,6 +201,11 @@ def download_checkpoint(
         except Exception as e:
             if cancel.is_set():
                 raise Cancelled(CANCELLED) from None
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                raise DownloadError(
+                    f"The disk of {target} is full. Free some space and start the download "
+                    "again: it resumes where it stopped."
+                ) from None
             raise DownloadError(
                 f"{f.name} could not be downloaded ({_short(e)}). Try again: the download "
                 "resumes where it stopped."
@@ -151,14 +213,12 @@ def download_checkpoint(
         finished += f.size
         if on_progress:
             on_progress(Progress(finished, total, f.name))
-    with contextlib.suppress(OSError):
-        (target / MARKER).unlink()
-    return target
 
 
 def _fetch(repo_id, f, target, endpoint, token, start, total, on_progress, cancel) -> None:
     """One file into target/<name>, through target/.<name>.part, which a later try resumes
     with a Range request (huggingface_hub's own downloads start over after a failed call)."""
+    import huggingface_hub.constants
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
@@ -170,19 +230,27 @@ def _fetch(repo_id, f, target, endpoint, token, start, total, on_progress, cance
     meta = get_hf_file_metadata(
         hf_hub_url(repo_id, f.name, endpoint=endpoint), token=token, endpoint=endpoint
     )
-    size = meta.size if meta.size is not None else f.size
+    size = f.size or meta.size  # the listing's: a mirror's error page has a size of its own
     resume = part.stat().st_size if part.is_file() else 0
-    if resume > size:
+    if size is not None and resume > size:
         part.unlink()
         resume = 0
-    with open(part, "ab") as out:
-        http_get(
-            meta.location,
-            out,
-            resume_size=resume,
-            headers=build_hf_headers(token=token),
-            expected_size=size,
-            tqdm_class=_progress_class(f.name, start, total, on_progress, cancel),
+    if size is None or resume < size:
+        with open(part, "ab") as out:
+            huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES
+            http_get(
+                meta.location,
+                _StopAfterWrite(out, cancel),
+                resume_size=resume,
+                headers=build_hf_headers(token=token),
+                tqdm_class=_progress_class(f.name, start, total, on_progress),
+            )
+    got = part.stat().st_size
+    if size is not None and got != size:
+        part.unlink(missing_ok=True)
+        raise DownloadError(
+            f"{f.name} arrived as {got:,} bytes where {endpoint} lists {size:,} (a web page "
+            "instead of the file?); it was removed. Try again later, or choose another mirror."
         )
     if f.sha256 and _sha256(part) != f.sha256:
         part.unlink(missing_ok=True)
@@ -214,16 +282,33 @@ def is_incomplete(folder: Path) -> bool:
     return (folder / MARKER).exists()
 
 
-def _progress_class(name, start, total, on_progress, cancel):
-    """A tqdm stand-in for huggingface_hub: reports bytes and stops the transfer on cancel."""
+class _StopAfterWrite:
+    """The partial file for huggingface_hub's http_get, ending the transfer once a cancel is
+    asked for, after the chunk received is written (its progress report comes before the
+    write: a stop there lost the chunk)."""
+
+    def __init__(self, out, cancel: threading.Event):
+        self._out, self._cancel = out, cancel
+
+    def write(self, chunk: bytes) -> int:
+        n = self._out.write(chunk)
+        if self._cancel.is_set():
+            self._out.flush()
+            raise Cancelled(CANCELLED)
+        return n
+
+    def __getattr__(self, attr):  # seek, tell, truncate, flush: the file's own
+        return getattr(self._out, attr)
+
+
+def _progress_class(name, start, total, on_progress):
+    """A tqdm stand-in for huggingface_hub: reports bytes."""
 
     class Report:
         def __init__(self, *args, **kwargs):
             self.n = int(kwargs.get("initial") or 0)
 
         def update(self, n=1):
-            if cancel.is_set():
-                raise Cancelled(CANCELLED)
             self.n += int(n or 0)
             if on_progress:
                 on_progress(Progress(start + self.n, total, name))

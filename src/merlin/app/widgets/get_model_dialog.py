@@ -51,7 +51,9 @@ def modelscope_available() -> bool:
 class _Relay(QObject):
     """Carries the download thread's news to the GUI thread (queued connections)."""
 
-    sig_progress = Signal(int, int, str)  # done bytes, total bytes, file
+    sig_progress = Signal(
+        object, object, str
+    )  # done bytes, total bytes (past 2 GB: no C int), file
     sig_finished = Signal(str)  # the checkpoint folder
     sig_failed = Signal(str)  # what went wrong, for the user
 

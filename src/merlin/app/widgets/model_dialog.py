@@ -46,6 +46,10 @@ def folder_problem(folder: str) -> str:
     path = Path(folder)
     if not path.is_dir():
         return tr("{folder} is not a folder.").format(folder=folder)
+    if downloads.is_incomplete(path):
+        return tr(
+            "The download into {folder} is not finished; open Get a model… to resume it."
+        ).format(folder=folder)
     if not (path / "config.json").is_file():
         return tr(
             "{folder} has no config.json, so it is not a Hugging Face checkpoint folder. Choose "
