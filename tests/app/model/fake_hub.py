@@ -6,7 +6,7 @@ interrupted download); `down = True` answers 503 to every file request (the netw
 server is gone; `down_after_drop` sets it when a transfer is dropped); `corrupt.add(name)`
 serves other bytes than the published sha256; `slow = True` sends files at ~1 MB/s;
 `error_page.add(name)` answers that file's HEAD and GET with a web page (200, text/html), as
-a misconfigured mirror does."""
+a misconfigured mirror does (`error_page.add("api")`: the model listing too)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ class FakeHub:
         path = h.path.split("?")[0]
         self.requests.append(("HEAD" if head else "GET", path, h.headers.get("Range")))
         repo = re.escape(self.repo_id)
+        if path.startswith("/api/") and "api" in self.error_page:
+            page = b"<html><body>Mirror error: try again later</body></html>"
+            return self._reply(h, 200, page, {"Content-Type": "text/html"}, head)
         if re.fullmatch(rf"/api/models/{repo}(/revision/[^/]+)?", path):
             body = json.dumps(self._info()).encode()
             return self._reply(h, 200, body, {"Content-Type": "application/json"}, head)

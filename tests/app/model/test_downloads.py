@@ -134,6 +134,9 @@ def test_a_web_page_in_a_files_place_is_refused(files, tmp_path):
             download_checkpoint(REPO, tmp_path, endpoint=hub.url)
         folder = tmp_path / "Qwen--Qwen3-VL-Tiny-Test"
         assert downloads.is_incomplete(folder) and not (folder / "config.json").exists()
+        hub.error_page = {"api"}
+        with pytest.raises(DownloadError, match="not as the Hugging Face hub does"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
         hub.error_page.clear()
         assert download_checkpoint(REPO, tmp_path, endpoint=hub.url) == folder
     assert (folder / "config.json").read_bytes() == files["config.json"]

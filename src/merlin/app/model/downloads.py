@@ -113,6 +113,11 @@ def list_files(repo_id: str, endpoint: str, token: str | None = None) -> list[Re
         raise DownloadError(
             f"{endpoint} could not be reached ({_short(e)}). Check the network, or choose a mirror."
         ) from None
+    except ValueError:  # reached, but no JSON came back
+        raise DownloadError(
+            f"{endpoint} answered, but not as the Hugging Face hub does (a web page?). Check the "
+            "mirror's address."
+        ) from None
     except Exception as e:  # httpx2 transport errors and the like
         raise DownloadError(f"{endpoint} could not be reached ({_short(e)}).") from None
     files = []
