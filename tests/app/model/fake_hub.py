@@ -6,7 +6,8 @@ interrupted download); `down = True` answers 503 to every file request (the netw
 server is gone; `down_after_drop` sets it when a transfer is dropped); `corrupt.add(name)`
 serves other bytes than the published sha256; `slow = True` sends files at ~1 MB/s;
 `error_page.add(name)` answers that file's HEAD and GET with a web page (200, text/html), as
-a misconfigured mirror does (`error_page.add("api")`: the model listing too)."""
+a misconfigured mirror does (`error_page.add("api")`: the model listing too); `sizes = False`
+leaves the sizes out of the listing."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class FakeHub:
         self.slow = False
         self.corrupt: set[str] = set()
         self.error_page: set[str] = set()
+        self.sizes = True
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         hub = self
 
@@ -67,7 +69,9 @@ class FakeHub:
     def _info(self) -> dict:
         siblings = []
         for name, data in self.files.items():
-            s = {"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
+            s = {"rfilename": name, "blobId": hashlib.sha1(data).hexdigest()}
+            if self.sizes:
+                s["size"] = len(data)
             if self.is_lfs(name):
                 s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                             "pointerSize": 134}  # fmt: skip

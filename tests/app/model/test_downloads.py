@@ -191,3 +191,81 @@ def test_a_cancel_keeps_what_arrived(files, tmp_path):
     part = tmp_path / "Qwen--Qwen3-VL-Tiny-Test" / ".model-00002-of-00002.safetensors.part"
     assert part.stat().st_size >= 1 << 20
     assert part.read_bytes() == big["model-00002-of-00002.safetensors"][: part.stat().st_size]
+
+
+def test_a_json_file_that_is_a_web_page_is_refused_without_listed_sizes(files, tmp_path):
+    with FakeHub(REPO, files) as hub:
+        hub.sizes = False
+        hub.error_page.add("config.json")
+        with pytest.raises(DownloadError, match="config.json arrived as something other than"):
+            download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+
+
+def test_downloads_run_where_files_cannot_be_locked(files, tmp_path, monkeypatch):
+    """A models folder on a file system without locks (NFS without its lock daemon): every
+    download had been refused as "another Merlin is downloading"."""
+    import errno
+
+    from merlin.app.model import file_lock
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(file_lock.fcntl, "flock", no_locks)
+    with FakeHub(REPO, files) as hub:
+        folder = download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+    assert not downloads.is_incomplete(folder)
+
+
+def test_a_download_of_this_merlin_still_stopping_is_waited_for(files, tmp_path):
+    """A cancelled transfer stops at its next chunk (or the network's timeout); starting the
+    same model again in this Merlin had been refused as another Merlin's download."""
+    import time
+
+    target = (tmp_path / "Qwen--Qwen3-VL-Tiny-Test").resolve()
+    with downloads._in_process_guard:
+        stopping = downloads._in_process.setdefault(target, threading.Lock())
+    stopping.acquire()
+    threading.Timer(0.5, stopping.release).start()
+    t = time.monotonic()
+    with FakeHub(REPO, files) as hub:
+        assert download_checkpoint(REPO, tmp_path, endpoint=hub.url) == target
+    assert time.monotonic() - t >= 0.5
+
+
+def test_nothing_left_to_fetch_needs_no_room(files, tmp_path, monkeypatch):
+    import collections
+
+    with FakeHub(REPO, files) as hub:
+        folder = download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+        (folder / downloads.MARKER).write_text("as a Merlin that stopped before removing it\n")
+        usage = collections.namedtuple("usage", "total used free")
+        monkeypatch.setattr(downloads.shutil, "disk_usage", lambda p: usage(1 << 30, 0, 1 << 20))
+        assert download_checkpoint(REPO, tmp_path, endpoint=hub.url) == folder
+    assert not downloads.is_incomplete(folder)
+
+
+def test_an_empty_file_of_the_repository_arrives(files, tmp_path):
+    with FakeHub(REPO, dict(files, **{"merges.txt": b""})) as hub:
+        folder = download_checkpoint(REPO, tmp_path, endpoint=hub.url)
+    assert (folder / "merges.txt").read_bytes() == b""
+
+
+def test_a_modelscope_download_finishes_the_folder(files, tmp_path, monkeypatch):
+    """Got from ModelScope after the hub's try stopped: the hub's marker stayed, and the
+    complete folder was refused as a download not finished."""
+    import sys
+    import types
+
+    def snapshot_download(model_id, local_dir, allow_patterns):
+        for name, data in files.items():
+            (tmp_path / "Qwen--Qwen3-VL-Tiny-Test" / name).write_bytes(data)
+        return local_dir
+
+    monkeypatch.setitem(sys.modules, "modelscope", types.SimpleNamespace(
+        snapshot_download=snapshot_download))  # fmt: skip
+    folder = tmp_path / "Qwen--Qwen3-VL-Tiny-Test"
+    folder.mkdir()
+    (folder / downloads.MARKER).write_text("https://hf-mirror.com/Qwen/Qwen3-VL-Tiny-Test\n")
+    assert downloads.download_from_modelscope(REPO, tmp_path) == folder
+    assert not downloads.is_incomplete(folder)

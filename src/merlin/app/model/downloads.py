@@ -25,9 +25,11 @@ import contextlib
 import errno
 import fnmatch
 import hashlib
+import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,32 +154,72 @@ def download_checkpoint(
     if cancel.is_set():
         raise Cancelled(CANCELLED)
     target = Path(models_dir) / repo_id.replace("/", "--")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        marker = try_lock(target / MARKER)
-    except OSError as e:
-        raise DownloadError(f"{target} cannot be written ({e.strerror or e}).") from None
-    if marker is None:
-        raise DownloadError(
-            f"Another Merlin is downloading {repo_id} into {target} now; let it finish there."
-        )
-    try:
-        marker.truncate(0)
-        marker.write(f"{endpoint}/{repo_id}\n")
-        marker.flush()
+    with _marked(target, f"{endpoint}/{repo_id}", cancel) as marker:
         _check_room(target, files)
         _fetch_all(repo_id, files, target, endpoint, token, on_progress, cancel)
-        (target / MARKER).unlink(missing_ok=True)  # complete (the lock goes with the file)
-    finally:
-        marker.close()
+        marker.done = True
     return target
+
+
+_STOPPING_WAIT_S = 120.0  # a download of this process still stopping (a stalled transfer)
+_in_process: dict[Path, threading.Lock] = {}
+_in_process_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _marked(target: Path, what: str, cancel: threading.Event):
+    """target made, with the marker saying what is being downloaded into it, held under an
+    exclusive lock for the download (another Merlin's is refused; one of this process that
+    is still stopping after a cancel is waited for); the marker is removed if the caller sets
+    .done (the lock goes with the file)."""
+    with _in_process_guard:
+        own = _in_process.setdefault(target.resolve(), threading.Lock())
+    deadline = time.monotonic() + _STOPPING_WAIT_S
+    while not own.acquire(timeout=0.2):
+        if cancel.is_set():
+            raise Cancelled(CANCELLED)
+        if time.monotonic() > deadline:
+            raise DownloadError(
+                f"The last download into {target} is still stopping; try again in a minute."
+            )
+    try:
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            marker = try_lock(target / MARKER)
+            if marker is not None:
+                marker.truncate(0)
+                marker.write(what + "\n")
+                marker.flush()
+        except OSError as e:
+            raise DownloadError(f"{target} cannot be written ({e.strerror or e}).") from None
+        if marker is None:
+            raise DownloadError(
+                f"Another Merlin is downloading into {target} now; let it finish there."
+            )
+        held = _Held()
+        try:
+            yield held
+            if held.done:
+                (target / MARKER).unlink(missing_ok=True)
+        finally:
+            marker.close()
+    finally:
+        own.release()
+
+
+@dataclass
+class _Held:
+    done: bool = False  # every file is in: the marker goes
 
 
 def _check_room(target: Path, files: list[RemoteFile]) -> None:
     """DownloadError unless the disk holds what is still to come, and SPARE_BYTES more."""
     needed = sum(max(0, f.size - _have(target, f)) for f in files)
-    free = shutil.disk_usage(target).free
-    if needed + SPARE_BYTES > free:
+    try:
+        free = shutil.disk_usage(target).free
+    except OSError:  # not known: the transfer says so if the disk fills
+        return
+    if needed and needed + SPARE_BYTES > free:
         raise DownloadError(
             f"The download needs {format_bytes(needed)} more on the disk of {target}, which has "
             f"{format_bytes(free)} free. Free {format_bytes(needed + SPARE_BYTES - free)} and "
@@ -240,6 +282,7 @@ def _fetch(repo_id, f, target, endpoint, token, start, total, on_progress, cance
     if size is not None and resume > size:
         part.unlink()
         resume = 0
+    part.touch()  # an empty file of the repository is one too
     if size is None or resume < size:
         with open(part, "ab") as out:
             huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES
@@ -256,6 +299,12 @@ def _fetch(repo_id, f, target, endpoint, token, start, total, on_progress, cance
         raise DownloadError(
             f"{f.name} arrived as {got:,} bytes where {endpoint} lists {size:,} (a web page "
             "instead of the file?); it was removed. Try again later, or choose another mirror."
+        )
+    if f.name.endswith(".json") and not _is_json(part):
+        part.unlink(missing_ok=True)
+        raise DownloadError(
+            f"{f.name} arrived as something other than JSON (a web page instead of the file?); "
+            f"it was removed. Try again later, or choose another mirror than {endpoint}."
         )
     if f.sha256 and _sha256(part) != f.sha256:
         part.unlink(missing_ok=True)
@@ -276,10 +325,14 @@ def download_from_modelscope(model_id: str, models_dir: Path | str) -> Path:
             "environment, or use the Hugging Face hub or a mirror."
         ) from None
     target = Path(models_dir) / model_id.replace("/", "--")
-    try:
-        folder = snapshot_download(model_id, local_dir=str(target), allow_patterns=list(WANTED))
-    except Exception as e:
-        raise DownloadError(f"ModelScope download of {model_id} failed ({_short(e)}).") from None
+    with _marked(target, f"modelscope/{model_id}", threading.Event()) as marker:
+        try:
+            folder = snapshot_download(model_id, local_dir=str(target), allow_patterns=list(WANTED))
+        except Exception as e:
+            raise DownloadError(
+                f"ModelScope download of {model_id} failed ({_short(e)})."
+            ) from None
+        marker.done = True  # its files are in (an earlier hub try's marker goes too)
     return Path(folder)
 
 
@@ -340,6 +393,15 @@ def _progress_class(name, start, total, on_progress):
             return lambda *a, **k: None
 
     return Report
+
+
+def _is_json(path: Path) -> bool:
+    """Does the file hold JSON (config, tokenizer, index: a mirror's error page does not)?"""
+    try:
+        json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def _sha256(path: Path) -> str:

@@ -4,6 +4,8 @@ goes with the process: a window that crashed or lost power holds none."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 try:
@@ -14,16 +16,27 @@ except ImportError:  # not a POSIX system: nothing is locked (one Merlin a folde
 
 def try_lock(path: Path):
     """An open file holding an exclusive lock on path (created if missing), or None if
-    another process holds it. Close the file to let go."""
-    f = open(path, "a")  # noqa: SIM115 (held as long as the caller runs)
-    if fcntl is None:
-        return f
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.close()
-        return None
-    return f
+    another process holds it. Close the file to let go. On a file system without locks
+    (NFS without its lock daemon, some FUSE mounts) the file comes back unlocked, as where
+    fcntl is missing: each Merlin then takes itself for the only one."""
+    for _ in range(3):
+        f = open(path, "a")  # noqa: SIM115 (held as long as the caller runs)
+        if fcntl is None:
+            return f
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            f.close()
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None  # held by another
+            return open(path, "a")  # noqa: SIM115 (no locks here)
+        try:  # its holder may have removed the file between our open and our lock
+            if os.fstat(f.fileno()).st_ino == os.stat(path).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()  # a lock on a file no longer at path: try the one there now
+    return None
 
 
 def share_running(path: Path):
