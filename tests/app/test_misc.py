@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gui_helpers import data_dir, make_window  # noqa: F401 (fixtures)
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QImage
 
@@ -217,3 +218,17 @@ def test_demo_screenshot_command(demo_dir, tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     image = QImage(str(out))
     assert (image.width(), image.height()) == (1280, 720)
+
+
+def test_words_from_outside_are_shown_as_written_never_as_html(qtbot, make_window):
+    """A server's error page (a heading, a link) in a notice was drawn as HTML."""
+    from PySide6.QtCore import Qt
+
+    w = make_window()
+    page = "the server failed (502) (<h1>502</h1><a href='http://evil.example/'>click</a>)"
+    w.on_notice("error", page)
+    assert w.notice_banner.label.textFormat() == Qt.PlainText
+    widget = w.chat.add_message(1, "assistant", "an answer", state="error", error=page)
+    widget.set_notices([page])
+    for label in (widget.notices, widget.note, widget.status, w.composer.notice):
+        assert label.textFormat() == Qt.PlainText

@@ -174,6 +174,22 @@ SCRIPTS = {
 }
 
 
+def _read_request(conn) -> bytes:
+    """One HTTP request's body (its headers read, then Content-Length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(65536)
+        if not more:
+            return b""
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    lengths = [line.split(b":")[1] for line in head.split(b"\r\n")
+               if line.lower().startswith(b"content-length")]  # fmt: skip
+    while lengths and len(body) < int(lengths[0]):
+        body += conn.recv(65536)
+    return body
+
+
 @pytest.fixture
 def scripted():
     """scripted(name) -> URL of a one-shot server playing SCRIPTS[name]."""
@@ -191,7 +207,7 @@ def scripted():
             except OSError:
                 return
             with conn:
-                conn.recv(65536)
+                _read_request(conn)  # all of it: a close with bytes unread resets the stream
                 if SCRIPTS[name] is None:
                     time.sleep(5)
                     return
@@ -446,3 +462,158 @@ def test_a_server_that_ignores_stream_and_one_that_words_errors_its_own_way(scri
     assert fin.totals["generated_tokens"] == 2
     fin = run(backend(scripted("vllm404")), [Turn("user", "hi")])[-1]
     assert fin.reason == "error" and "does not exist" in fin.totals["notices"][0]
+
+
+def _raw(status: str, ctype: str, body: bytes, extra: str = "") -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\n{extra}Connection: close\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+WHOLE = (
+    b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":'
+    b'{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}]}'
+)
+SCRIPTS.update(
+    {
+        "html502": _raw(
+            "502 Bad Gateway",
+            "text/html",
+            b"<html><head><title>502 Bad Gateway</title></head><body><h1>502</h1>"
+            b"<a href='http://evil.example/'>click</a></body></html>",
+        ),
+        "429date": _reply(
+            "429 Too Many Requests",
+            b'{"error":{"message":"busy"}}',
+            "Retry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\n",
+        ),
+        "done_no_reason": _reply("200 OK", CHUNK + CHUNK2 + b"data: [DONE]\n\n", chunked_sse=True),
+        "error_null": _reply(
+            "200 OK",
+            CHUNK.replace(b'{"choices"', b'{"error":null,"choices"')
+            + b'data: {"error":null,"choices":[{"delta":{"content":"lo"},"finish_reason":"stop"}]}'
+            + b"\n\n",
+            chunked_sse=True,
+        ),
+        "whole_plain": _raw("200 OK", "text/plain; charset=utf-8", WHOLE),
+        "whole_upper": _raw("200 OK", "Application/JSON", WHOLE),
+        "html200": _raw("200 OK", "text/html", b"<html><body>Log in to the Wi-Fi</body></html>"),
+        "huge": _reply("200 OK", CHUNK + b"data: " + b"x" * (17 << 20), chunked_sse=True),
+    }
+)
+
+
+def test_answers_servers_end_in_their_own_ways(scripted):
+    """[DONE] without a finish_reason, `"error": null` in every chunk, and a whole answer sent
+    as text/plain or Application/JSON are answers (each had been an error: "closed the
+    connection before the answer was finished", "stopped the answer: None")."""
+    for name, text in (("done_no_reason", "Hello"), ("error_null", "Hello"),
+                       ("whole_plain", "Hello there"), ("whole_upper", "Hello there")):  # fmt: skip
+        fin = run(backend(scripted(name)), [Turn("user", "hi")])[-1]
+        assert fin.reason == "stop_token" and fin.totals["text"] == text, (name, fin.totals)
+
+
+def test_what_servers_say_in_error_is_plain_words(scripted):
+    fin = run(backend(scripted("html502")), [Turn("user", "hi")])[-1]
+    assert fin.totals["notices"] == ["the server failed (502) (502 Bad Gateway)."]
+    fin = run(backend(scripted("429date")), [Turn("user", "hi")])[-1]
+    assert "try again shortly" in fin.totals["notices"][0] and "GMT" not in fin.totals["notices"][0]
+    fin = run(backend(scripted("html200")), [Turn("user", "hi")])[-1]
+    assert fin.reason == "error" and "answered with a web page" in fin.totals["notices"][0]
+    fin = run(backend(scripted("huge")), [Turn("user", "hi")])[-1]
+    assert fin.reason == "error" and "more than 16 MB" in fin.totals["notices"][0]
+    assert fin.totals["text"] == "Hel"
+
+
+def test_a_server_without_vision_answers_without_the_pictures(tmp_path):
+    """A server refusing pictures (a model without vision) failed this turn and every later
+    one (the picture is sent again each turn); it is asked again without them, and the
+    answer says so."""
+    import json
+
+    picture = tmp_path / "pic.png"
+    Image.new("RGB", (64, 48), "red").save(picture)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    bodies = []
+
+    def serve():
+        for reply in (
+            _reply(
+                "400 Bad Request",
+                b'{"error":{"message":"This model does not support image input."}}',
+            ),  # fmt: skip
+            _reply("200 OK", CHUNK + CHUNK2.replace(b"null", b'"stop"'), chunked_sse=True),
+        ):
+            conn, _ = srv.accept()
+            with conn:
+                bodies.append(json.loads(_read_request(conn)))
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+        fin = run(backend(url), [Turn("user", "what is it?", [str(picture)])])[-1]
+    finally:
+        srv.close()
+    assert fin.reason == "stop_token" and fin.totals["text"] == "Hello"
+    assert fin.totals["notices"] == ["The server does not take pictures; it answered without them."]
+    assert "image_url" in json.dumps(bodies[0]) and "image_url" not in json.dumps(bodies[1])
+
+
+def test_stop_while_the_pictures_are_prepared_sends_nothing(tmp_path):
+    picture = tmp_path / "pic.png"
+    Image.new("RGB", (64, 48), "red").save(picture)
+    cancel = threading.Event()
+    cancel.set()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens: a request would say "cannot connect"
+    turns = [Turn("user", "look", [str(picture)] * 4)]
+    fin = run(backend(f"http://127.0.0.1:{port}"), turns, cancel=cancel)[-1]
+    assert fin.reason == "cancelled" and not fin.totals["notices"]
+
+
+def test_a_remote_answer_leaves_out_an_earlier_picture_the_engine_refuses(tmp_path):
+    """With a remote model, one damaged picture of an earlier message failed every later
+    question (the local engine leaves it out with a notice: so does the remote one now)."""
+    from merlin.app.model.jobs import GenerationJob
+    from merlin.app.worker import EngineWorker
+
+    damaged = tmp_path / "lake.png"
+    Image.new("RGB", (64, 48), "blue").save(damaged)
+    damaged.write_bytes(damaged.read_bytes()[:60])  # cut short after it was sent
+    seen, events = [], []
+
+    class Server:
+        def respond(self, turns, options, cancel):
+            seen.append(turns)
+            yield Finished.of("stop_token", {"generated_tokens": 1, "text": "ok", "notices": []})
+
+    worker = EngineWorker()
+    worker._remote = Server()
+    worker.sig_event.connect(lambda job_id, event: events.append(event))
+    turns = [Turn("user", "look", [str(damaged)]), Turn("assistant", "a lake"),
+             Turn("user", "and now?")]  # fmt: skip
+    worker.generate(GenerationJob(1, turns, GREEDY, image_names={str(damaged): "lake.png"}))
+    assert [t.images for t in seen[0]] == [[], [], []]
+    assert "lake.png" in events[-1].notices[0]
+
+
+def test_the_saved_key_stays_with_its_server(qtbot):
+    """The key saved for one server filled the field whatever address was typed, and a LAN
+    server asked for its models received it."""
+    from merlin.app.widgets.remote_dialog import RemoteBox
+
+    box = RemoteBox(RemoteConfig("https://openrouter.ai/api/v1", "sk-secret", "m"))
+    qtbot.addWidget(box)
+    box.url.setText("http://192.168.1.5:8000/v1")
+    assert box.key.text() == "" and box.config().api_key == ""
+    box.url.setText("https://openrouter.ai/api/v1")
+    assert box.key.text() == "sk-secret"
+    box.url.setText("http://192.168.1.5:8000/v1")
+    box.key.setText("lan-key")
+    box.url.setText("http://192.168.1.5:8001/v1")
+    assert box.key.text() == "lan-key"  # typed for this one: the user's to keep

@@ -62,5 +62,26 @@ def test_a_port_in_use_is_a_notice(qtbot, make_window):
         w.controller.start_serving(ServeOptions(port=port))
         qtbot.waitUntil(lambda: _status(w) is not None, timeout=60_000)
     assert not _status(w).url and "cannot listen" in _status(w).message
+    assert "choose another port" in _status(w).message and "--port" not in _status(w).message
     assert not w.act_serve.isChecked()
     assert "Not serving" in w.notice_banner.text()
+
+
+def test_an_api_key_clients_cannot_send_is_refused(qtbot, make_window):
+    """A key with letters beyond ASCII was announced, though no HTTP client can send it."""
+    w = make_window()
+    w.controller.start_serving(ServeOptions(port=0, api_key="mot de passe clé"))
+    qtbot.waitUntil(lambda: _status(w) is not None, timeout=60_000)
+    assert not _status(w).url and "printable ASCII" in _status(w).message
+
+
+def test_served_to_the_network_the_address_shown_is_one_others_can_use(qtbot, make_window):
+    """Serving on every interface said http://0.0.0.0:PORT/v1, which no other device can
+    reach; the address shown is this computer's on its network."""
+    w = make_window()
+    w.controller.start_serving(ServeOptions(host="0.0.0.0", port=0, context=2048))
+    qtbot.waitUntil(lambda: _status(w) is not None, timeout=60_000)
+    try:
+        assert _status(w).url and "0.0.0.0" not in _status(w).url
+    finally:
+        w.controller.stop_serving()

@@ -438,7 +438,9 @@ class EngineWorker(QObject):
 
         try:
             if self._remote is not None:  # a remote server answers (model/remote.py)
-                for event in self._remote.respond(job.turns, job.options, job.cancel):
+                turns, refused = without_refused_images(job.turns)
+                for event in self._remote.respond(turns, job.options, job.cancel):
+                    self._note_refused(job, refused, event)
                     self.sig_event.emit(job.job_id, event)
                 return
             if self._model is None:
@@ -465,6 +467,16 @@ class EngineWorker(QObject):
         finally:
             self.sig_job_done.emit(job.job_id)
 
+    @staticmethod
+    def _note_refused(job: GenerationJob, refused: list[str], event) -> None:
+        """Earlier pictures left out (history.without_refused_images): said on the answer's
+        end, and kept with it."""
+        from merlin.engine.generate import Finished
+
+        if refused and isinstance(event, Finished):
+            names = [job.image_names.get(p) or Path(p).name for p in refused]
+            event.notices.append(missing_images_notice(names, tr))
+
     def _answer(self, job: GenerationJob) -> None:
         from merlin.engine.generate import Finished
         from merlin.engine.threads import set_threads
@@ -480,9 +492,7 @@ class EngineWorker(QObject):
         )
         ended = False
         for event in events:
-            if refused and isinstance(event, Finished):  # shown on the answer, kept with it
-                names = [job.image_names.get(p) or Path(p).name for p in refused]
-                event.notices.append(missing_images_notice(names, tr))
+            self._note_refused(job, refused, event)
             self.sig_event.emit(job.job_id, event)
             ended = ended or isinstance(event, Finished)
         if ended:  # finished or stopped: the next answer starts from here, even later

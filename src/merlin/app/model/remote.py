@@ -31,13 +31,15 @@ timeouts per read and folds most of these into one URLError.
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from merlin.engine.errors import MerlinError
@@ -146,7 +148,7 @@ def _status_message(status: int, body: str, url: str, headers=None) -> str:
         # vLLM's {"object": "error", "message": ...}, FastAPI's {"detail": ...}
         detail = detail or str(obj.get("message") or obj.get("detail") or "")
     except (ValueError, AttributeError):
-        detail = body.strip()[:300]
+        detail = _plain(body)
     detail = f" ({detail[:300]})" if detail else ""
     if 300 <= status < 400:
         where = (headers or {}).get("location") or "another address"
@@ -158,12 +160,19 @@ def _status_message(status: int, body: str, url: str, headers=None) -> str:
             f"the server has no such model or endpoint (404){detail}. Check the address and model."
         )
     if status == 429:
-        retry = (headers or {}).get("retry-after")
-        when = f"; try again in {retry} s" if retry else "; try again shortly"
+        retry = str((headers or {}).get("retry-after") or "").strip()
+        when = f"; try again in {retry} s" if retry.isdigit() else "; try again shortly"
         return f"the server is busy (429){detail}{when}."
     if status >= 500:
         return f"the server failed ({status}){detail}."
     return f"the server refused the request ({status}){detail}."
+
+
+def _plain(body: str) -> str:
+    """An error body as a line of text: a web page's title (or its text without tags)."""
+    title = re.search(r"<title[^>]*>(.*?)</title>", body, re.I | re.S)
+    text = title.group(1) if title else re.sub(r"<[^>]*>", " ", body)
+    return " ".join(html.unescape(text).split())[:300]
 
 
 def _network_message(e: Exception, url: str, config: RemoteConfig) -> str:
@@ -280,15 +289,21 @@ def image_data_url(path: str, max_pixels: int | None = None) -> str:
     return f"data:{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def chat_messages(turns, system: str = "", max_pixels: int | None = None) -> list[dict]:
-    """The app's turns (prompting.Turn) -> OpenAI messages; images first, as Merlin renders."""
+def chat_messages(
+    turns, system: str = "", max_pixels: int | None = None, cancel: threading.Event | None = None
+) -> list[dict]:
+    """The app's turns (prompting.Turn) -> OpenAI messages; images first, as Merlin renders.
+    A set `cancel` ends the pictures' encoding (seconds for a chat of photos): _Stopped."""
     out = [{"role": "system", "content": system}] if system else []
     for t in turns:
         if t.role == "user" and t.images:
-            parts = [
-                {"type": "image_url", "image_url": {"url": image_data_url(p, max_pixels)}}
-                for p in t.images
-            ]
+            parts = []
+            for p in t.images:
+                if cancel is not None and cancel.is_set():
+                    raise _Stopped
+                parts.append(
+                    {"type": "image_url", "image_url": {"url": image_data_url(p, max_pixels)}}
+                )
             parts.append({"type": "text", "text": t.text})
             out.append({"role": "user", "content": parts})
         else:
@@ -362,14 +377,59 @@ def _shut_down(stream) -> None:
         pass
 
 
+MAX_EVENT_BYTES = 16 << 20  # one streamed event, an error body or a whole answer
+
+
+def _read_at_most(response, limit: int) -> bytes:
+    """The response's body; RemoteError past `limit` bytes (a server sending without end)."""
+    data = bytearray()
+    for chunk in response.iter_bytes():
+        data += chunk
+        if len(data) > limit:
+            raise RemoteError(f"the server sent more than {limit >> 20} MB where one answer goes.")
+    return bytes(data)
+
+
+def _lines(response, limit: int) -> Iterator[str]:
+    """The response's lines (LF, CRLF or CR ends, as SSE allows), decoded leniently; a line
+    longer than `limit` bytes ends the stream with RemoteError (it had grown without end)."""
+    rest = b""
+    for chunk in response.iter_bytes():
+        rest += chunk
+        if b"\n" not in chunk and b"\r" not in chunk:  # no line ends: no rescan of rest
+            if len(rest) > limit:
+                raise RemoteError(f"the server sent an event of more than {limit >> 20} MB.")
+            continue
+        *done, rest = re.split(rb"\r\n|\n|\r(?!$)", rest)
+        for line in done:
+            yield line.decode("utf-8", "replace")
+        if len(rest) > limit:
+            raise RemoteError(f"the server sent an event of more than {limit >> 20} MB.")
+    if rest:
+        yield rest.rstrip(b"\r").decode("utf-8", "replace")
+
+
+def _about_images(body: str) -> bool:
+    return bool(re.search(r"image|vision|multimodal|picture", body, re.I))
+
+
+class _Stopped(Exception):
+    """Stop was pressed while the request was being made."""
+
+
+class _PicturesRefused(Exception):
+    """The server refused a request with pictures for them (a model without vision)."""
+
+
 class RemoteBackend:
     def __init__(self, config: RemoteConfig):
         self.config = config
 
-    def request_body(self, turns, options) -> dict:
+    def request_body(self, turns, options, cancel: threading.Event | None = None) -> dict:
+        messages = chat_messages(turns, options.system_prompt, options.max_pixels or None, cancel)
         body = {
             "model": self.config.model,
-            "messages": chat_messages(turns, options.system_prompt, options.max_pixels or None),
+            "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": max(1, int(options.max_new_tokens)),
@@ -403,12 +463,27 @@ class RemoteBackend:
 
     def respond(self, turns, options, cancel: threading.Event | None = None) -> Iterator:
         """Stream the answer to the last turn (see the module docstring for the events).
-        RemoteError before anything is sent (e.g. an unreadable image)."""
+        RemoteError before anything is sent (e.g. an unreadable image). A server that
+        refuses pictures (a model without vision) is asked again without them, and the
+        answer says so (every later turn would fail on them otherwise)."""
+        cancel = cancel or threading.Event()
+        try:
+            yield from self._respond(turns, options, cancel)
+        except _PicturesRefused:
+            text_only = [replace(t, images=[]) for t in turns]
+            notice = "The server does not take pictures; it answered without them."
+            yield from self._respond(text_only, options, cancel, notice)
+
+    def _respond(self, turns, options, cancel, notice_at_end: str = "") -> Iterator:
         import httpx
 
-        cancel = cancel or threading.Event()
         cfg = self.config
-        body = self.request_body(turns, options)
+        has_pictures = any(t.images for t in turns)
+        try:
+            body = self.request_body(turns, options, cancel)
+        except _Stopped:
+            yield Finished.of("cancelled", {"generated_tokens": 0, "text": "", "notices": []})
+            return
         t0 = time.perf_counter()
         state = {"text": [], "chunks": 0, "first": None, "last": None, "usage": None}
 
@@ -423,7 +498,7 @@ class RemoteBackend:
                 "generated_tokens": n,
                 "tokens_per_s": round(tps, 3),
                 "text": text,
-                "notices": [notice] if notice else [],
+                "notices": [x for x in (notice, notice_at_end) if x],
                 "remote": cfg.url,
             }
             if usage:
@@ -480,16 +555,26 @@ class RemoteBackend:
                 return
             watcher.start()
             if response.status_code != 200:
-                text = response.read().decode("utf-8", "replace")
+                text = _read_at_most(response, MAX_EVENT_BYTES).decode("utf-8", "replace")
+                if has_pictures and response.status_code in (400, 415, 422) and _about_images(text):
+                    raise _PicturesRefused
                 yield finished(
                     "error", _status_message(response.status_code, text, cfg.url, response.headers)
                 )
                 return
-            if response.headers.get("content-type", "").startswith("application/json"):
+            ctype = response.headers.get("content-type", "").lower()
+            if ctype.startswith("text/html"):  # a captive portal, a web UI's fallback page
+                yield finished(
+                    "error",
+                    f"{cfg.url} answered with a web page, not an answer: check the address "
+                    "(an OpenAI-compatible server's usually ends in /v1).",
+                )
+                return
+            if ctype.startswith("application/json"):
                 # a server that ignores "stream": one whole completion
                 try:
-                    whole = response.read()
-                except (httpx.HTTPError, httpx.StreamError, OSError) as e:
+                    whole = _read_at_most(response, MAX_EVENT_BYTES)
+                except (httpx.HTTPError, httpx.StreamError, OSError, RemoteError) as e:
                     cut = cancel.is_set() or closed_by_cancel.is_set()
                     yield (
                         finished("cancelled")
@@ -499,15 +584,19 @@ class RemoteBackend:
                     return
                 yield from self._whole(whole, state, finished, t0)
                 return
-            reason = None
+            reason, events, other = None, 0, []
             try:
-                for line in response.iter_lines():
+                for line in _lines(response, MAX_EVENT_BYTES):
                     if cancel.is_set():
                         break
                     if not line.startswith("data:"):
+                        if not events and sum(map(len, other)) < MAX_EVENT_BYTES:
+                            other.append(line)  # a whole answer under another content type?
                         continue
+                    events += 1
                     data = line[5:].strip()
                     if data == "[DONE]":
+                        reason = reason or "stop"  # the end, whether a choice said so or not
                         break
                     try:
                         obj = json.loads(data)
@@ -515,7 +604,7 @@ class RemoteBackend:
                         continue  # a keep-alive or a comment
                     if not isinstance(obj, dict):
                         continue  # not an event of the API: skipped, as a comment is
-                    if "error" in obj:
+                    if obj.get("error"):  # some servers send "error": null in every chunk
                         err = obj["error"]
                         msg = err.get("message") if isinstance(err, dict) else str(err)
                         yield finished("error", f"the server stopped the answer: {msg}")
@@ -547,8 +636,14 @@ class RemoteBackend:
                 else:
                     yield finished("error", _network_message(e, cfg.url, cfg))
                 return
+            except RemoteError as e:
+                yield finished("error", str(e))
+                return
             if cancel.is_set():
                 yield finished("cancelled")
+                return
+            if not events and "".join(other).lstrip().startswith("{"):
+                yield from self._whole("\n".join(other).encode(), state, finished, t0)
                 return
             if reason is None:
                 yield finished(

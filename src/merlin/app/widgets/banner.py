@@ -24,6 +24,7 @@ class Banner(QFrame):
         layout.setContentsMargins(12, 6, 6, 6)
         layout.setSpacing(8)
         self.label = QLabel()
+        self.label.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.progress = QProgressBar()

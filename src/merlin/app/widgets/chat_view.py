@@ -83,6 +83,7 @@ class MessageWidget(QFrame):
         font.setBold(True)
         self.who.setFont(font)
         self.status = QLabel()
+        self.status.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
         header.addWidget(self.who)
         header.addWidget(self.status)
@@ -111,6 +112,7 @@ class MessageWidget(QFrame):
         self.thumb_row.setVisible(False)
         layout.addWidget(self.thumb_row)
         self.notices = QLabel()  # engine notices about this answer (e.g. older turns left out)
+        self.notices.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.notices.setObjectName("messageNotices")
         self.notices.setWordWrap(True)
         self.notices.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -119,6 +121,7 @@ class MessageWidget(QFrame):
         self.body = MessageText(self)
         layout.addWidget(self.body)
         self.note = QLabel()
+        self.note.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.note.setWordWrap(True)
         self.note.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.note.setVisible(False)

@@ -198,6 +198,7 @@ class AttachmentChip(QFrame):
         column = QVBoxLayout()
         column.setSpacing(0)
         self.status = QLabel()
+        self.status.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         pal = self.status.palette()
         pal.setColor(QPalette.WindowText, theme.muted_text())
         self.status.setPalette(pal)
@@ -291,6 +292,7 @@ class Composer(QWidget):
         eb = QHBoxLayout(self.edit_bar)
         eb.setContentsMargins(8, 2, 2, 2)
         self.edit_label = QLabel()
+        self.edit_label.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.edit_cancel = QPushButton()
         self.edit_cancel.clicked.connect(self.cancel_edit)
         eb.addWidget(self.edit_label, 1)
@@ -308,6 +310,8 @@ class Composer(QWidget):
         outer.addWidget(self.chip_row)
 
         self.notice = QLabel()
+
+        self.notice.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.notice.setWordWrap(True)
         self.notice.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.notice.setVisible(False)

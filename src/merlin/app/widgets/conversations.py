@@ -138,6 +138,7 @@ class ConversationList(QWidget):
         self.list.setTextElideMode(Qt.ElideRight)
         layout.addWidget(self.list, 1)
         self.empty_label = QLabel()  # says why the list is empty (a search without a match)
+        self.empty_label.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.empty_label.setWordWrap(True)
         self.empty_label.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
         self.empty_label.setVisible(False)

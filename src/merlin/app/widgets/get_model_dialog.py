@@ -123,6 +123,7 @@ class GetModelDialog(QDialog):
         self.progress.setVisible(False)
         layout.addWidget(self.progress)
         self.status = QLabel()
+        self.status.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
         self.buttons = QDialogButtonBox(QDialogButtonBox.Close)

@@ -129,6 +129,7 @@ class ModelDialog(QDialog):
         row.addStretch(1)
         layout.addLayout(row)
         self.problem = QLabel()
+        self.problem.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.problem.setWordWrap(True)
         self.problem.setStyleSheet("color: #D0393E;")
         self.problem.setVisible(False)

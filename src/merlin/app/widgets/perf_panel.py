@@ -204,6 +204,7 @@ class PerfPanel(QFrame):
         self.title.setFont(f)
         layout.addWidget(self.title)
         self.model_label = QLabel()
+        self.model_label.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.model_label.setWordWrap(True)
         self.model_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.setMinimumWidth(260)  # its values in two lines at most, also in Chinese
@@ -232,6 +233,7 @@ class PerfPanel(QFrame):
         layout.addLayout(grid)
         self.grid = grid
         self.footer = QLabel()
+        self.footer.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.footer.setWordWrap(True)  # a narrow panel wraps it, never clips it
         self.footer.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         pal = self.footer.palette()

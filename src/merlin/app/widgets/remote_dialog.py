@@ -7,6 +7,9 @@ timeout), and fills the model list; the model can also be typed. Used by app/mod
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -39,6 +42,9 @@ class RemoteBox(QGroupBox):
         self.key = QLineEdit(current.api_key)
         self.key.setEchoMode(QLineEdit.Password)
         self.key.setPlaceholderText(tr("(none)"))
+        # the saved key is the saved server's: another address does not get it unasked
+        self._saved = (_origin(current.base_url), current.api_key)
+        self.url.textChanged.connect(self._key_follows_server)
         self.model = QComboBox()
         self.model.setEditable(True)
         if current.model:
@@ -51,6 +57,7 @@ class RemoteBox(QGroupBox):
         h.addWidget(self.model, 1)
         h.addWidget(self.fetch_button)
         self.status = QLabel()
+        self.status.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.status.setWordWrap(True)
         form.addRow(tr("Address"), self.url)
         form.addRow(tr("API key"), self.key)
@@ -65,6 +72,15 @@ class RemoteBox(QGroupBox):
         )
         note.setWordWrap(True)
         form.addRow(note)
+
+    def _key_follows_server(self, url: str) -> None:
+        origin, key = self._saved
+        if not key:
+            return
+        if _origin(url) != origin and self.key.text() == key:
+            self.key.clear()
+        elif _origin(url) == origin and not self.key.text():
+            self.key.setText(key)
 
     def config(self) -> RemoteConfig:
         return RemoteConfig(
@@ -107,3 +123,12 @@ class RemoteBox(QGroupBox):
             self.model.setCurrentText(keep)
         self.status.setText(tr("{n} model(s) on the server.").format(n=len(models)))
         return True
+
+
+def _origin(url: str) -> str:
+    """scheme://host:port of an address as typed ("" if it has none)."""
+    try:
+        parts = urlsplit(url.strip() if "://" in url else "http://" + url.strip())
+        return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{parts.port or ''}"
+    except ValueError:
+        return ""

@@ -241,6 +241,7 @@ class MainWindow(QMainWindow):
         bar = QHBoxLayout()
         bar.setContentsMargins(10, 6, 8, 0)
         self.model_label = QLabel()
+        self.model_label.setTextFormat(Qt.PlainText)  # names, paths, servers' words: never HTML
         self.model_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.model_button = self._tool("model", self.choose_model)
         self.settings_button = self._tool("settings", self.open_settings)

@@ -102,13 +102,18 @@ def api_key_for(host: str, key: str | None) -> tuple[str | None, bool]:
     """The key the server requires, and whether it was generated: listening beyond loopback
     (e.g. 0.0.0.0) never goes without one."""
     if key:
+        if not (key.isascii() and key.isprintable()):  # clients could not send it
+            raise MerlinError(
+                "the API key must be printable ASCII letters, digits and signs (an HTTP header "
+                "carries no other); choose another."
+            )
         return key, False
     if is_loopback(host):
         return None, False
     return secrets.token_urlsafe(24), True
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, advice: str = "choose another --port or --host") -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
     # TCP, and without it Nagle + delayed ACKs hold a streamed token back ~40 ms
@@ -118,9 +123,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise MerlinError(
-            f"cannot listen on {host}:{port} ({e.strerror}); choose another --port or --host."
-        ) from None
+        raise MerlinError(f"cannot listen on {host}:{port} ({e.strerror}); {advice}.") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock

@@ -16,6 +16,7 @@ none is given, and returned in `api_key`).
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +34,17 @@ class ServeOptions:
     api_key: str | None = None
     context: int = 8192
     model_name: str | None = None
+
+
+def lan_address() -> str | None:
+    """This computer's address on its network (the interface of the default route: a UDP
+    socket "connected" to a documentation address sends nothing), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            return probe.getsockname()[0]
+        except OSError:
+            return None
 
 
 class EmbeddedServer:
@@ -59,7 +71,7 @@ class EmbeddedServer:
         if not 0 <= int(options.port) <= 65535:
             raise MerlinError(f"port {options.port} is not a port number; use 1..65535.")
         key, _ = api_key_for(options.host, options.api_key)
-        sock = bind(options.host, int(options.port))
+        sock = bind(options.host, int(options.port), "choose another port")
         name = options.model_name or model.name
         config = ServerConfig(
             model_name=name,
@@ -90,6 +102,8 @@ class EmbeddedServer:
             why = f" ({failed[0]})" if failed else ""
             raise MerlinError(f"the API server did not start{why}.")
         host, port = sock.getsockname()[:2]
+        if host in ("0.0.0.0", "::"):  # every interface: the address other devices use
+            host = lan_address() or socket.gethostname()
         shown = f"[{host}]" if ":" in host else host
         return cls(server, thread, f"http://{shown}:{port}/v1", key)
 
