@@ -239,7 +239,7 @@ def scripted():
 @pytest.mark.parametrize(
     "name, fragments, text",
     [
-        ("401", ["API key", "401", "bad key"], ""),
+        ("401", ["API key", "401", "bad key"], ""),  # no key given: "needs an API key"
         ("429", ["busy", "429", "7 s"], ""),
         ("500", ["failed", "500", "boom"], ""),
         ("drop", ["closed the connection", "kept"], "Hello"),
@@ -617,3 +617,28 @@ def test_the_saved_key_stays_with_its_server(qtbot):
     box.key.setText("lan-key")
     box.url.setText("http://192.168.1.5:8001/v1")
     assert box.key.text() == "lan-key"  # typed for this one: the user's to keep
+
+
+SCRIPTS["endless"] = _reply("200 OK", CHUNK * 200, chunked_sse=True)
+
+
+def test_addresses_keys_and_limits_as_a_user_gives_them(scripted):
+    """An address pasted with its endpoint had become .../chat/completions/models (404); a
+    password in the address was echoed in every message; a 401 with no key said the key was
+    refused; a server that ignores max_tokens was read without end."""
+    assert normalize_url("http://h:8000/v1/chat/completions") == "http://h:8000/v1"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fin = run(backend(f"http://alice:hunter2@127.0.0.1:{port}"), [Turn("user", "hi")])[-1]
+    assert (
+        "hunter2" not in fin.totals["notices"][0] and "cannot connect" in fin.totals["notices"][0]
+    )
+    with pytest.raises(RemoteError) as e:
+        list_models(RemoteConfig(f"http://alice:hunter2@127.0.0.1:{port}"))
+    assert "hunter2" not in str(e.value)
+    fin = run(backend(scripted("401")), [Turn("user", "hi")])[-1]
+    assert "needs an API key" in fin.totals["notices"][0]
+    fin = run(backend(scripted("endless")), [Turn("user", "hi")])[-1]  # max_new_tokens 10
+    assert fin.reason == "max_tokens" and fin.totals["text"] == "Hel" * 37
+    assert "did not stop at the answer's token limit" in fin.totals["notices"][0]

@@ -28,15 +28,15 @@ def connect(worker, request) -> None:
             return
         if not answered:
             raise RemoteError(
-                f"{config.url} sent no model list within {LIST_TIMEOUT:g} s. Is it an "
+                f"{config.shown_url} sent no model list within {LIST_TIMEOUT:g} s. Is it an "
                 "OpenAI-compatible server, and is it busy?"
             )
         if not models:
-            raise RemoteError(f"{config.url} offers no models.")
+            raise RemoteError(f"{config.shown_url} offers no models.")
         model = config.model or models[0]
         if model not in models:
             raise RemoteError(
-                f"{config.url} has no model {model!r}; it offers {', '.join(models[:8])}."
+                f"{config.shown_url} has no model {model!r}; it offers {', '.join(models[:8])}."
             )
     except RemoteError as e:
         worker.sig_load_failed.emit(str(e))
@@ -53,9 +53,9 @@ def connect(worker, request) -> None:
     worker.sig_loaded.emit(
         ModelInfo(
             source=request.source,
-            folder=config.url,
+            folder=config.shown_url,
             name=model,
-            description=f"OpenAI-compatible server at {config.url}",
+            description=f"OpenAI-compatible server at {config.shown_url}",
             weights="remote",
             kv="remote",
             random_weights=False,

@@ -70,10 +70,18 @@ class RemoteConfig:
     def url(self) -> str:
         return normalize_url(self.base_url)
 
+    @property
+    def shown_url(self) -> str:
+        """The address as messages and the panel show it: a password in it left out."""
+        return re.sub(r"//[^/@]*@", "//", self.url)
+
 
 def normalize_url(url: str) -> str:
     """'localhost:8000' -> 'http://localhost:8000/v1'; a URL ending in /v1 is kept."""
     url = (url or "").strip().rstrip("/")
+    for endpoint in ("/chat/completions", "/completions", "/models"):  # pasted whole
+        if url.endswith(endpoint):
+            url = url[: -len(endpoint)].rstrip("/")
     if not url:
         raise RemoteError("give the server's address, e.g. http://127.0.0.1:8000/v1.")
     if "://" not in url:
@@ -139,7 +147,7 @@ def _timeout(config: RemoteConfig):
     return httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
 
 
-def _status_message(status: int, body: str, url: str, headers=None) -> str:
+def _status_message(status: int, body: str, api_key: str, headers=None) -> str:
     detail = ""
     try:
         obj = json.loads(body)
@@ -153,6 +161,8 @@ def _status_message(status: int, body: str, url: str, headers=None) -> str:
     if 300 <= status < 400:
         where = (headers or {}).get("location") or "another address"
         return f"the server sends the request to {where} ({status}): use that address."
+    if status in (401, 403) and not api_key:
+        return f"the server needs an API key ({status}){detail}. Enter it in Load a model."
     if status in (401, 403):
         return f"the server refused the API key ({status}){detail}. Check the key in Load a model."
     if status == 404:
@@ -199,13 +209,13 @@ def list_models(config: RemoteConfig, within: float = LIST_TIMEOUT) -> list[str]
     off then, so the thread asking (remote.waited's) ends too."""
     import httpx
 
-    url = config.url
+    url = config.shown_url  # in messages; the request goes to config.url
     timeout = httpx.Timeout(min(config.read_timeout, within), connect=config.connect_timeout)
     end = time.monotonic() + within
     body = bytearray()
     try:
         with httpx.stream(
-            "GET", url + "/models", headers=_headers(config.api_key), timeout=timeout
+            "GET", config.url + "/models", headers=_headers(config.api_key), timeout=timeout
         ) as r:
             for chunk in r.iter_bytes():
                 body += chunk
@@ -224,7 +234,7 @@ def list_models(config: RemoteConfig, within: float = LIST_TIMEOUT) -> list[str]
         raise RemoteError(_network_message(e, url, config)) from None
     text = body.decode("utf-8", "replace")
     if r.status_code != 200:
-        raise RemoteError(_status_message(r.status_code, text, url, r.headers))
+        raise RemoteError(_status_message(r.status_code, text, config.api_key, r.headers))
     try:
         data = json.loads(text)["data"]
         return [str(m["id"]) for m in data]
@@ -499,7 +509,7 @@ class RemoteBackend:
                 "tokens_per_s": round(tps, 3),
                 "text": text,
                 "notices": [x for x in (notice, notice_at_end) if x],
-                "remote": cfg.url,
+                "remote": cfg.shown_url,
             }
             if usage:
                 totals["prompt_tokens"] = int(usage.get("prompt_tokens") or 0) - cached
@@ -546,7 +556,7 @@ class RemoteBackend:
                 )
             except httpx.HTTPError as e:
                 sent = True
-                yield finished("error", _network_message(e, cfg.url, cfg))
+                yield finished("error", _network_message(e, cfg.shown_url, cfg))
                 return
             if not sent:  # the server learns at once: the socket is shut down
                 for stream in streams:
@@ -559,14 +569,15 @@ class RemoteBackend:
                 if has_pictures and response.status_code in (400, 415, 422) and _about_images(text):
                     raise _PicturesRefused
                 yield finished(
-                    "error", _status_message(response.status_code, text, cfg.url, response.headers)
+                    "error",
+                    _status_message(response.status_code, text, cfg.api_key, response.headers),
                 )
                 return
             ctype = response.headers.get("content-type", "").lower()
             if ctype.startswith("text/html"):  # a captive portal, a web UI's fallback page
                 yield finished(
                     "error",
-                    f"{cfg.url} answered with a web page, not an answer: check the address "
+                    f"{cfg.shown_url} answered with a web page, not an answer: check the address "
                     "(an OpenAI-compatible server's usually ends in /v1).",
                 )
                 return
@@ -579,7 +590,7 @@ class RemoteBackend:
                     yield (
                         finished("cancelled")
                         if cut
-                        else finished("error", _network_message(e, cfg.url, cfg))
+                        else finished("error", _network_message(e, cfg.shown_url, cfg))
                     )
                     return
                 yield from self._whole(whole, state, finished, t0)
@@ -628,13 +639,20 @@ class RemoteBackend:
                             state["text"].append(delta)
                             profile = StepProfile(step=state["chunks"])
                             yield Tokens(delta, [-1], profile, thought, 1 if thought else 0)
+                            if state["chunks"] > 2 * body["max_tokens"] + 16:  # a chunk: 1+
+                                yield finished(
+                                    "max_tokens",
+                                    "the server did not stop at the answer's token limit; "
+                                    "Merlin stopped reading it.",
+                                )
+                                return
                         if isinstance(choice.get("finish_reason"), str):
                             reason = choice["finish_reason"]
             except (httpx.HTTPError, httpx.StreamError, OSError) as e:
                 if cancel.is_set() or closed_by_cancel.is_set():
                     yield finished("cancelled")
                 else:
-                    yield finished("error", _network_message(e, cfg.url, cfg))
+                    yield finished("error", _network_message(e, cfg.shown_url, cfg))
                 return
             except RemoteError as e:
                 yield finished("error", str(e))
