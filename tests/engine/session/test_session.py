@@ -645,6 +645,60 @@ def test_context_budget_drops_old_turns_visibly(demo_model, exact, spy, images):
     assert [m.key() for m in s.messages] == before and s.cached_tokens == cached
 
 
+def _trimmed_chat(model, budget=300, turns=9) -> Session:
+    s = Session(model, system=SYSTEM, settings=SessionSettings(context_budget=budget))
+    for i in range(turns):
+        for _ in s.ask(f"question number {i}: tell me about item {i * 7} please", **GEN):
+            pass
+    assert s.dropped, "the budget never filled up"
+    return s
+
+
+def _answer(events) -> Finished:
+    return [e for e in events if isinstance(e, Finished)][-1]
+
+
+def test_an_earlier_answer_asked_again_in_a_trimmed_chat_sees_its_question(demo_model):
+    """Messages left out to fit a long chat stayed left out when an earlier answer was
+    asked for again (a regenerate or a version far back): the question itself was among
+    them, and the model answered a prompt with no question. Going back further than the
+    last question, the budget decides afresh, as for a fresh session."""
+    s = _trimmed_chat(demo_model)
+    late = max(s.dropped) + 1  # a question after them: regenerating its answer keeps them
+    for upto in (5, [i for i, m in enumerate(s.messages) if m.role == "user"][-1] + 1):
+        again = _trimmed_chat(demo_model)
+        msgs = again.messages[:upto]
+        got = _answer(again.respond(msgs, **GEN))
+        fresh = Session(demo_model, system=SYSTEM, settings=SessionSettings(context_budget=300))
+        want = _answer(fresh.respond(msgs, **GEN))
+        if upto <= late:
+            assert (
+                got.dropped_messages == want.dropped_messages
+                and upto - 1 not in got.dropped_messages
+            )
+            assert got.token_ids == want.token_ids
+        else:  # the last answer again: what was left out stays so (the cache is reused)
+            assert set(got.dropped_messages) >= set(s.dropped)
+
+
+def test_a_session_opened_under_a_larger_budget_sees_what_now_fits(demo_model, tmp_path):
+    """Restored (the app's path and the CLI's), the messages left out under the old budget
+    stayed left out under a larger one; changed in memory they came back."""
+    s = _trimmed_chat(demo_model)
+    s.save(tmp_path / "c.mss")
+    roomy = SessionSettings(context_budget=2000)
+    opened, _ = Session.open(demo_model, tmp_path / "c.mss", roomy, SYSTEM)
+    got = _answer(opened.ask("and finally?", **GEN))
+    fresh = Session(demo_model, system=SYSTEM, settings=roomy)
+    want = _answer(fresh.respond([*s.messages, Message("user", "and finally?")], **GEN))
+    assert got.dropped_messages == want.dropped_messages == []
+    assert got.token_ids == want.token_ids
+    app = Session(demo_model, system=SYSTEM, settings=roomy)  # the app: its own messages
+    app.set_messages(s.messages)
+    assert app.restore(tmp_path / "c.mss").restored
+    assert _answer(app.ask("and finally?", **GEN)).dropped_messages == []
+
+
 # ---- files and the store -----------------------------------------------------------------------
 
 

@@ -169,10 +169,21 @@ class Session:
         """Replace the conversation (e.g. with the app's stored chat). Nothing is computed now;
         the next turn reuses whatever prefix the cache holds."""
         messages = self._normalize(messages)
-        keep = common_prefix(self._messages, messages)
-        self._dropped = {i for i in self._dropped if i < keep}
+        self._dropped = self._still_left_out(messages)
         self._messages = messages
         self._prune_embeddings()
+
+    def _still_left_out(self, messages: Sequence[Message]) -> set[int]:
+        """The messages left out of the context that stay left out for `messages`: those of
+        the conversation so far when `messages` goes on from its last question (a follow-up,
+        a regenerated last answer, an edited last question: the cache keeps its prefix).
+        Going back further (a version of an earlier answer), they were left out to make room
+        for turns that are not there: none, and the budget decides afresh."""
+        keep = common_prefix(self._messages, messages)
+        users = [i for i, m in enumerate(self._messages) if m.role == "user"]
+        if users and keep < users[-1]:
+            return set()
+        return {i for i in self._dropped if i < keep}
 
     def drop_cache(self, keep_tokens: int = 0) -> None:
         """Release the cached rows from keep_tokens on (e.g. to free memory for another
@@ -410,8 +421,7 @@ class Session:
         options = options.resolved(self.model)
         sup = thinking.support(self.model.tokenizer)
         self._template_kwargs = thinking.template_kwargs(sup, options.thinking)
-        keep = common_prefix(self._messages, msgs)
-        dropped = {i for i in self._dropped if i < keep}
+        dropped = self._still_left_out(msgs)
         reserve = max(1, min(options.max_new_tokens, self.settings.answer_reserve))
         dropped, prompt, trimmed = self._fit(msgs, dropped, reserve)
         return self._run(msgs, dropped, prompt, trimmed, options, cancel)
@@ -617,7 +627,9 @@ class Session:
         if saved is not None and load_messages:
             self.system = saved.system
             self._messages = saved.messages
-            self._dropped = {i for i in saved.dropped if i < len(saved.messages)}
+            # left out under this budget: still so; under another, the budget decides afresh
+            same = saved.context_budget == self.settings.context_budget
+            self._dropped = {i for i in saved.dropped if i < len(saved.messages)} if same else set()
             self._reset_cache()
             result.messages_loaded = True
         if rows is None:
@@ -632,7 +644,9 @@ class Session:
         self.drafter.reset(rows.tokens)
         if not load_messages:
             n = common_prefix(saved.messages, self._messages)
-            if saved.dropped and max(saved.dropped) < n and saved.system == self.system:
+            same = saved.system == self.system
+            same = same and saved.context_budget == self.settings.context_budget
+            if saved.dropped and max(saved.dropped) < n and same:
                 self._dropped = set(saved.dropped)
             self._messages = adopt_ids(saved.messages, self._messages)
         self._images_need_no_pixels()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..generate import AnswerOptions
-from .conversation import Message, common_prefix
+from .conversation import Message
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ def count_prompt(session, messages: Sequence[Message], options=None) -> PromptCo
     if not msgs or msgs[-1].role != "user":
         msgs = [*msgs, Message("user", "")]
     image_tokens = sum(im.n_tokens for im in msgs[-1].images)
-    keep = common_prefix(session.messages, msgs)
-    dropped = {i for i in session.dropped if i < keep}
+    dropped = session._still_left_out(msgs)
     try:
         left_out, prompt, _ = session._fit(msgs, dropped, reserve)
     except InputError as e:  # even the question alone does not fit

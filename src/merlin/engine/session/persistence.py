@@ -165,15 +165,18 @@ class SavedConversation:
     system: str
     messages: list[Message]
     dropped: set[int]
+    context_budget: int | None = None  # the setting the messages were left out under
 
 
 def read_conversation(meta: dict, model) -> SavedConversation:
     """The conversation part of a file's metadata; ValueError when unreadable."""
+    budget = meta.get("context_budget")
     try:
         return SavedConversation(
             str(meta.get("system") or ""),
             session_check.messages(meta, model),  # every field checked against the model
             {int(i) for i in meta.get("dropped", [])},
+            budget if isinstance(budget, int) and not isinstance(budget, bool) else None,
         )
     except (KeyError, TypeError, ValueError):
         raise ValueError("it is damaged (unreadable messages)") from None
