@@ -81,7 +81,8 @@ def fit_context(
             f"is {budget} tokens and {reserve} are kept free for the answer. Shorten the "
             "question"
             + (" or lower the image detail" if r_all.images else "")
-            + ", raise the context budget in the settings, or start a new chat."
+            + ", allow fewer answer tokens (max new tokens), raise the context budget in the "
+            "settings, or start a new chat."
         )
     goal = min(limit, int(budget * trim_fraction))
     if len(r_all.ids) > goal:
