@@ -2,6 +2,7 @@
 # Merlin installer for Debian / Ubuntu / Armbian on aarch64 (RK3588 boards) or x86-64.
 # Run from a Merlin source folder: sudo bash packaging/install.sh [options]; --help for more.
 set -euo pipefail
+umask 022  # what it installs is for every user (a strict umask made /opt/merlin root's alone)
 
 usage() {
   cat <<'EOF'
@@ -85,7 +86,8 @@ if [ "$UNINSTALL" -eq 1 ] && [ -n "$KIOSK" ] && [ "$KIOSK" != off ]; then
   die "--uninstall and --kiosk do not go together"
 fi
 case "$PREFIX" in /*) ;; *) die "--prefix must be an absolute path" ;; esac
-case "$PREFIX" in /|/usr|/usr/local|/etc|/home|/opt|/var) die "--prefix $PREFIX is too broad" ;; esac
+PREFIX="$(realpath -m -s -- "$PREFIX")"  # /opt/, //opt and /opt/. are /opt (uninstall removes it)
+case "$PREFIX" in /|/usr|/usr/local|/etc|/home|/opt|/var|/root|/tmp|/srv|/mnt|/media) die "--prefix $PREFIX is too broad" ;; esac
 valid_list() {  # valid_list VALUE ALLOWED...: all, or a comma-separated subset
   local value="$1" item ok; shift
   [ "$value" = all ] && return 0

@@ -12,9 +12,9 @@ extras="${1:-app}"
 stamp=.venv/.merlin-install
 here="$(pwd) $(sha256sum pyproject.toml | cut -d' ' -f1)"
 
+modules="merlin.engine"
+case ",$extras," in *,app,*|*,test,*) modules="$modules, PySide6.QtWidgets" ;; esac
 imports_merlin() {
-  local modules="merlin.engine"
-  case ",$extras," in *,app,*|*,test,*) modules="$modules, PySide6.QtWidgets" ;; esac
   .venv/bin/python -c "import $modules" >/dev/null 2>&1
 }
 
@@ -29,13 +29,29 @@ installed_covers() {  # the stamp names this checkout and pyproject.toml, and ev
 if installed_covers && imports_merlin; then
   exit 0
 fi
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "venv: Merlin needs Python 3.10 or newer; python3 here is $(python3 --version 2>&1)." >&2
+  exit 1
+fi
+# a .venv whose interpreter is gone or another Python than python3 is made again (a venv
+# made over it keeps its old interpreter)
+version='import sys; print(sys.version_info[:2])'
+if [ -e .venv ] && [ "$(.venv/bin/python -c "$version" 2>/dev/null)" != "$(python3 -c "$version")" ]; then
+  echo "venv: .venv was made by another Python; making it again" >&2
+  rm -rf .venv
+fi
 python3 -m venv .venv 2>/dev/null || python3 -m venv --without-pip .venv
 .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip -q
 if .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"; then
   printf '%s\n%s\n' "$here" "$extras" > "$stamp"
 elif imports_merlin; then
   echo "venv: could not update .venv (is the package index reachable?); using it as it is" >&2
+elif installed_covers; then  # installed, but something pip cannot fix keeps it from importing
+  echo "venv: Merlin is installed in .venv but does not import:" >&2
+  .venv/bin/python -c "import $modules" 2>&1 | tail -n 1 >&2
+  exit 1
 else
-  echo "venv: installing Merlin into .venv failed; check the network or the package index" >&2
+  echo "venv: installing Merlin into .venv failed (pip's message above says why: often the" \
+    "network or the package index)" >&2
   exit 1
 fi

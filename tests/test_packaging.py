@@ -63,6 +63,8 @@ def test_help(tmp_path):
         (["--uninstall", "--kiosk"], "do not go together"),
         (["--prefix", "relative/dir"], "must be an absolute path"),
         (["--prefix", "/usr"], "too broad"),
+        (["--prefix", "/opt/"], "too broad"),  # an uninstall would have removed all of /opt
+        (["--prefix", "//opt/."], "too broad"),
     ],
 )
 def test_bad_arguments(tmp_path, args, message):
@@ -382,3 +384,25 @@ def test_warmup_child_command(monkeypatch):
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     cmd = child_command("q8", "f32")
     assert cmd[0] == sys.executable and cmd[1] == "--warmup" and "--json-progress" in cmd
+
+
+def test_run_app_reads_relative_paths_from_where_it_was_started(tmp_path):
+    """`bash scripts/run-app.sh --model "my models/demo"` looked for the folder in the
+    checkout (the script changed into it before starting merlin)."""
+    checkout = tmp_path / "check out"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "run-app.sh", checkout / "scripts")
+    for name in ("system-deps.sh", "venv.sh"):  # set-up that has nothing to do here
+        (checkout / "scripts" / name).write_text("exit 0\n")
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    merlin = checkout / ".venv" / "bin" / "merlin"
+    merlin.write_text('#!/bin/sh\npwd\nfor a in "$@"; do echo "$a"; done\n')
+    merlin.chmod(0o755)
+    caller = tmp_path / "elsewhere"
+    caller.mkdir()
+    done = subprocess.run(
+        ["bash", str(checkout / "scripts" / "run-app.sh"), "--model", "my models/demo"],
+        cwd=caller, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(caller), "--model", "my models/demo"]

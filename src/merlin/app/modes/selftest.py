@@ -13,6 +13,7 @@ touches the user's chats or settings. The Numba cache is the user's: a warm cach
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -29,6 +30,16 @@ def run(
     screenshot: str | None = None,
     timeout_s: float | None = None,
 ) -> int:
+    """The self-test in a data folder of its own, removed at the end (a user may run it at
+    any time; each run had left a megabyte in the temporary folder)."""
+    scratch = Path(tempfile.mkdtemp(prefix="merlin-self-test-"))
+    try:
+        return _run_in(scratch, model, weights, kv, screenshot, timeout_s)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_in(scratch: Path, model, weights, kv, screenshot, timeout_s) -> int:
     if timeout_s is None:
         timeout_s = float(os.environ.get("MERLIN_SELF_TEST_TIMEOUT", DEFAULT_TIMEOUT_S))
     t_start = time.perf_counter()
@@ -41,7 +52,6 @@ def run(
         return 1
 
     os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    scratch = Path(tempfile.mkdtemp(prefix="merlin-self-test-"))
     os.environ["MERLIN_DATA_DIR"] = str(scratch / "data")
     try:
         from PySide6.QtCore import QElapsedTimer, QEventLoop
@@ -147,10 +157,14 @@ def run(
         if len({picture.pixel(x, y) for x in range(0, picture.width(), 37)
                 for y in range(0, picture.height(), 29)}) < 8:  # fmt: skip
             return fail("the rendered window is blank")
-        out = Path(screenshot).expanduser() if screenshot else scratch / "self-test.png"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        picture.save(str(out), "PNG")
-        say(f"rendered the window offscreen ({picture.width()}x{picture.height()}): {out}")
+        size = f"{picture.width()}x{picture.height()}"
+        if screenshot:
+            out = Path(screenshot).expanduser()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            picture.save(str(out), "PNG")
+            say(f"rendered the window offscreen ({size}): {out}")
+        else:
+            say(f"rendered the window offscreen ({size})")
     finally:
         window.close()
         app.processEvents()
