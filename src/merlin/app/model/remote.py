@@ -405,8 +405,9 @@ def _lines(response, limit: int) -> Iterator[str]:
     longer than `limit` bytes ends the stream with RemoteError (it had grown without end)."""
     rest = b""
     for chunk in response.iter_bytes():
+        held_cr = rest.endswith(b"\r")  # a line end, unless the chunk starts with its \n
         rest += chunk
-        if b"\n" not in chunk and b"\r" not in chunk:  # no line ends: no rescan of rest
+        if b"\n" not in chunk and b"\r" not in chunk and not held_cr:  # no rescan of rest
             if len(rest) > limit:
                 raise RemoteError(f"the server sent an event of more than {limit >> 20} MB.")
             continue
