@@ -20,9 +20,20 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 # -c CODE: imports succeed unless FAKE_IMPORT_FAILS is set; -m pip: logged; install fails when
 # FAKE_PIP_OFFLINE is set.
 case "$1" in
-  -c) [ -z "${FAKE_IMPORT_FAILS:-}" ] ;;
+  -c) if [ -n "${FAKE_IMPORT_FAILS:-}" ]; then
+        echo "ImportError: $FAKE_IMPORT_FAILS" >&2; exit 1
+      fi ;;
   -m) echo "$*" >> "$FAKE_LOG"
       if [ "$2" = pip ] && [ "$3" = install ] && [ -n "${FAKE_PIP_OFFLINE:-}" ]; then exit 1; fi ;;
+esac
+"""
+
+
+FAKE_PYTHON3 = """#!/usr/bin/env bash
+# the system's python3: FAKE_PYTHON3_OLD makes it a 3.9
+case "$*" in
+  *"< (3, 10)"*) [ -z "${FAKE_PYTHON3_OLD:-}" ] ;;
+  --version) echo "Python ${FAKE_PYTHON3_OLD:-3.11.2}" ;;
 esac
 """
 
@@ -38,7 +49,7 @@ def checkout(tmp_path):
         folder.mkdir(exist_ok=True)
     (bin_dir / "python").write_text(FAKE_PYTHON)
     (bin_dir / "python").chmod(0o755)
-    (tmp_path / "fakebin" / "python3").write_text("#!/usr/bin/env bash\nexit 0\n")
+    (tmp_path / "fakebin" / "python3").write_text(FAKE_PYTHON3)
     (tmp_path / "fakebin" / "python3").chmod(0o755)
     return tmp_path
 
@@ -89,4 +100,21 @@ def test_offline_update_keeps_a_working_venv(checkout):
 def test_offline_without_a_working_venv_fails_clearly(checkout):
     r, _ = run(checkout, "app", FAKE_PIP_OFFLINE="1", FAKE_IMPORT_FAILS="1")
     assert r.returncode != 0
-    assert "check the network" in r.stderr
+    assert "the network or the package index" in r.stderr
+
+
+def test_installed_but_not_importing_says_why_not_the_network(checkout):
+    """A library pip cannot install (Qt's, removed) made every start run pip, and offline
+    the message blamed the network."""
+    run(checkout, "app")
+    r, _ = run(checkout, "app", FAKE_PIP_OFFLINE="1", FAKE_IMPORT_FAILS="libxkbcommon.so.0")
+    assert r.returncode != 0
+    assert "does not import" in r.stderr and "libxkbcommon.so.0" in r.stderr
+    assert "network" not in r.stderr
+
+
+def test_a_python_older_than_3_10_is_named(checkout):
+    (checkout / ".venv").rename(checkout / "old-venv")  # a first setup
+    r, installs = run(checkout, "app", FAKE_PYTHON3_OLD="3.9.18")
+    assert r.returncode != 0 and installs == []
+    assert "needs Python 3.10 or newer" in r.stderr and "3.9.18" in r.stderr
