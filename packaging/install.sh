@@ -263,11 +263,13 @@ install_venv() {
     rm -rf "$PREFIX/src.old"
   fi
   say "Python environment in $PREFIX/venv"
-  local home make=0
+  local home make=0 version='import sys; print(sys.version_info[:2])'
   home="$(dirname "$(readlink -f "$PYTHON")")"
   if [ ! -x "$PREFIX/venv/bin/python" ]; then
     make=1
-  elif ! grep -qx "home = $home" "$PREFIX/venv/pyvenv.cfg"; then
+  elif ! grep -qx "home = $home" "$PREFIX/venv/pyvenv.cfg" \
+      || [ "$("$PREFIX/venv/bin/python" -c "$version" 2>/dev/null)" != "$("$PYTHON" -c "$version")" ]; then
+    # another Python, or the same path upgraded in place (Debian 12 to 13: 3.11 to 3.12)
     say "the venv was made with another Python: making it anew with $PYTHON"
     remove "$PREFIX/venv"
     make=1

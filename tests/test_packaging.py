@@ -406,3 +406,23 @@ def test_run_app_reads_relative_paths_from_where_it_was_started(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [str(caller), "--model", "my models/demo"]
+
+
+def test_a_venv_of_a_python_upgraded_in_place_is_made_anew(tmp_path, monkeypatch):
+    """Debian 12 to 13 moves /usr/bin/python3 from 3.11 to 3.12 at the same path: the venv's
+    pyvenv.cfg still names that folder, and re-running the installer had kept the venv, whose
+    packages the new Python cannot import."""
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text('#!/bin/sh\necho "(3, 12)"\n')
+    python.chmod(0o755)
+    prefix = tmp_path / "opt-merlin"
+    venv_python = prefix / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text('#!/bin/sh\necho "(3, 11)"\n')
+    venv_python.chmod(0o755)
+    (prefix / "venv" / "pyvenv.cfg").write_text(f"home = {python.parent}\n")
+    monkeypatch.setenv("MERLIN_PYTHON", str(python))
+    r = install(tmp_path, "--dry-run", "--no-apt", "--no-warmup", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    assert "made with another Python: making it anew" in r.stdout
