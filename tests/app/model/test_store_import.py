@@ -83,13 +83,8 @@ def test_an_import_is_hidden_until_its_last_step_and_never_holds_the_window(tmp_
     store.close()
 
 
-def test_the_window_writes_between_the_steps_of_a_running_import(tmp_path):
-    """An import running freely on its own thread (steps made slow, as on a board's SD card)
-    while the window saves now and then: each save waits for one step at most, not for the
-    whole import (its next step had started microseconds after each commit, before SQLite's
-    busy handler retried: a save waited for the import, or failed after 5 s)."""
-    store = Store(tmp_path)
-    own = store.create_conversation("mine")
+def slow_writer(store: Store) -> Store:
+    """store.writer() with each transaction 30 ms longer (an import on a board's SD card)."""
     writer = store.writer()
     real = writer._transaction
 
@@ -100,6 +95,17 @@ def test_the_window_writes_between_the_steps_of_a_running_import(tmp_path):
             yield db
 
     writer._transaction = slow
+    return writer
+
+
+def test_the_window_writes_between_the_steps_of_a_running_import(tmp_path):
+    """An import running freely on its own thread (steps made slow, as on a board's SD card)
+    while the window saves now and then: each save waits for one step at most, not for the
+    whole import (its next step had started microseconds after each commit, before SQLite's
+    busy handler retried: a save waited for the import, or failed after 5 s)."""
+    store = Store(tmp_path)
+    own = store.create_conversation("mine")
+    writer = slow_writer(store)
     job = threading.Thread(target=lambda: writer.add_conversations(chats(4, 400), 40))
     t0 = time.perf_counter()
     job.start()
@@ -168,22 +174,13 @@ def test_a_store_in_memory_imports_in_steps_too():
 
 
 IMPORT_IN_ANOTHER_PROCESS = """
-import contextlib, sys, time
+import sys
 sys.path.insert(0, {tests!r})
-from test_store_import import chats
+from test_store_import import chats, slow_writer
 from merlin.app.model.store import Store
 
 store = Store({folder!r})
-writer = store.writer()
-real = writer._transaction
-
-@contextlib.contextmanager
-def slow():
-    with real() as db:
-        time.sleep(0.03)
-        yield db
-
-writer._transaction = slow
+writer = slow_writer(store)
 print("importing", flush=True)
 writer.add_conversations(chats(4, 400), 40)
 writer.close()

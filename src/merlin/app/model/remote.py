@@ -490,11 +490,6 @@ class RemoteBackend:
 
         cfg = self.config
         has_pictures = any(t.images for t in turns)
-        try:
-            body = self.request_body(turns, options, cancel)
-        except _Stopped:
-            yield Finished.of("cancelled", {"generated_tokens": 0, "text": "", "notices": []})
-            return
         t0 = time.perf_counter()
         state = {"text": [], "chunks": 0, "first": None, "last": None, "usage": None}
 
@@ -519,6 +514,12 @@ class RemoteBackend:
                 totals["prefill_ms"] = round((first - t0) * 1e3, 3)
             return Finished.of(reason, totals)
 
+        try:
+            body = self.request_body(turns, options, cancel)
+        except _Stopped:
+            yield finished("cancelled")
+            return
+        t0 = time.perf_counter()  # the request's time starts once its pictures are encoded
         client = httpx.Client(timeout=_timeout(cfg))
         response = None
         closed_by_cancel = threading.Event()
