@@ -56,38 +56,6 @@ KV=all
 die() { echo "install.sh: error: $*" >&2; exit 2; }
 need_value() { [ -n "${2:-}" ] && [ "${2#--}" = "$2" ] || die "$1 needs a value (see --help)"; }
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -h|--help) usage; exit 0 ;;
-    --kiosk) KIOSK=auto ;;
-    --kiosk=cage|--kiosk=autostart) KIOSK="${1#--kiosk=}" ;;
-    --kiosk=*) die "unknown kiosk mode '${1#--kiosk=}': use --kiosk=cage or --kiosk=autostart" ;;
-    --no-kiosk) KIOSK=off ;;
-    --uninstall) UNINSTALL=1 ;;
-    --purge) PURGE=1 ;;
-    --dry-run) DRY_RUN=1 ;;
-    --no-warmup) WARMUP=0 ;;
-    --no-apt) APT=0 ;;
-    --user) need_value "$@"; TARGET_USER="$2"; shift ;;
-    --user=*) TARGET_USER="${1#*=}" ;;
-    --prefix) need_value "$@"; PREFIX="$2"; shift ;;
-    --prefix=*) PREFIX="${1#*=}" ;;
-    --weights) need_value "$@"; WEIGHTS="$2"; shift ;;
-    --weights=*) WEIGHTS="${1#*=}" ;;
-    --kv) need_value "$@"; KV="$2"; shift ;;
-    --kv=*) KV="${1#*=}" ;;
-    *) die "unknown option '$1' (see --help)" ;;
-  esac
-  shift
-done
-
-[ "$PURGE" -eq 0 ] || [ "$UNINSTALL" -eq 1 ] || die "--purge only goes with --uninstall"
-if [ "$UNINSTALL" -eq 1 ] && [ -n "$KIOSK" ] && [ "$KIOSK" != off ]; then
-  die "--uninstall and --kiosk do not go together"
-fi
-case "$PREFIX" in /*) ;; *) die "--prefix must be an absolute path" ;; esac
-PREFIX="$(realpath -m -s -- "$PREFIX")"  # /opt/, //opt and /opt/. are /opt (uninstall removes it)
-case "$PREFIX" in /|/usr|/usr/local|/etc|/home|/opt|/var|/root|/tmp|/srv|/mnt|/media) die "--prefix $PREFIX is too broad" ;; esac
 valid_list() {  # valid_list VALUE ALLOWED...: all, or a comma-separated subset
   local value="$1" item ok; shift
   [ "$value" = all ] && return 0
@@ -98,8 +66,43 @@ valid_list() {  # valid_list VALUE ALLOWED...: all, or a comma-separated subset
     [ $ok -eq 1 ] || return 1
   done
 }
-valid_list "$WEIGHTS" f32 q8 q4 || die "--weights must be f32, q8, q4 (comma-separated) or all"
-valid_list "$KV" f32 q8 || die "--kv must be f32, q8 (comma-separated) or all"
+
+parse_args() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -h|--help) usage; exit 0 ;;
+      --kiosk) KIOSK=auto ;;
+      --kiosk=cage|--kiosk=autostart) KIOSK="${1#--kiosk=}" ;;
+      --kiosk=*) die "unknown kiosk mode '${1#--kiosk=}': use --kiosk=cage or --kiosk=autostart" ;;
+      --no-kiosk) KIOSK=off ;;
+      --uninstall) UNINSTALL=1 ;;
+      --purge) PURGE=1 ;;
+      --dry-run) DRY_RUN=1 ;;
+      --no-warmup) WARMUP=0 ;;
+      --no-apt) APT=0 ;;
+      --user) need_value "$@"; TARGET_USER="$2"; shift ;;
+      --user=*) TARGET_USER="${1#*=}" ;;
+      --prefix) need_value "$@"; PREFIX="$2"; shift ;;
+      --prefix=*) PREFIX="${1#*=}" ;;
+      --weights) need_value "$@"; WEIGHTS="$2"; shift ;;
+      --weights=*) WEIGHTS="${1#*=}" ;;
+      --kv) need_value "$@"; KV="$2"; shift ;;
+      --kv=*) KV="${1#*=}" ;;
+      *) die "unknown option '$1' (see --help)" ;;
+    esac
+    shift
+  done
+
+  [ "$PURGE" -eq 0 ] || [ "$UNINSTALL" -eq 1 ] || die "--purge only goes with --uninstall"
+  if [ "$UNINSTALL" -eq 1 ] && [ -n "$KIOSK" ] && [ "$KIOSK" != off ]; then
+    die "--uninstall and --kiosk do not go together"
+  fi
+  case "$PREFIX" in /*) ;; *) die "--prefix must be an absolute path" ;; esac
+  PREFIX="$(realpath -m -s -- "$PREFIX")"  # /opt/, //opt and /opt/. are /opt (uninstall removes it)
+  case "$PREFIX" in /|/usr|/usr/local|/etc|/home|/opt|/var|/root|/tmp|/srv|/mnt|/media) die "--prefix $PREFIX is too broad" ;; esac
+  valid_list "$WEIGHTS" f32 q8 q4 || die "--weights must be f32, q8, q4 (comma-separated) or all"
+  valid_list "$KV" f32 q8 || die "--kv must be f32, q8 (comma-separated) or all"
+}
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN=/usr/local/bin
@@ -246,22 +249,45 @@ pip_constraints() {
   esac
 }
 
-install_venv() {
+place_source() {  # the new source at $PREFIX/src; the installed one kept as src.old until pip is done
   say "copying the source to $PREFIX/src"
   if [ "$DRY_RUN" -eq 1 ]; then
     echo "would copy $SRC (without .git, .venv, build output) to $PREFIX/src"
-  else
-    mkdir -p "$PREFIX"
-    rm -rf "$PREFIX/src.new"
-    mkdir -p "$PREFIX/src.new"
-    tar -C "$SRC" --exclude=.git --exclude=.venv --exclude=venv --exclude=build --exclude=dist \
-        --exclude=__pycache__ --exclude='*.egg-info' --exclude=.pytest_cache \
-        --exclude=.ruff_cache -cf - . | tar -C "$PREFIX/src.new" -xf -
-    rm -rf "$PREFIX/src.old"
-    [ -d "$PREFIX/src" ] && mv "$PREFIX/src" "$PREFIX/src.old"
-    mv "$PREFIX/src.new" "$PREFIX/src"
-    rm -rf "$PREFIX/src.old"
+    return
   fi
+  mkdir -p "$PREFIX"
+  rm -rf "$PREFIX/src.new" "$PREFIX/src.old"
+  mkdir -p "$PREFIX/src.new"
+  tar -C "$SRC" --exclude=.git --exclude=.venv --exclude=venv --exclude=build --exclude=dist \
+      --exclude=__pycache__ --exclude='*.egg-info' --exclude=.pytest_cache \
+      --exclude=.ruff_cache -cf - . | tar -C "$PREFIX/src.new" -xf -
+  if [ -d "$PREFIX/src" ]; then mv "$PREFIX/src" "$PREFIX/src.old"; fi
+  mv "$PREFIX/src.new" "$PREFIX/src"
+}
+
+restore_source() {  # pip failed: the installed Merlin gets its own source back
+  if [ "$DRY_RUN" -eq 0 ] && [ -d "$PREFIX/src.old" ]; then
+    rm -rf "$PREFIX/src"
+    mv "$PREFIX/src.old" "$PREFIX/src"
+  fi
+}
+
+pip_install_merlin() {  # CONSTRAINTS: Merlin and its packages into the venv, online or from what it has
+  local python="$PREFIX/venv/bin/python" constraints="$1"
+  local pip=("$python" -m pip install --disable-pip-version-check --progress-bar off -c "$constraints")
+  run "$python" -m pip install -q --disable-pip-version-check --upgrade pip \
+    || say "pip was not upgraded (is the package index reachable?): using the venv's own"
+  say "installing Merlin and its Python packages (NumPy, Numba, PySide6, ...)"
+  # editable: the venv runs the code in $PREFIX/src, where the icons (src/merlin/resources/) live
+  # too. setuptools (Merlin's build backend) goes into the venv as well, so that a re-run
+  # without the network can build Merlin there (--no-build-isolation) from what is installed
+  run "${pip[@]}" -e "$PREFIX/src[app]" "setuptools>=70.1" && return 0
+  say "the package index cannot be reached: installing with the packages the venv already has"
+  run "${pip[@]}" --no-index --no-build-isolation -e "$PREFIX/src[app]"
+}
+
+install_venv() {
+  place_source
   say "Python environment in $PREFIX/venv"
   local home make=0 version='import sys; print(sys.version_info[:2])'
   home="$(dirname "$(readlink -f "$PYTHON")")"
@@ -277,11 +303,17 @@ install_venv() {
   [ "$make" -eq 0 ] || run "$PYTHON" -m venv "$PREFIX/venv"
   local constraints="$PREFIX/constraints.txt"
   pip_constraints | write_file "$constraints" 644
-  run "$PREFIX/venv/bin/python" -m pip install -q --upgrade pip
-  say "installing Merlin and its Python packages (NumPy, Numba, PySide6, ...)"
-  # editable: the venv runs the code in $PREFIX/src, where the icons (src/merlin/resources/) live too
-  run "$PREFIX/venv/bin/python" -m pip install --disable-pip-version-check \
-    --progress-bar off -c "$constraints" -e "$PREFIX/src[app]"
+  if ! pip_install_merlin "$constraints"; then
+    restore_source
+    if [ "$make" -eq 1 ]; then
+      die "Merlin's Python packages could not be installed (pip's message above says why; often" \
+          "the network or the package index). Connect to the network and run the installer again."
+    fi
+    die "this Merlin needs Python packages the venv does not have, and pip could not get them" \
+        "(its message above says why; often the network). The installed Merlin is unchanged:" \
+        "run the installer again with the network."
+  fi
+  remove "$PREFIX/src.old"
   # byte-compile now: the users who run Merlin cannot write to $PREFIX/src
   run "$PREFIX/venv/bin/python" -m compileall -q "$PREFIX/src/src/merlin"
   run ln -sfn "$PREFIX/venv/bin/merlin" "$BIN/merlin"
@@ -422,29 +454,35 @@ uninstall() {
     home="$(getent passwd "$TARGET_USER" | cut -d: -f6 || true)"
     [ -n "$home" ] && remove "$home/.cache/merlin"
   fi
-  say "done. Kept: chats and settings (~/.local/share/merlin)$( [ "$PURGE" -eq 1 ] || echo ", caches (~/.cache/merlin)") and the system packages (apt)."
+  say "done. Kept: chats, settings and downloaded models (~/.local/share/merlin)$( [ "$PURGE" -eq 1 ] || echo ", caches (~/.cache/merlin)") and the system packages (apt)."
 }
 
 # ---------------------------------------------------------------------------- main
 
-[ "$DRY_RUN" -eq 1 ] && say "dry run: nothing is changed"
-check_system
-check_privileges
-resolve_user
-if [ "$UNINSTALL" -eq 1 ]; then uninstall; exit 0; fi
-if [ "$KIOSK" = off ] && [ -x "$PREFIX/venv/bin/merlin" ]; then remove_kiosk; exit 0; fi
-say "installing Merlin from $SRC on $OS_NAME ($ARCH) for user $TARGET_USER into $PREFIX"
-if [ "$KIOSK" = auto ]; then
-  if display_manager_enabled; then KIOSK=autostart; else KIOSK=cage; fi
-fi
-if [ "$KIOSK" = cage ] || [ "$KIOSK" = autostart ]; then
-  [ "$TARGET_USER" != root ] || die "the kiosk must not run as root: give --user NAME (an ordinary account)"
-fi
-if [ "$APT" -eq 1 ]; then install_packages; fi
-check_python
-install_venv
-install_desktop
-warm_up
-if [ "$KIOSK" = off ]; then remove_kiosk; else install_kiosk; fi
-say "installed. Start Merlin from the applications menu or with: merlin"
-say "check it at any time with: merlin --self-test"
+main() {
+  parse_args "$@"
+  [ "$DRY_RUN" -eq 1 ] && say "dry run: nothing is changed"
+  check_system
+  check_privileges
+  resolve_user
+  if [ "$UNINSTALL" -eq 1 ]; then uninstall; return 0; fi
+  if [ "$KIOSK" = off ] && [ -x "$PREFIX/venv/bin/merlin" ]; then remove_kiosk; return 0; fi
+  say "installing Merlin from $SRC on $OS_NAME ($ARCH) for user $TARGET_USER into $PREFIX"
+  if [ "$KIOSK" = auto ]; then
+    if display_manager_enabled; then KIOSK=autostart; else KIOSK=cage; fi
+  fi
+  if [ "$KIOSK" = cage ] || [ "$KIOSK" = autostart ]; then
+    [ "$TARGET_USER" != root ] || die "the kiosk must not run as root: give --user NAME (an ordinary account)"
+  fi
+  if [ "$APT" -eq 1 ]; then install_packages; fi
+  check_python
+  install_venv
+  install_desktop
+  warm_up
+  if [ "$KIOSK" = off ]; then remove_kiosk; else install_kiosk; fi
+  say "installed. Start Merlin from the applications menu or with: merlin"
+  say "check it at any time with: merlin --self-test"
+}
+
+# tests/test_packaging.py sources this file to run its steps one by one
+if [ "${BASH_SOURCE[0]:-$0}" = "$0" ]; then main "$@"; fi

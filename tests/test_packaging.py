@@ -143,7 +143,7 @@ def test_uninstall_dry_run(tmp_path):
     r = install(tmp_path, "--dry-run", "--uninstall", "--prefix", str(prefix))
     assert r.returncode == 0, r.stderr
     assert f"would remove {prefix}" in r.stdout
-    assert "Kept: chats and settings" in r.stdout
+    assert "Kept: chats, settings and downloaded models" in r.stdout
     assert prefix.is_dir()  # a dry run
 
 
@@ -426,3 +426,79 @@ def test_a_venv_of_a_python_upgraded_in_place_is_made_anew(tmp_path, monkeypatch
     r = install(tmp_path, "--dry-run", "--no-apt", "--no-warmup", "--prefix", str(prefix))
     assert r.returncode == 0, r.stderr
     assert "made with another Python: making it anew" in r.stdout
+
+
+FAKE_PYTHON = """#!/bin/sh
+# a Python for install.sh's steps: venv, pip (logged; FAKE_PIP says what the network allows), -c
+case "$1 $2" in
+  "-m venv") mkdir -p "$3/bin"; cp "$0" "$3/bin/python"
+             echo "home = $(dirname "$(readlink -f "$0")")" > "$3/pyvenv.cfg"; exit 0 ;;
+  "-m pip") shift 2; echo "pip $*" >> "$FAKE_LOG"
+            case " $* " in *" --upgrade pip "*) [ "$FAKE_PIP" = online ]; exit ;; esac
+            case " $* " in
+              *" --no-index "*) [ "$FAKE_PIP" != offline-missing ]; exit ;;
+              *) [ "$FAKE_PIP" = online ]; exit ;;
+            esac ;;
+  "-m compileall") exit 0 ;;
+  "-c "*) echo "(3, 12)"; exit 0 ;;
+esac
+exit 1
+"""
+
+
+def run_install_venv(tmp_path, network):
+    """install.sh's install_venv step against an installation of an older Merlin, with a fake
+    Python whose pip reaches the package index or not (FAKE_PIP)."""
+    python = tmp_path / "python" / "python3"
+    python.parent.mkdir()
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    source = tmp_path / "new source"
+    (source / "src" / "merlin").mkdir(parents=True)
+    (source / "VERSION").write_text("new\n")
+    prefix = tmp_path / "opt-merlin"
+    (prefix / "src").mkdir(parents=True)
+    (prefix / "src" / "VERSION").write_text("old\n")
+    subprocess.run([str(python), "-m", "venv", str(prefix / "venv")], check=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = (
+        f'source "{INSTALL}"; PREFIX="{prefix}"; SRC="{source}"; BIN="{bin_dir}"; '
+        f'PYTHON="{python}"; ARCH=x86_64; install_venv'
+    )
+    log = tmp_path / "pip.log"
+    env = dict(os.environ, FAKE_PIP=network, FAKE_LOG=str(log))
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                          timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    pip_calls = log.read_text().splitlines() if log.exists() else []
+    return done, prefix, pip_calls
+
+
+def test_a_re_run_without_the_network_installs_with_the_packages_it_has(tmp_path):
+    """A board is often offline: re-running the installer there stopped at pip (its upgrade of
+    itself, then the build dependencies of Merlin's editable install) after the new source was
+    in place."""
+    done, prefix, pip_calls = run_install_venv(tmp_path, "offline")
+    assert done.returncode == 0, done.stderr
+    assert (prefix / "src" / "VERSION").read_text() == "new\n"
+    assert not (prefix / "src.old").exists() and not (prefix / "src.new").exists()
+    assert "--no-index --no-build-isolation" in pip_calls[-1]
+    assert "pip was not upgraded" in done.stdout
+    assert "installing with the packages the venv already has" in done.stdout
+    assert (tmp_path / "bin" / "merlin").is_symlink()
+
+
+def test_an_online_install_puts_the_build_backend_in_the_venv(tmp_path):
+    done, prefix, pip_calls = run_install_venv(tmp_path, "online")
+    assert done.returncode == 0, done.stderr
+    assert len(pip_calls) == 2 and "setuptools>=70.1" in pip_calls[1]
+    assert (prefix / "src" / "VERSION").read_text() == "new\n"
+
+
+def test_an_offline_re_run_that_needs_new_packages_keeps_the_installed_merlin(tmp_path):
+    done, prefix, _ = run_install_venv(tmp_path, "offline-missing")
+    assert done.returncode == 2
+    assert "The installed Merlin is unchanged" in done.stderr
+    assert (prefix / "src" / "VERSION").read_text() == "old\n"
+    assert not (prefix / "src.old").exists() and not (prefix / "src.new").exists()
+    assert not (tmp_path / "bin" / "merlin").exists()
