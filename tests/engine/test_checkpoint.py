@@ -313,3 +313,42 @@ def test_a_missing_shard_or_a_dangling_link_says_to_download_again(tmp_path):
     link.symlink_to(tmp_path / "blobs" / "0123abcd")
     with pytest.raises(CheckpointError, match="which is gone; download it again"):
         SafetensorsFile(link)
+
+
+def test_defaults_are_those_transformers_takes(tmp_path):
+    """A key config.json leaves out means transformers' default, so a config it runs computes
+    the same here: Qwen3-VL's dense head_dim is 128 (not hidden / heads: such a config was
+    refused over its mrope_section), and a vision config without deepstack_visual_indexes
+    feeds blocks 8, 16 and 24 (it had fed none: image answers silently wrong)."""
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: (
+        c["text_config"].pop("head_dim"), c["vision_config"].update(depth=27),
+        c["text_config"]["rope_scaling"].update(mrope_section=[24, 20, 20]),
+        c["vision_config"].pop("deepstack_visual_indexes")))  # fmt: skip
+    cfg = load_config(folder)
+    assert cfg.text.head_dim == 128
+    assert cfg.vision.deepstack_visual_indexes == (8, 16, 24)
+
+
+def test_a_default_deepstack_stops_at_the_depth(tmp_path):
+    """transformers' loop over the blocks never reaches a default index past the depth."""
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: (
+        c["vision_config"].pop("deepstack_visual_indexes"),
+        c["vision_config"].update(depth=9)))  # fmt: skip
+    assert load_config(folder).vision.deepstack_visual_indexes == (8,)
+
+
+def test_a_checkpoint_quantized_by_another_tool_is_named_so(tmp_path):
+    """Qwen's FP8 releases (and AWQ, GPTQ) had been called damaged ("download it again") or
+    missing a tensor: they are refused as what they are, pointing to the BF16 release."""
+    folder = copy_fixture(tmp_path)
+    edit_config(folder, lambda c: c.update(
+        quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]}))  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"quantized by another tool \(fp8\).*BF16"):
+        load_config(folder)
+    header = {"w": {"dtype": "F8_E4M3", "shape": [2, 2], "data_offsets": [0, 4]}}
+    path = write_raw(tmp_path / "fp8.safetensors", header, b"\0" * 4)
+    with pytest.raises(CheckpointError, match="stored as F8_E4M3") as err:
+        SafetensorsFile(path)
+    assert "damaged" not in str(err.value)

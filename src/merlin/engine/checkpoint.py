@@ -45,6 +45,10 @@ DTYPES = {
     "BOOL": (np.dtype("?"), 1),
 }
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+# safetensors dtypes of checkpoints quantized by other tools (FP8, MXFP4...) or of other uses:
+# a valid file Merlin does not read, not a damaged one
+UNREAD_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "U16", "U32", "U64",
+                 "C64")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,13 @@ class SafetensorsFile:
         if not isinstance(entry, dict):
             raise self._fail(f"entry for {name!r} is not an object")
         dtype = entry.get("dtype")
+        if dtype in UNREAD_DTYPES:
+            raise CheckpointError(
+                f"{self.path}: tensor {name!r} is stored as {dtype}, which Merlin does not read "
+                f"(it reads {', '.join(FLOAT_DTYPES)} weights): a checkpoint quantized by "
+                "another tool. Use the model's BF16 release; Merlin quantizes it itself "
+                "(--weights q8 or q4)."
+            )
         if dtype not in DTYPES:
             raise self._fail(f"tensor {name!r} has unknown dtype {dtype!r}")
         shape = entry.get("shape")

@@ -30,6 +30,11 @@ MAX_LAYERS = 1024
 # config.json, generation_config.json, the shard index: real ones are at most a few MB
 MAX_JSON_BYTES = 64 << 20
 MAX_HEAD_DIM = 1024
+# What transformers takes when config.json leaves a key out (so a config it runs computes the
+# same here): Qwen3VLTextConfig.head_dim (the MoE configs take hidden / heads) and
+# Qwen3VLVisionConfig.deepstack_visual_indexes.
+DENSE_HEAD_DIM = 128
+DEFAULT_DEEPSTACK = (8, 16, 24)
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,15 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
             "checkpoints (model_type 'qwen3_vl', e.g. Qwen/Qwen3-VL-2B-Instruct; 'qwen3_vl_moe', "
             "Qwen3-VL-30B-A3B) and Qwen3-30B-A3B (model_type 'qwen3_moe')."
         )
+    quantized = raw.get("quantization_config")
+    if quantized is not None:  # its tensors are FP8, AWQ, GPTQ...: not weights Merlin reads
+        method = quantized.get("quant_method") if isinstance(quantized, dict) else None
+        raise CheckpointError(
+            f"{path}: this checkpoint was quantized by another tool"
+            f"{f' ({method})' if isinstance(method, str) else ''}; Merlin reads the original "
+            "BF16 (or F16/F32) weights and quantizes them itself (--weights q8 or q4). Use the "
+            "model's BF16 release instead (e.g. Qwen/Qwen3-VL-2B-Instruct, not ...-FP8)."
+        )
     flat = model_type == "qwen3_moe"  # text keys at the top level, no vision
     text = raw if flat else raw.get("text_config")
     if not isinstance(text, dict):
@@ -241,7 +255,8 @@ def parse_config(raw: dict, path: Path) -> ModelConfig:
             f"{path}: 'text_config.num_key_value_heads' must be a positive integer, got {n_kv!r}."
         )
     head_dim = text.get("head_dim")
-    head_dim = hidden // n_heads if head_dim is None else head_dim
+    if head_dim is None:  # transformers' defaults: Qwen3-VL's dense text config has its own
+        head_dim = DENSE_HEAD_DIM if model_type == "qwen3_vl" else hidden // n_heads
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
         raise CheckpointError(
             f"{path}: 'text_config.head_dim' must be a positive integer, got {head_dim!r}."
@@ -344,7 +359,9 @@ def _parse_vision(vision: dict | None, path: Path) -> VisionConfig | None:
         raise CheckpointError(
             f"{path}: vision hidden_size ({hidden}) / num_heads ({heads}) must be a multiple of 4."
         )
-    indexes = vision.get("deepstack_visual_indexes", [])
+    indexes = vision.get("deepstack_visual_indexes")
+    if indexes is None:  # transformers' default; blocks past the depth are never reached
+        indexes = [i for i in DEFAULT_DEEPSTACK if i < depth]
     if not isinstance(indexes, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and 0 <= i < depth for i in indexes
     ):
