@@ -255,6 +255,19 @@ QWEN3VL_2B = RandomModelSpec(
     seed=2,
 )
 
+# Qwen3-VL-8B's vision encoder (depth 27, width 1152, an MLP of 4,304: not a multiple of 32)
+# in front of a one-layer text model of the 8B's width: what `python -m
+# merlin.engine.bench.vision_ttft --shape 8b` encodes (its time to first token is not the 8B's).
+QWEN3VL_8B_VISION = RandomModelSpec(
+    "qwen3vl-8b-vision-random",
+    text={**QWEN3VL_2B.text, "hidden_size": 4096, "num_hidden_layers": 1,
+          "intermediate_size": 12288, "num_attention_heads": 32, "vocab_size": DEMO_VOCAB_SIZE},
+    vision={**QWEN3VL_2B.vision, "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+            "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]},
+    tie=True,
+    seed=3,
+)  # fmt: skip
+
 # Bump when the way weights are drawn or written changes (cached checkpoints are rebuilt).
 RECIPE_VERSION = 1
 

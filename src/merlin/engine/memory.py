@@ -107,14 +107,16 @@ def vision_weight_bytes(cfg: ModelConfig) -> int:
     """The vision weights held in memory: all but the block and merger matrices in f32 (those
     stay in the checkpoint file, engine.vision.encoder.StoredWeight), plus the block and
     merger matrices' q8 copies (34 bytes a block of 32: engine/vision/qweights.py, the default
-    vision weights format), made at the first image."""
+    vision weights format), made at the first image for those whose input width is a
+    multiple of 32 (the others are widened from the file at each encode)."""
     from .vision.weights import expected_vision_tensors, is_stored_matrix
 
     if cfg.vision is None:
         return 0
     shapes = expected_vision_tensors(cfg.vision)
     f32 = 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
-    q8 = sum(math.prod(s) for name, s in shapes.items() if is_stored_matrix(name)) * 34 // 32
+    q8_weights = [s for name, s in shapes.items() if is_stored_matrix(name) and s[1] % 32 == 0]
+    q8 = sum(math.prod(s) for s in q8_weights) * 34 // 32
     return f32 + q8
 
 

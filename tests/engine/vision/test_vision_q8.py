@@ -215,3 +215,31 @@ def test_small_encodes_run_on_the_calling_thread_alone(case, monkeypatch):
         vision.set_weights_format("f32")
     assert np.array_equal(serial.embeds, pooled.embeds)
     assert all(np.array_equal(a, b) for a, b in zip(serial.deepstack, pooled.deepstack))
+
+
+def test_a_matrix_of_an_odd_width_stays_f32_in_the_q8_encoder(tmp_path):
+    """Qwen3-VL-8B's encoder has an MLP of 4,304 (fc2 reads 4,304 columns, not a multiple of
+    the 32-wide blocks): the whole encoder had fallen back to f32 (and `--vision-weights q8`
+    was refused). Now every other matrix runs q8 and fc2 stays f32."""
+    from dataclasses import replace
+
+    from merlin.engine import demo
+
+    spec = replace(demo.DEMO, name="odd-mlp", vision={**demo.DEMO_VISION, "intermediate_size": 72})
+    folder = tmp_path / "odd"
+    demo._build(folder, spec)
+    cfg = load_config(folder)
+    with Checkpoint(folder) as ckpt:
+        vision = load_vision(folder, ckpt, cfg)
+        vision.set_weights_format(None)  # the default
+        assert vision.weights_format == "q8"
+        image = vision.prepare(IMAGES / IMAGE_TABLE["wide"]["file"])
+        q8 = vision.encode([image])
+        blocks = vision.encoder.w.blocks
+        assert all(getattr(b.fc2_w, "q8", None) is None for b in blocks)
+        assert all(getattr(b.fc1_w, "q8", None) is not None for b in blocks)
+        vision.set_weights_format("f32")
+        f32 = vision.encode([image])
+    assert cosine(q8.embeds, f32.embeds) >= 0.999
+    for a, b in zip(q8.deepstack, f32.deepstack, strict=True):
+        assert cosine(a, b) >= 0.999

@@ -236,6 +236,9 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, fo
 
     result = {"threads": numba.get_num_threads(), "load_avg": list(os.getloadavg()),
               "checkpoint": str(folder), "text_weights": weights, "repeats": repeats,
+              "encoder": {"depth": vision.encoder.cfg.depth,
+                          "width": vision.encoder.cfg.hidden_size,
+                          "mlp": vision.encoder.cfg.intermediate_size},
               "host_peaks": measure_peaks(), "board": BOARD, "budgets": []}  # fmt: skip
     host = result["host_peaks"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -271,7 +274,9 @@ def run(tokens=TOKENS, repeats: int = 3, weights: str = "q4", progress=print, fo
 def report(r: dict) -> str:
     lines = [
         f"{r['threads']} threads, load average at the start {r['load_avg'][0]:.1f}",
-        f"image questions, Qwen3-VL-2B shapes (random weights), text {r['text_weights']}, "
+        f"image questions, random weights in {Path(r['checkpoint']).name}: vision encoder "
+        f"{r['encoder']['depth']} blocks of width {r['encoder']['width']}, MLP "
+        f"{r['encoder']['mlp']}; text {r['text_weights']}, "
         f"medians of {r['repeats']}; encode f32 and q8 alternating in one process",
         f"{'picture':>11} {'tokens':>6} {'f32 ms':>9} {'q8 ms':>9} {'f32/q8':>6} "
         f"{'f32 GF/s':>8} {'q8 GF/s':>8} {'q8 gemm':>8} {'sgemm':>6} {'f32/sg':>6} "
@@ -335,9 +340,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     p.add_argument("--weights", default="q4", help="text weights (default q4, the app's)")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument(
+        "--shape", choices=("2b", "8b"), default="2b",
+        help="2b: the 2B-shaped random checkpoint; 8b: the 8B's vision encoder (its MLP of "
+        "4,304 stays f32 in q8) before a one-layer text model (its time to first token is "
+        "not the 8B's)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    folder = None
+    if args.shape == "8b":
+        from ..demo import QWEN3VL_8B_VISION, ensure_random_checkpoint
+
+        folder = ensure_random_checkpoint(
+            QWEN3VL_8B_VISION, on_build=lambda: print("building 8B vision", file=sys.stderr)
+        )
     result = run(tuple(args.tokens), args.repeats, args.weights,
-                 progress=lambda m: print(m, file=sys.stderr))  # fmt: skip
+                 progress=lambda m: print(m, file=sys.stderr), folder=folder)  # fmt: skip
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -132,14 +132,15 @@ class VisionEncoder:
             )
         if fmt == "q8" and not qweights.quantizable(self.w.stored):
             raise InputError(
-                "this vision encoder's matrices cannot be quantized to q8 (an input width is "
-                "not a multiple of 32); use --vision-weights f32."
+                "none of this vision encoder's matrices can be quantized to q8 (no input "
+                "width is a multiple of 32); use --vision-weights f32."
             )
         self.weights_format = fmt
 
     def _ready(self, weight: StoredWeight, role: str, scratch):
-        """The matrix in the encoder's weights format: f32 [O, K] or a q8 GroupLinear."""
-        if self.weights_format == "q8":
+        """The matrix in the encoder's weights format: f32 [O, K] or a q8 GroupLinear (f32
+        in a q8 encoder too when its input width is not a multiple of 32)."""
+        if self.weights_format == "q8" and qweights.runs_q8(weight):
             return qweights.q8_linear(weight, scratch)
         return weight.f32(scratch, role)
 

@@ -63,7 +63,8 @@ class VisionModel:
         return prepare_image(path, self.preprocess, max_pixels)
 
     def set_weights_format(self, fmt: str | None) -> None:
-        """'f32' or 'q8' for the encoder's matrices; None: q8 where the shapes allow it."""
+        """'f32' or 'q8' for the encoder's matrices; None: q8 where the shapes allow it (a
+        matrix whose input width is not a multiple of 32 stays f32)."""
         if self.encoder is None:
             return
         if fmt is None:

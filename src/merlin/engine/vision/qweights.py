@@ -1,7 +1,8 @@
 """q8 vision weights: the encoder's block and merger matrices through the grouped integer
 kernels (engine/kernels/qgroup.py, q8a8: q8_0 weights, activations quantized to int8 per
 block of 32 inside the kernel, one 4-byte integer dot for 4 products a lane where an f32 fma
-does 1), the path text prefill of q4 models' q8 head takes (engine/linear.GroupLinear).
+does 1), the path text prefill of q4 models' q8 head takes (engine/linear.GroupLinear). A
+matrix whose input width is not a multiple of 32 stays f32 (runs_q8).
 
 Each matrix is widened from the checkpoint (StoredWeight.f32), quantized to q8_0
 (engine/quant.quantize_q8: absmax / 127 per block of 32, bf16 scales) and packed at the first
@@ -26,9 +27,15 @@ from ..quant import BLOCK, quantize_q8
 _LOCK = threading.Lock()  # two threads encoding at once quantize a matrix once
 
 
+def runs_q8(weight) -> bool:
+    """Can this StoredWeight run as q8 (its input width a multiple of the 32-wide blocks)?
+    The others stay f32 BLAS in a q8 encoder: Qwen3-VL-8B's fc2 reads 4,304 columns."""
+    return weight.shape[1] % BLOCK == 0
+
+
 def quantizable(stored) -> bool:
-    """Can every one of these StoredWeights run as q8 (input width a multiple of 32)?"""
-    return all(w.shape[1] % BLOCK == 0 for w in stored)
+    """Can any of these StoredWeights run as q8 (a q8 encoder is worth having)?"""
+    return any(runs_q8(w) for w in stored)
 
 
 def q8_linear(weight, scratch: dict) -> GroupLinear:
