@@ -198,3 +198,23 @@ def test_any_special_token_the_model_emits_leaves_the_chat_going(demo_model, mon
     assert isinstance(list(again.ask("More?", **dict(GEN, max_new_tokens=2)))[-1], Finished)
     prompt = build_prompt(tok, cfg, again.messages[:-1])
     assert prompt.ids.count(cfg.image_token_id) == s.messages[0].images[0].n_tokens
+
+
+def test_a_file_saved_with_another_tokenizer_is_encoded_from_its_text(demo_model, tmp_path):
+    """`chat --session` continued with another model read the file's answers as the ids its
+    model made: the new model saw other words (or ids outside its vocabulary failed every
+    turn). Ids that are not this tokenizer's spelling of the text are dropped at restore."""
+    s = Session(demo_model)
+    list(s.ask("Hello?", **GEN))
+    answer = s.messages[-1]
+    foreign = [(i + 7) % 1000 for i in answer.ids]  # what another tokenizer's ids look like
+    assert demo_model.tokenizer.decode(foreign) != answer.text
+    s._messages[-1] = Message("assistant", answer.text, [], foreign)
+    path = tmp_path / "other.mss"
+    s.save(path)
+    b, result = Session.open(demo_model, path)
+    assert result.messages_loaded and b.messages[-1].ids is None
+    assert b.messages[-1].text == answer.text
+    as_text = [Message.user("Hello?"), Message("assistant", answer.text)]
+    tok, cfg = demo_model.tokenizer, demo_model.config
+    assert build_prompt(tok, cfg, b.messages).ids == build_prompt(tok, cfg, as_text).ids

@@ -35,13 +35,13 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .. import arrayfile, thinking
-from ..errors import InputError
+from ..errors import InputError, TokenizerError
 from ..generate import (
     AnswerOptions,
     Finished,
@@ -205,9 +205,16 @@ class Session:
         self._sync_budgets()
         return self.images.image(image)
 
+    def _spells(self, ids: list[int], text: str) -> bool:
+        """Whether ids are this model's tokenizer's spelling of text (not another's)."""
+        try:
+            return self.model.tokenizer.decode(ids) == text
+        except TokenizerError:
+            return False
+
     def _normalize(self, messages: Sequence[Message]) -> list[Message]:
         out = []
-        decode = self.model.tokenizer.decode
+        spells = self._spells
         known = self._messages
         for i, m in enumerate(messages):
             if i < len(known) and m is known[i]:  # normalized when it was added: as it is
@@ -233,7 +240,7 @@ class Session:
             # tokenizer sees it (engine.prompt.check_user_text)
             text = check_user_text(m.text) if m.role == "user" else m.text
             ids = getattr(m, "ids", None)
-            if ids is not None and (m.role != "assistant" or decode(ids) != text):
+            if ids is not None and (m.role != "assistant" or not spells(ids, text)):
                 ids = None  # not the ids of this text (edited, or another tokenizer's)
             reasoning = getattr(m, "reasoning", None) if m.role == "assistant" else None
             if reasoning is not None and not isinstance(reasoning, str):
@@ -626,7 +633,11 @@ class Session:
         result, saved, rows, kept = persistence.read_session(self.model, path, self.budget)
         if saved is not None and load_messages:
             self.system = saved.system
-            self._messages = saved.messages
+            # a file saved with another model holds its tokenizer's ids: the text is encoded
+            self._messages = [
+                m if m.ids is None or self._spells(m.ids, m.text) else replace(m, ids=None)
+                for m in saved.messages
+            ]
             # left out under this budget: still so; under another, the budget decides afresh
             same = saved.context_budget == self.settings.context_budget
             self._dropped = {i for i in saved.dropped if i < len(saved.messages)} if same else set()
