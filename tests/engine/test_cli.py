@@ -250,3 +250,71 @@ def test_without_max_context_the_cache_holds_the_default_context(demo_dir, tmp_p
         pass
     assert sizes == [DEFAULT_CONTEXT]
     assert model.new_cache(100_000).max_tokens == 100_000  # asked for: as asked
+
+
+TERMINATED_DURING_A_SAVE = """
+import os, signal, sys
+import numpy as np
+from merlin.engine import arrayfile, cli, cli_checks
+
+def chunks():
+    yield np.zeros(1000, np.float32)
+    os.kill(os.getpid(), signal.SIGTERM)  # while the temporary is half written
+    yield np.zeros(1000, np.float32)
+
+def save(args):
+    spec = arrayfile.ArraySpec("a", np.float32, (2000,), chunks)
+    arrayfile.write(sys.argv[1], "test", {}, [spec])
+
+class Args:
+    func = staticmethod(save)
+
+cli.build_parser = lambda: type("Parser", (), {"parse_args": lambda self, argv: Args()})()
+cli_checks.check_args = lambda args: None
+cli.main([])
+"""
+
+
+def test_sigterm_during_a_save_leaves_no_temporary(tmp_path):
+    """SIGTERM (a service stopping; SIGHUP, a closed terminal) ended the process at once, and
+    every `chat --session` interrupted while saving left a hidden temporary of megabytes."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "save.py"
+    script.write_text(TERMINATED_DURING_A_SAVE)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "chat.mss")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 128 + 15, done.stderr
+    assert list(tmp_path.iterdir()) == [script]  # neither the file nor a temporary
+
+
+def test_closed_or_full_output_is_one_line(demo_dir, tmp_path):
+    """`>&-`, `<&-` and a full disk (/dev/full) had ended in tracebacks."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "merlin.engine.cli"]
+    gen = [*base, "generate", "hi", "--model", str(demo_dir), "--max-new-tokens", "2"]
+    closed = subprocess.run(gen, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            timeout=300, close_fds=True, pass_fds=(),
+                            preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
+    chat = subprocess.run([*base, "chat", "--model", str(demo_dir)], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.close(0))  # fmt: skip
+    assert chat.returncode == 0 and "Traceback" not in chat.stderr, chat.stderr
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run(gen, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert_user_error(r, "No space left on device")
+
+
+def test_a_session_name_near_the_file_system_limit_is_saved(tmp_path):
+    """The temporary `.NAME.PID.tmp` of a 245-character name went past 255: such a session
+    could never be saved."""
+    from merlin.engine import arrayfile
+
+    path = tmp_path / ("q" * 245 + ".mss")
+    arrayfile.write(path, "test", {}, [arrayfile.array_spec("a", np.zeros(3, np.float32))])
+    assert path.is_file() and [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -96,7 +96,7 @@ def write(path: Path | str, kind: str, meta: dict, arrays: list[ArraySpec]) -> i
     person can act on) when the disk is full or the folder cannot be written. A symlink stays
     a link (its target is replaced) and the replaced file's permissions are kept."""
     path = replace_file.target(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = replace_file.temporary_name(path)
     entries = []
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

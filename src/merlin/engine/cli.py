@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
 
-from .commands.args import EXIT_USER_ERROR, format_profile  # noqa: F401 (public names)
-from .errors import MerlinError
+# nothing heavy at import: a Ctrl-C while NumPy and Numba load is inside main's handling
+from .errors import EXIT_USER_ERROR, MerlinError
 
 # subcommand modules, in the order `merlin-cli --help` lists them
 COMMANDS = [
@@ -43,10 +46,51 @@ def tolerate_unencodable_output() -> None:
             stream.reconfigure(errors=errors)
 
 
-def main(argv: list[str] | None = None) -> int:
-    tolerate_unencodable_output()
-    args = build_parser().parse_args(argv)
+def __getattr__(name: str):
+    if name == "format_profile":  # a public name of this module, imported when asked
+        from .commands.args import format_profile
+
+        return format_profile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _stop(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _exits_on_termination() -> dict:
+    """SIGTERM and SIGHUP end the command as Python exceptions do, so that a file being
+    written is removed, not left as a hidden temporary (the default ends the process at
+    once). Returns the handlers replaced (none off the main thread, where Python cannot
+    set them)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def _standard_streams() -> None:
+    """A command started with stdin or stdout closed (`<&-`, `>&-`) reads nothing and
+    writes nowhere instead of failing on None."""
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # for the whole process
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")
+
+
+def _silence_stdout() -> None:
+    """After a write to stdout failed, the interpreter's last flush must not fail again."""
     try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    replaced = _exits_on_termination()
+    try:
+        _standard_streams()
+        tolerate_unencodable_output()
+        args = build_parser().parse_args(argv)
         from .cli_checks import check_args
 
         check_args(args)  # every numeric option bounded before any work (engine.limits)
@@ -58,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         print("merlin-cli: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except OSError as e:  # e.g. the output on a full disk (/dev/full)
+        print(f"merlin-cli: error: {e.strerror or e}", file=sys.stderr)
+        _silence_stdout()
+        return EXIT_USER_ERROR
+    finally:
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@ Everything the engine raises on bad input is a MerlinError subclass, so the CLI 
 show the message instead of a traceback.
 """
 
+# the exit status of a command-line error the user can fix (argparse's own is 2 too)
+EXIT_USER_ERROR = 2
+
 
 class MerlinError(Exception):
     """Base class: the message is meant for the user."""

@@ -33,6 +33,14 @@ def target(path: Path | str) -> Path:
     return real if real.parent.is_dir() and not real.is_symlink() else path
 
 
+def temporary_name(path: Path, tag: str = "") -> Path:
+    """The temporary beside `path` a save of this process writes: hidden, named after the
+    file, cut to 200 bytes of it so that a name near the file system's 255 still has a
+    temporary (one of 245 could never be saved)."""
+    name = os.fsdecode(os.fsencode(path.name)[:200])
+    return path.with_name(f".{name}.{os.getpid()}{tag}.tmp")
+
+
 def _mode(path: Path | str) -> int | None:
     try:
         return stat.S_IMODE(os.stat(path).st_mode)
@@ -67,7 +75,7 @@ def replacing(path: Path | str) -> Iterator:
     through a symlink to its target, flushed to disk, with the replaced file's permissions.
     On an exception (a full disk, Ctrl-C) the temporary goes and `path` is as it was."""
     path = target(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = temporary_name(path, f".{secrets.token_hex(4)}")
     try:
         create_temporary(tmp, path)
         with open(tmp, "wb") as f:

@@ -12,11 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import EXIT_USER_ERROR, InputError  # noqa: F401 (the subcommands' exit status)
 from ..formats import DEFAULT_KV, DEFAULT_WEIGHTS
 from ..speculative import MAX_K, SPEC_MODES
-
-EXIT_USER_ERROR = 2
 
 
 def emit(out, obj: dict) -> None:
