@@ -3,6 +3,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -153,6 +155,11 @@ def test_default_model_is_demo(tmp_path):
         (["generate", "--model", "", "hi"], ["--model is empty"]),
         (["info", "--weights", "bogus"], ["unknown weights format"]),
         (["info", "--kv", "bogus"], ["unknown KV cache format"]),
+        # tracebacks until session 35: a user that does not exist, a name too long
+        (["info", "--model", "~no-such-user-merlin/m"], ["no such folder"]),
+        (["info", "--model", "m" * 300], ["cannot be opened (File name too long)"]),
+        (["generate", "--image", "~no-such-user-merlin/x.png", "hi"], ["no such file"]),
+        (["logits", "hi", "--out", "o" * 300], ["File name too long"]),
     ],
 )
 def test_bad_input_gives_clear_error(demo_dir, args, fragments):
@@ -278,9 +285,6 @@ cli.main([])
 def test_sigterm_during_a_save_leaves_no_temporary(tmp_path):
     """SIGTERM (a service stopping; SIGHUP, a closed terminal) ended the process at once, and
     every `chat --session` interrupted while saving left a hidden temporary of megabytes."""
-    import subprocess
-    import sys
-
     script = tmp_path / "save.py"
     script.write_text(TERMINATED_DURING_A_SAVE)
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "chat.mss")],
@@ -291,9 +295,6 @@ def test_sigterm_during_a_save_leaves_no_temporary(tmp_path):
 
 def test_closed_or_full_output_is_one_line(demo_dir, tmp_path):
     """`>&-`, `<&-` and a full disk (/dev/full) had ended in tracebacks."""
-    import subprocess
-    import sys
-
     base = [sys.executable, "-m", "merlin.engine.cli"]
     gen = [*base, "generate", "hi", "--model", str(demo_dir), "--max-new-tokens", "2"]
     closed = subprocess.run(gen, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -318,3 +319,14 @@ def test_a_session_name_near_the_file_system_limit_is_saved(tmp_path):
     path = tmp_path / ("q" * 245 + ".mss")
     arrayfile.write(path, "test", {}, [arrayfile.array_spec("a", np.zeros(3, np.float32))])
     assert path.is_file() and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_a_nul_in_an_image_line_is_one_turn_s_error(demo_dir):
+    """`/image x<NUL>.png` ended the whole chat with a ValueError traceback."""
+    r = subprocess.run(
+        [sys.executable, "-m", "merlin.engine.cli", "chat", "--model", str(demo_dir),
+         "--max-new-tokens", "2"],
+        input="hi\n/image x\0.png\nhi again\n", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "embedded null byte" in r.stderr and r.stderr.count("prefill") == 1

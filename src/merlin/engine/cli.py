@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 0
-    except OSError as e:  # e.g. the output on a full disk (/dev/full)
-        print(f"merlin-cli: error: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # e.g. the output on a full disk (/dev/full), a name too long
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"merlin-cli: error: {where}{e.strerror or e}", file=sys.stderr)
         _silence_stdout()
         return EXIT_USER_ERROR
     finally:

@@ -436,6 +436,13 @@ def read_json(path: Path, what: str) -> dict:
 
 def load_config(folder: Path) -> ModelConfig:
     folder = Path(folder)
+    try:
+        os.stat(folder)
+    except FileNotFoundError:
+        pass  # said below, with what the path is
+    except (OSError, ValueError) as e:  # not allowed in, a name too long, a NUL
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CheckpointError(f"{folder}: cannot be opened ({why}).") from None
     if not folder.is_dir():
         if folder.is_file():
             problem = "is a file, not a folder"

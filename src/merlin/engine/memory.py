@@ -287,7 +287,7 @@ def estimate_memory(
     to `image_pixels` pixels (default: the checkpoint's preprocessor max_pixels). Reads only
     config.json and the safetensors headers; raises CheckpointError for a broken checkpoint."""
     weights = check_formats(weights, kv)
-    folder = Path(folder).expanduser()
+    folder = Path(os.path.expanduser(folder))
     cfg = load_config(folder)
     with Checkpoint(folder) as ckpt:
         check_text_tensors(ckpt, cfg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,7 +158,7 @@ def load_model(
     engine/autoweights.py."""
     weights = memory.check_formats(weights, kv)
     t0 = time.perf_counter()
-    folder = Path(folder).expanduser()
+    folder = Path(os.path.expanduser(folder))
     config = load_config(folder)
     tokenizer = Tokenizer.from_folder(folder)
     if tokenizer.vocab_size > config.text.vocab_size:

@@ -30,11 +30,11 @@ def hf_cache_dirs() -> list[Path]:
     dirs = []
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
-            dirs.append(Path(os.environ[var]).expanduser())
+            dirs.append(Path(os.path.expanduser(os.environ[var])))
     if os.environ.get("HF_HOME"):
-        dirs.append(Path(os.environ["HF_HOME"]).expanduser() / "hub")
+        dirs.append(Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub")
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    base = Path(os.path.expanduser(xdg)) if xdg else Path.home() / ".cache"
     dirs.append(base / "huggingface" / "hub")
     seen, out = set(), []
     for d in dirs:

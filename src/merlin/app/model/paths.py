@@ -20,13 +20,22 @@ _fallback: dict[str, Path] = {}  # wanted folder -> temporary folder used instea
 PROBLEMS: dict[str, str] = {}  # wanted folder -> why it cannot be used
 
 
+def _data_folder(override: str | None) -> Path:
+    """MERLIN_DATA_DIR if set (a ~ expanded), else the platform's user data folder."""
+    return (
+        Path(os.path.expanduser(override))
+        if override
+        else user_data_path(APP_NAME, appauthor=False)
+    )
+
+
 def data_dir() -> Path:
     """The folder for chats, stored images and settings (created on first use). When it
     cannot be used (MERLIN_DATA_DIR names a file, a folder that cannot be made...), a
     temporary folder is used for this run and data_dir_problem() says why (the window shows
     it; nothing is saved for the next start)."""
     override = os.environ.get(ENV_DATA_DIR)
-    folder = Path(override).expanduser() if override else user_data_path(APP_NAME, appauthor=False)
+    folder = _data_folder(override)
     key = str(folder)
     if key in _fallback:
         return _fallback[key]
@@ -57,7 +66,7 @@ def data_dir() -> Path:
 def data_dir_problem() -> str:
     """Why the data folder in use is a temporary one ("" when it is not)."""
     override = os.environ.get(ENV_DATA_DIR)
-    folder = Path(override).expanduser() if override else user_data_path(APP_NAME, appauthor=False)
+    folder = _data_folder(override)
     return PROBLEMS.get(str(folder), "")
 
 

@@ -100,7 +100,7 @@ def run(
     thumbnails().wait()
     for _ in range(5):
         app.processEvents()
-    out = Path(path).expanduser()
+    out = Path(os.path.expanduser(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     ok = window.grab().save(str(out), "PNG")
     if demo:

@@ -19,6 +19,7 @@ line for to be in the database (tests/robustness/test_kill_app.py).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def say(line: str) -> None:
 
 
 def read_messages(path: str) -> list[str]:
-    text = Path(path).expanduser().read_text(encoding="utf-8", errors="replace")
+    text = Path(os.path.expanduser(path)).read_text(encoding="utf-8", errors="replace")
     return [line for line in text.splitlines() if line.strip()]
 
 

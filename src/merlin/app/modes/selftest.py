@@ -159,7 +159,7 @@ def _run_in(scratch: Path, model, weights, kv, screenshot, timeout_s) -> int:
             return fail("the rendered window is blank")
         size = f"{picture.width()}x{picture.height()}"
         if screenshot:
-            out = Path(screenshot).expanduser()
+            out = Path(os.path.expanduser(screenshot))
             out.parent.mkdir(parents=True, exist_ok=True)
             picture.save(str(out), "PNG")
             say(f"rendered the window offscreen ({size}): {out}")

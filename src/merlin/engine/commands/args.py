@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def model_dir(arg: str | None) -> Path:
             "--model is empty; give a checkpoint folder, or leave --model out for the demo model."
         )
     if arg:
-        return Path(arg).expanduser()
+        return Path(os.path.expanduser(arg))
     from ..demo import ensure_demo_checkpoint
 
     return ensure_demo_checkpoint()

@@ -61,7 +61,7 @@ def cmd_chat(args) -> int:
     if args.session:  # never replace a file that is not one of our sessions (before any work)
         from ..session_check import check_target
 
-        check_target(Path(args.session).expanduser())
+        check_target(Path(os.path.expanduser(args.session)))
     model = load(args)
     options = answer_options(args, model)
     thinking_kwargs(args, model)  # --thinking on without support: an error before any turn
@@ -74,7 +74,7 @@ def cmd_chat(args) -> int:
         image_tokens=args.image_tokens,
     )
     out = sys.stdout
-    path = Path(args.session).expanduser() if args.session else None
+    path = Path(os.path.expanduser(args.session)) if args.session else None
     target = _SessionFile(path) if path is not None else None  # before the file is read
     if path is not None and path.exists():
         session, result = Session.open(model, path, settings, system=args.system)

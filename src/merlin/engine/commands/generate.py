@@ -3,6 +3,7 @@ every prompt position)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def cmd_generate(args) -> int:
 
 def _logits_target(name: str) -> Path:
     """The file --out names (through a symlink), checked: not a folder, not a device."""
-    out = replace_file.target(Path(name).expanduser())
+    out = replace_file.target(Path(os.path.expanduser(name)))
     if out.is_dir():
         raise InputError(f"--out {name} is a folder; give a file name, e.g. {out / 'logits.npy'}.")
     if out.exists() and not out.is_file():

@@ -68,7 +68,7 @@ class ImageResolver:
         folder: Path | str | None = None,
         max_bytes: int = 512 * 1024 * 1024,
     ):
-        self.allowed = Path(allowed_dir).expanduser().resolve() if allowed_dir else None
+        self.allowed = Path(os.path.expanduser(allowed_dir)).resolve() if allowed_dir else None
         self.max_image_bytes = int(max_image_bytes)
         self._own = folder is None
         self.folder = Path(folder or tempfile.mkdtemp(prefix="merlin-serve-images-"))
@@ -112,7 +112,7 @@ class ImageResolver:
                 code="image_url_not_allowed",
             )
         with _unusable_path(param):
-            p = Path(path).expanduser()
+            p = Path(os.path.expanduser(path))
             if not p.is_absolute():
                 p = self.allowed / p
             real = p.resolve()

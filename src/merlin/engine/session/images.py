@@ -91,11 +91,11 @@ class ImageBank:
         vision.require()
         max_px = self._budget(image)
         if isinstance(image, (str, os.PathLike)):
-            path = Path(image).expanduser()
+            path = Path(os.path.expanduser(image))
             try:
                 st = path.stat()
                 key = (str(path.resolve()), st.st_mtime_ns, st.st_size, max_px)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a NUL in the name
                 key = None  # prepare() says what is wrong with the path
             if key in self._memo:
                 return self._memo[key]

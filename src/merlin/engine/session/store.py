@@ -60,7 +60,7 @@ def format_bytes(n: int) -> str:
 def default_store_dir() -> Path:
     env = os.environ.get("MERLIN_SESSION_CACHE")
     if env:
-        return Path(env).expanduser()
+        return Path(os.path.expanduser(env))
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("merlin")) / "sessions"
@@ -72,7 +72,7 @@ class SessionStore:
     trouble: results say what happened, and the reasons are logged."""
 
     def __init__(self, folder: Path | str | None = None, cap_bytes: int = DEFAULT_STORE_CAP):
-        self.folder = Path(folder).expanduser() if folder else default_store_dir()
+        self.folder = Path(os.path.expanduser(folder)) if folder else default_store_dir()
         self.cap_bytes = int(cap_bytes)
 
     def path_for(self, key: str) -> Path:

@@ -126,10 +126,15 @@ def open_image(path: Path | str, target_pixels: int | None = None) -> Image.Imag
     """
     from ..safe_open import open_regular
 
-    path = Path(path).expanduser()
+    path = Path(os.path.expanduser(path))
     name = str(path)
-    if not os.path.lexists(path):
-        raise InputError(f"{name}: no such file. Check the path of the image.")
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file. Check the path of the image.") from None
+    except (OSError, ValueError) as e:  # a folder not allowed in, a name too long, a NUL
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InputError(f"{name}: cannot be read ({why}). Check the path of the image.") from None
     if path.is_dir():
         raise InputError(f"{name} is a folder, not an image file. Choose an image file.")
     try:

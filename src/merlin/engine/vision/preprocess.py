@@ -371,7 +371,7 @@ def prepare_image(
     cfg = cfg.with_max_pixels(max_pixels)
     image = open_image(path, cfg.max_pixels)
     try:
-        prepared = prepare_pil(image, cfg, source=Path(path).expanduser())
+        prepared = prepare_pil(image, cfg, source=Path(os.path.expanduser(path)))
     finally:
         image.close()
     prepared.preprocess_ms = (time.perf_counter() - t0) * 1e3
