@@ -375,6 +375,27 @@ def test_warmup_runs_with_progress(demo_dir, tmp_path, monkeypatch):
     assert warmup.stamp_path("f32", "f32").parent == tmp_path / "stamps"
 
 
+def test_an_interrupted_warmup_removes_its_weight_cache(demo_dir, tmp_path, monkeypatch):
+    """A Ctrl-C during the warm-up left its private converted-weight cache (megabytes in the
+    temporary folder) at every interruption; so did a child warm-up the app cancelled."""
+    from merlin.engine import warmup
+
+    import tempfile
+
+    monkeypatch.setenv(warmup.ENV_STAMPS, str(tmp_path / "stamps"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(warmup, "run_question", interrupted)  # right after the first load
+    with pytest.raises(KeyboardInterrupt):
+        warmup.warm_up(("q8",), ("f32",), model_dir=demo_dir)
+    assert not list(scratch.iterdir())
+
+
 def test_warmup_child_command(monkeypatch):
     import sys
 

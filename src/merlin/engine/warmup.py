@@ -40,6 +40,9 @@ from .formats import DEFAULT_KV, DEFAULT_WEIGHTS, KV_FORMATS, WEIGHT_CHOICES
 
 KV_CHOICES = KV_FORMATS
 ENV_STAMPS = "MERLIN_KERNEL_STAMPS"
+# the folder a child warm-up makes its private weight cache in (warm_up_in_child's, which
+# removes it even when it has to kill the child)
+SCRATCH_ENV = "MERLIN_WARMUP_SCRATCH"
 
 Progress = Callable[[float, str], None]
 
@@ -49,6 +52,7 @@ class Step:
     label: str
     run: Callable[[], None]
     weight: float = 1.0  # relative duration, for the progress fraction
+    always: bool = False  # run even when an earlier step failed or was interrupted (cleanup)
 
 
 class WarmupCancelled(Exception):
@@ -101,8 +105,9 @@ def plan(
 
         # a private converted-weight cache: the first load converts (writable arrays), the
         # second maps the file it wrote (read-only arrays), whatever the user's cache holds
-        if "weights_dir" not in state:
-            state["weights_dir"] = tempfile.mkdtemp(prefix="merlin-warmup-")
+        if "weights_dir" not in state:  # inside the parent's folder when run in a child
+            scratch = os.environ.get(SCRATCH_ENV) or None
+            state["weights_dir"] = tempfile.mkdtemp(prefix="merlin-warmup-", dir=scratch)
         folder = state["weights_dir"]
         old = os.environ.get("MERLIN_WEIGHT_CACHE")
         os.environ["MERLIN_WEIGHT_CACHE"] = folder
@@ -150,7 +155,7 @@ def plan(
     steps.append(
         Step("sampling (temperature, top-k, top-p)", lambda: ask(kv[0], False, sampled=True))
     )
-    steps.append(Step("cleaning up", lambda: _cleanup(state), weight=0.1))
+    steps.append(Step("cleaning up", lambda: _cleanup(state), weight=0.1, always=True))
     return steps
 
 
@@ -226,13 +231,21 @@ def warm_up(
     total = sum(s.weight for s in steps)
     done = 0.0
     timings = []
-    for step in steps:
-        if progress:
-            progress(done / total, step.label)
-        t0 = time.perf_counter()
-        step.run()
-        timings.append((step.label, time.perf_counter() - t0))
-        done += step.weight
+    finished = False
+    try:
+        for step in steps:
+            if progress:
+                progress(done / total, step.label)
+            t0 = time.perf_counter()
+            step.run()
+            timings.append((step.label, time.perf_counter() - t0))
+            done += step.weight
+        finished = True
+    finally:
+        if not finished:  # interrupted or failed: the private weight cache goes all the same
+            for step in steps:
+                if step.always:
+                    step.run()
     if stamp and model_dir is None and vision:  # (the app needs the vision kernels too)
         for w in weights:
             for k in kv:
@@ -326,10 +339,15 @@ def warm_up_in_child(
     ignored (the kernels then compile at first use)."""
     if is_warm(weights, kv):
         return False
-    with tempfile.TemporaryFile() as err:
+    # the child's private weight cache goes in here, removed even when the child is killed
+    with (
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryDirectory(prefix="merlin-warmup-") as scratch,
+    ):
         proc = subprocess.Popen(
-            child_command(weights, kv), stdout=subprocess.PIPE, stderr=err, text=True
-        )
+            child_command(weights, kv), stdout=subprocess.PIPE, stderr=err, text=True,
+            env={**os.environ, SCRATCH_ENV: scratch},
+        )  # fmt: skip
         lines: list[str] = []
 
         def read() -> None:
