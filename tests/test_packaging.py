@@ -378,9 +378,9 @@ def test_warmup_runs_with_progress(demo_dir, tmp_path, monkeypatch):
 def test_an_interrupted_warmup_removes_its_weight_cache(demo_dir, tmp_path, monkeypatch):
     """A Ctrl-C during the warm-up left its private converted-weight cache (megabytes in the
     temporary folder) at every interruption; so did a child warm-up the app cancelled."""
-    from merlin.engine import warmup
-
     import tempfile
+
+    from merlin.engine import warmup
 
     monkeypatch.setenv(warmup.ENV_STAMPS, str(tmp_path / "stamps"))
     scratch = tmp_path / "tmp"
