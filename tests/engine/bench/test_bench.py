@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from merlin.engine.bench import __main__ as bench
 
 
@@ -118,6 +120,28 @@ def test_unknown_section_is_an_error_listing_the_sections():
     done = _bench("decod")
     assert done.returncode == 2
     assert "unknown section decod" in done.stderr and "board peer" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["kernels", "--threads", "0"], "--threads: 0 is not at least 1"),
+        (["kernels", "--repeats", "0"], "--repeats: 0 is not at least 1"),
+        (["vision", "--size", "16x-16"], "width and height must be at least 1"),
+        (["vision", "--size", "abc"], "is not WIDTHxHEIGHT"),
+        (["peer", "--flash-attn", "maybe"], "give on, off"),
+        (["board", "--board-bandwidth", "nan"], "is not a number above 0"),
+        (["session", "--weights", "q5"], "give f32, q8, q4"),
+        (["kernels", "--json", "/nonexistent-merlin/k.json"], "a folder that exists"),
+        (["spec", "--model", "/nonexistent-merlin"], "bench: error: /nonexistent-merlin: no such"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_run(args, fragment):
+    """Each had been a traceback, a table of nan, or a run of minutes whose figures were lost
+    at the end (an unwritable --json)."""
+    done = _bench(*args, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert fragment in done.stderr, done.stderr[-2000:]
 
 
 def test_kernels_section(tmp_path):

@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..errors import MerlinError
 from ..formats import WEIGHT_FORMATS
 from ..kv_cache import KV_FORMATS
 from . import board as board_section
@@ -38,7 +39,7 @@ from . import kernels as kernels_section
 from . import peer as peer_section
 from . import vision as vision_section
 from .decode import SPLIT_K
-from .sections import SectionUnavailable
+from .sections import SectionUnavailable, choice_list, positive_int
 
 SECTIONS = (
     "decode", "prefill", "kernels", "vision", "spec", "session", "board", "peer", "serve", "moe",
@@ -182,22 +183,24 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("what", nargs="*", default=[], help=" ".join(SECTIONS))
-    p.add_argument("--weights", default=",".join(WEIGHT_FORMATS))
-    p.add_argument("--kv", default=",".join(KV_FORMATS))
-    p.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
+    p.add_argument("--weights", type=choice_list(*WEIGHT_FORMATS), default=",".join(WEIGHT_FORMATS))
+    p.add_argument("--kv", type=choice_list(*KV_FORMATS), default=",".join(KV_FORMATS))
+    p.add_argument("--contexts", type=positive_int, nargs="+", default=[128, 2048])
     p.add_argument("--model", default=None, help="checkpoint (default: random 2B-shaped)")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument(
         "--no-compile", action="store_true", help="skip the cold-compile and first-load runs"
     )
     p.add_argument(
         "--repeats",
-        type=int,
+        type=positive_int,
         default=None,
         help="kernels (7), vision (3), peer and moe's llama.cpp rounds (3)",
     )
-    p.add_argument("--moe-layers", type=int, default=4, help="layers of the moe checkpoint")
+    p.add_argument(
+        "--moe-layers", type=positive_int, default=4, help="layers of the moe checkpoint"
+    )
     p.add_argument("--no-peer", action="store_true", help="moe: without llama.cpp side by side")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     kernels_section.add_arguments(p)
@@ -210,6 +213,17 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown section {', '.join(unknown)}; choose from {' '.join(SECTIONS)}")
     args.what = what
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).parent.is_dir()):
+        p.error(f"--json {args.json}: give a file in a folder that exists (checked before the run)")
+    try:
+        return _run(args)
+    except MerlinError as e:  # a bad --model, a thread count this machine cannot run...
+        print(f"bench: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    what = args.what
     # NUMBA_NUM_THREADS is not set here: Numba is imported already, and a value changed after
     # its threads start fails the next compile; set_threads sets the count, children inherit it
     if args.child:

@@ -662,9 +662,11 @@ def _scaled_lines(b: dict) -> list[str]:
 
 
 def add_arguments(p) -> None:
+    from .sections import positive_float
+
     p.add_argument(
         "--board-bandwidth",
-        type=float,
+        type=positive_float,
         default=None,
         help=f"board: the RK3588's read bandwidth in GB/s (default {RK3588_READ_GBS}; the "
         "other rows keep theirs)",

@@ -194,7 +194,9 @@ def run(
     threads=None, repeats=7, quick=False, scale_dtypes=False, prefill=True, in_cache=False
 ) -> dict:
     if threads:
-        numba.set_num_threads(threads)
+        from ..threads import set_threads
+
+        set_threads(threads)  # at most the CPUs this process may use
     rng = np.random.default_rng(0)
     shapes = SHAPES if not quick else [s for s in SHAPES if s[0] in ("gate_up", "down")]
     if in_cache:

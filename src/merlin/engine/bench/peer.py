@@ -403,8 +403,11 @@ def table(summary: list[dict]) -> list[str]:
 
 
 def add_arguments(p) -> None:
+    from .sections import choice_list
+
     p.add_argument(
         "--flash-attn",
+        type=choice_list("on", "off"),
         default="on",
         help="peer, moe: llama.cpp's flash attention: on, off or on,off (both timed)",
     )

@@ -173,8 +173,10 @@ def report(result: dict) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .sections import image_size
+
     p.add_argument(
-        "--size", action="append", default=None,
+        "--size", action="append", type=image_size, default=None,
         help="vision: image WxH (repeatable; default 448x448 and 1024x768)",
     )  # fmt: skip
 
@@ -182,9 +184,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def section(args) -> dict:
     """Run with the parsed arguments (--repeats is shared with the kernels section; the
     vision default is 3), print the report, return the figures."""
-    sizes = SIZES
-    if args.size:
-        sizes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in args.size)
+    sizes = tuple(args.size) if args.size else SIZES
     repeats = args.repeats if args.repeats is not None else 3
     result = run(sizes, repeats, progress=lambda m: print(m, file=sys.stderr))
     print(report(result))
