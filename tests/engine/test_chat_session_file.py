@@ -188,3 +188,18 @@ def test_a_picture_pasted_as_a_terminal_pastes_a_dragged_file(
         assert code == 0 and "error" not in err, (typed, err)
         s, _ = Session.open(demo_model, path)
         assert s.messages[0].images[0].source == str(picture), typed
+
+
+def test_a_session_that_could_not_be_saved_is_the_exit_status(
+    demo_model, tmp_path, monkeypatch, capsys
+):
+    """A full disk or a folder that cannot be written warned after every turn and exited 0:
+    a script could not tell that the file was never written."""
+    from merlin.engine import arrayfile
+
+    def full(*args, **kwargs):
+        raise arrayfile.FileSaveError("the disk is full")
+
+    monkeypatch.setattr(Session, "save", full)
+    code, err = _chat(monkeypatch, capsys, demo_model, tmp_path / "c.mss", ["first"])
+    assert code == 2 and "the session was not saved: the disk is full" in err

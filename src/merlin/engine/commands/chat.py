@@ -142,8 +142,8 @@ def cmd_chat(args) -> int:
             pending = pending if regenerate else []
             failed = True
             continue
-        if target is not None:
-            _save(session, target, args, out)
+        if target is not None and not _save(session, target, args, out):
+            failed = True  # the exit status says the file was not written
         if interrupted:
             _note("interrupted")
             return 130
@@ -270,10 +270,10 @@ def _free_name(path: Path) -> Path:
         n += 1
 
 
-def _save(session, target: _SessionFile, args, out) -> None:
+def _save(session, target: _SessionFile, args, out) -> bool:
     """Save after a turn; to a new file beside the session file if that file changed since this
     run loaded or last saved it (its content is someone else's turn, kept), and from then on
-    to the new file."""
+    to the new file. Whether it was written."""
     from ..arrayfile import FileSaveError
 
     if target.changed():
@@ -288,7 +288,8 @@ def _save(session, target: _SessionFile, args, out) -> None:
         size = session.save(target.path)
     except FileSaveError as e:
         _note(f"warning: the session was not saved: {e}. The conversation goes on in memory.")
-        return
+        return False
     target.seen = _fingerprint(target.path)
     if args.json:
         _emit(out, {"event": "saved", "path": str(target.path), "bytes": size})
+    return True
