@@ -397,6 +397,19 @@ def test_port_in_use_and_bad_folder_are_one_line_errors(demo_dir, tmp_path):
     assert_user_error(r, "--allow-images", "no such folder")
 
 
+def test_an_address_that_cannot_be_bound_shows_no_key_and_brackets_are_accepted(tmp_path):
+    """A generated API key was printed for an address that then failed to bind; an IPv6
+    host written as in a URL ([::1]) was refused."""
+    from support import assert_user_error
+
+    from merlin.engine.server.cli import is_loopback, unbracketed
+
+    r = run_cli("serve", "--model", str(tmp_path / "missing"), "--host", "999.1.1.1")
+    assert_user_error(r, "cannot listen on 999.1.1.1")
+    assert "API key" not in r.stderr
+    assert is_loopback("[::1]") and unbracketed("[::1]") == "::1" and unbracketed("::1") == "::1"
+
+
 IMPOSSIBLE_OPTIONS = [
     ("--max-body-mb", "-1"),
     ("--max-image-mb", "0"),

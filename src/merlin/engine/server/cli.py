@@ -89,7 +89,13 @@ def check_options(args) -> None:
     limits.integer(args.spec_k, "--spec-k", 1, MAX_K)  # else every answer carried the notice
 
 
+def unbracketed(host: str) -> str:
+    """[::1] (how IPv6 hosts are written in URLs) as ::1."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def is_loopback(host: str) -> bool:
+    host = unbracketed(host)
     if host in LOOPBACK_NAMES:
         return True
     try:
@@ -114,6 +120,7 @@ def api_key_for(host: str, key: str | None) -> tuple[str | None, bool]:
 
 
 def bind(host: str, port: int, advice: str = "choose another --port or --host") -> socket.socket:
+    host = unbracketed(host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
     # TCP, and without it Nagle + delayed ACKs hold a streamed token back ~40 ms
@@ -163,13 +170,13 @@ def run(args) -> int:
     if args.allow_images and not os.path.isdir(os.path.expanduser(args.allow_images)):
         raise MerlinError(f"--allow-images {args.allow_images}: no such folder.")
     key, generated = api_key_for(args.host, args.api_key or os.environ.get("MERLIN_API_KEY"))
+    sock = bind(args.host, args.port)  # before the key is shown: an address that fails has none
     if generated:
         print(
             f"merlin-cli serve: listening on {args.host} needs an API key; generated one:\n"
             f"  {key}\nClients send it as 'Authorization: Bearer {key}'.",
             file=sys.stderr,
         )
-    sock = bind(args.host, args.port)
     model = _load(args)
     if not args.no_warm_up:
         warm_up(model)
