@@ -330,3 +330,9 @@ def test_a_nul_in_an_image_line_is_one_turn_s_error(demo_dir):
     )  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "embedded null byte" in r.stderr and r.stderr.count("prefill") == 1
+
+
+def test_numba_threads_of_zero_is_one_line(demo_dir):
+    """NUMBA_NUM_THREADS=0 made Numba's import raise: a traceback out of every command."""
+    r = run_cli("generate", "hi", "--model", str(demo_dir), env_extra={"NUMBA_NUM_THREADS": "0"})
+    assert_user_error(r, "NUMBA_NUM_THREADS=0: it must be at least 1")

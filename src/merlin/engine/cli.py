@@ -77,6 +77,16 @@ def _standard_streams() -> None:
         sys.stdout = open(os.devnull, "w")
 
 
+def _check_numba_environment() -> None:
+    """NUMBA_NUM_THREADS=0 (or below) makes Numba's import raise: said before it is imported."""
+    value = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if value.lstrip("-").isdigit() and int(value) < 1:
+        raise MerlinError(
+            f"NUMBA_NUM_THREADS={value}: it must be at least 1; unset it (Merlin uses every "
+            "CPU it may) or give merlin-cli --threads N."
+        )
+
+
 def _silence_stdout() -> None:
     """After a write to stdout failed, the interpreter's last flush must not fail again."""
     try:
@@ -89,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     replaced = _exits_on_termination()
     try:
         _standard_streams()
+        _check_numba_environment()
         tolerate_unencodable_output()
         args = build_parser().parse_args(argv)
         from .cli_checks import check_args
