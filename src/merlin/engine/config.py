@@ -12,6 +12,7 @@ position components equal, so any section adding up to head_dim/2 computes it).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -438,11 +439,12 @@ def load_config(folder: Path) -> ModelConfig:
     folder = Path(folder)
     try:
         os.stat(folder)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         pass  # said below, with what the path is
     except (OSError, ValueError) as e:  # not allowed in, a name too long, a NUL
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise CheckpointError(f"{folder}: cannot be opened ({why}).") from None
+        if getattr(e, "errno", None) != errno.ELOOP:  # a loop of links: said below
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise CheckpointError(f"{folder}: cannot be opened ({why}).") from None
     if not folder.is_dir():
         if folder.is_file():
             problem = "is a file, not a folder"
