@@ -98,6 +98,24 @@ def test_settings_dialog_edits_a_copy(qtbot):
     assert s.max_new_tokens == AppSettings().max_new_tokens
 
 
+def test_settings_dialog_fits_a_short_screen(qtbot, monkeypatch):
+    """On a 1280x720 screen the dialog (764 px tall in English, 780 in Chinese) had put OK and
+    Cancel below the screen's edge: the settings scroll, the buttons stay in view."""
+    from PySide6.QtCore import QRect
+
+    from merlin.app.settings import AppSettings, SettingsDialog
+
+    d = SettingsDialog(AppSettings())
+    qtbot.addWidget(d)
+    monkeypatch.setattr(type(d.screen()), "availableGeometry", lambda self: QRect(0, 0, 1280, 500))
+    d.show()
+    qtbot.waitExposed(d)
+    assert d.height() <= 460
+    ok = d.buttons.button(d.buttons.StandardButton.Ok)
+    assert ok.isVisible() and d.rect().contains(ok.geometry().translated(d.buttons.pos()))
+    assert d.scroll.verticalScrollBar().maximum() > 0  # the rest is one scroll away
+
+
 def test_hf_cache_scan_finds_the_checkpoints_merlin_runs_only(tmp_path):
     from merlin.app.model.hf_scan import find_checkpoints
 

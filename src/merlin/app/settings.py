@@ -14,11 +14,14 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QLabel,
     QPlainTextEdit,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
 
 from merlin.app.model.jobs import MAP_EXPERTS
@@ -181,6 +184,14 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self._base = settings
         layout = QVBoxLayout(self)
+        # the settings scroll, the buttons stay: the whole dialog is taller than a 720-line
+        # screen (the board's HDMI), which had put OK and Cancel below its edge
+        self.content = QWidget()
+        fields = QVBoxLayout(self.content)
+        fields.setContentsMargins(0, 0, 0, 0)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.NoFrame)
         gen = QGroupBox()
         self.gen_box = gen
         form = QFormLayout(gen)
@@ -240,7 +251,7 @@ class SettingsDialog(QDialog):
             form.addRow(label, widget)
             if key == "image_tokens":
                 form.addRow(self.image_tokens_note)
-        layout.addWidget(gen)
+        fields.addWidget(gen)
         app_box = QGroupBox()
         self.app_box = app_box
         app_form = QFormLayout(app_box)
@@ -266,7 +277,9 @@ class SettingsDialog(QDialog):
         self.session_usage.setWordWrap(True)
         self.session_usage.setTextInteractionFlags(Qt.TextSelectableByMouse)
         app_form.addRow(self.session_usage)
-        layout.addWidget(app_box)
+        fields.addWidget(app_box)
+        self.scroll.setWidget(self.content)
+        layout.addWidget(self.scroll)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.Ok | QDialogButtonBox.Cancel | QDialogButtonBox.RestoreDefaults
         )
@@ -350,6 +363,26 @@ class SettingsDialog(QDialog):
             if valid_cpus(self.cpus.currentText())
             else self._base.cpus,
         )
+
+    def showEvent(self, event):  # noqa: N802
+        self.fit_screen()
+        super().showEvent(event)
+
+    def fit_screen(self) -> None:
+        """As tall as the settings when the screen has room, else the screen's height (the
+        rest scrolls); as wide as they need."""
+        screen = self.screen().availableGeometry() if self.screen() else None
+        content = self.content.sizeHint()
+        bar = self.scroll.verticalScrollBar().sizeHint().width()
+        margins = self.layout().contentsMargins()
+        width = content.width() + bar + margins.left() + margins.right()
+        height = (content.height() + self.buttons.sizeHint().height() + self.layout().spacing()
+                  + margins.top() + margins.bottom())  # fmt: skip
+        if screen is not None:
+            width, height = min(width, screen.width()), min(height, screen.height() - 40)
+        room = width - margins.left() - margins.right()
+        self.scroll.setMinimumWidth(min(content.width() + bar, room))
+        self.resize(width, height)
 
     def retranslate(self) -> None:
         self.setWindowTitle(tr("Settings"))
