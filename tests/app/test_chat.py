@@ -72,6 +72,23 @@ def test_stop_keeps_what_was_produced(qtbot, make_window):
     assert stored(w)[-1][2] == "done"
 
 
+def test_esc_stops_the_answer_wherever_the_focus_is(qtbot, make_window):
+    """The hint says "Esc stops", but only the message box listened: with the focus on the
+    conversation, the list or the Stop button the answer ran to its end."""
+    w = make_window(max_new_tokens=100_000, use_model_sampling=False, temperature=0.0)
+    w.show()
+    w.activateWindow()
+    qtbot.waitExposed(w)
+    send(qtbot, w, "Tell me a very long story.", wait=False)
+    answer = w.chat.messages()[-1]
+    qtbot.waitUntil(lambda: len(answer.text) > 20, timeout=60_000)
+    w.composer.send_button.setFocus()
+    qtbot.keyClick(w.composer.send_button, Qt.Key_Escape)
+    wait_idle(qtbot, w)
+    assert stored(w)[-1][2] == "stopped"
+    assert not w.composer.stop_shortcut.isEnabled()  # idle: Esc is the focused widget's own
+
+
 def test_regenerate_adds_a_version_of_the_last_answer(qtbot, make_window):
     w = make_window()
     send(qtbot, w, "Say something")

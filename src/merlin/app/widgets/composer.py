@@ -26,7 +26,15 @@ from pathlib import Path
 from urllib.parse import unquote_to_bytes
 
 from PySide6.QtCore import QEvent, QMimeData, QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QFontMetrics, QImage, QKeyEvent, QPalette, QTextLayout
+from PySide6.QtGui import (
+    QFontMetrics,
+    QImage,
+    QKeyEvent,
+    QKeySequence,
+    QPalette,
+    QShortcut,
+    QTextLayout,
+)
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -329,6 +337,13 @@ class Composer(QWidget):
         self.edit = ComposerEdit()
         self.edit.sig_submit.connect(self.submit)
         self.edit.sig_escape.connect(self._on_escape)
+        # while an answer streams, Esc stops it wherever the focus is in the window (the
+        # conversation, the list, a button), as the hint says; otherwise Esc is the
+        # focused widget's own (the message box cancels an edit)
+        self.stop_shortcut = QShortcut(QKeySequence(Qt.Key_Escape), self)
+        self.stop_shortcut.setContext(Qt.WindowShortcut)
+        self.stop_shortcut.setEnabled(False)
+        self.stop_shortcut.activated.connect(self.sig_stop)
         self.edit.sig_mime_pasted.connect(self.add_mime)
         self.edit.textChanged.connect(self.sig_contents_changed)
         self.send_button = QPushButton()
@@ -432,6 +447,7 @@ class Composer(QWidget):
 
     def set_busy(self, busy: bool) -> None:
         self._busy = busy
+        self.stop_shortcut.setEnabled(busy)
         self.send_button.setIcon(icon("stop" if busy else "send"))
         self.send_button.setText(tr("Stop") if busy else tr("Send"))
         self.send_button.setToolTip(tr("Stop the answer (Esc)") if busy else tr("Send (Enter)"))
