@@ -250,3 +250,19 @@ def test_words_from_outside_are_shown_as_written_never_as_html(qtbot, make_windo
     widget.set_notices([page])
     for label in (widget.notices, widget.note, widget.status, w.composer.notice):
         assert label.textFormat() == Qt.PlainText
+
+
+def test_the_banner_close_button_is_named_in_each_language(qtbot):
+    """An icon alone, reached with Tab: it had no tooltip and no name for a screen reader."""
+    from merlin.app.i18n import shared_translations
+    from merlin.app.widgets.banner import Banner
+
+    b = Banner()
+    qtbot.addWidget(b)
+    assert b.close_button.accessibleName() == b.close_button.toolTip() == "Dismiss"
+    translations = shared_translations()
+    assert translations.switch("zh_CN")
+    try:
+        qtbot.waitUntil(lambda: b.close_button.toolTip() == "关闭")  # LanguageChange is posted
+    finally:
+        translations.switch("en")

@@ -562,6 +562,11 @@ Applies at the next model load.</source>
       <translation>无法保存粘贴的图片。</translation>
     </message>
     <message>
+      <location filename="../../app/widgets/banner.py" />
+      <source>Dismiss</source>
+      <translation>关闭</translation>
+    </message>
+    <message>
       <location filename="../../app/widgets/chat_files.py" />
       <source>Open a chat to export it.</source>
       <translation>请先打开一个对话再导出。</translation>

@@ -3,10 +3,11 @@ demo model's random answers, a failed load or generation. Text is selectable; ne
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton
 
+from merlin.app.i18n import tr
 from merlin.app.widgets import theme
 from merlin.app.widgets.icons import icon
 
@@ -45,6 +46,17 @@ class Banner(QFrame):
         layout.addWidget(self.action)
         layout.addWidget(self.close_button, 0, Qt.AlignTop)
         self.setVisible(False)
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        # an icon alone: named for the tooltip and for screen readers
+        self.close_button.setToolTip(tr("Dismiss"))
+        self.close_button.setAccessibleName(tr("Dismiss"))
+
+    def changeEvent(self, event):  # noqa: N802
+        if event.type() == QEvent.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
 
     def show_message(self, kind: str, text: str, action: str = "", closable: bool = True) -> None:
         self.kind = kind
