@@ -51,7 +51,9 @@ def test_attached_image_is_encoded_before_send_and_not_again(qtbot, make_window,
         chip = window.composer.chip(window.composer.attachments()[0])
         qtbot.waitUntil(lambda: "read in" in chip.status.text(), timeout=10_000)
         assert chip.status.text().startswith(f"{est.tokens} tokens")
-        qtbot.waitUntil(lambda: window.panel.values["vision"].text().endswith(" s"), timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window.panel.values["vision"].text().endswith(("ms", " s")), timeout=10_000
+        )
         assert calls == [1]
         # and the rows of a turn starting with it are computed while the user types
         worker = window.controller.worker

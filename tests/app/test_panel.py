@@ -97,3 +97,46 @@ def test_chart_repaint_cost(qtbot):
         f"median {median:.2f} ms, max {times[-1]:.2f} ms, paintEvent avg {chart.paint_ms:.2f} ms"
     )
     assert median < 8.0  # a few Hz of this is far below 1% of a core
+
+
+def test_the_encoder_line_belongs_to_the_next_answer_only(qtbot):
+    """A picture encoded while the question was typed shows its encoder time (in ms, as the
+    panel's other times: it had read "0.01 s") through the answer that follows; a later
+    text-only answer shows its own figure again (the old time had stayed)."""
+    from merlin.app.model.perf_stats import format_ms
+    from merlin.app.widgets.perf_panel import PerfPanel
+
+    stats = PerfStats()
+    panel = PerfPanel(stats)
+    qtbot.addWidget(panel)
+    stats.start(1.0)  # an earlier answer
+    panel.set_encoder(format_ms(6.4))
+    panel.refresh(force=True)
+    assert panel.values["vision"].text() == "6 ms"
+    stats.start(2.0)  # the picture's answer: it was encoded before, its own figure is 0
+    stats.prefill(10, 0.0, 5.0)
+    panel.refresh(force=True)
+    assert panel.values["vision"].text() == "6 ms"
+    stats.start(3.0)  # a text-only answer after it
+    stats.prefill(10, 0.0, 5.0)
+    panel.refresh(force=True)
+    assert panel.values["vision"].text() == "–"
+
+
+def test_a_chinese_prefill_line_never_breaks_inside_a_word(qtbot):
+    from merlin.app.i18n import shared_translations
+    from merlin.app.widgets.perf_panel import PerfPanel
+
+    translations = shared_translations()
+    assert translations.switch("zh_CN")
+    try:
+        stats = PerfStats()
+        panel = PerfPanel(stats)
+        qtbot.addWidget(panel)
+        stats.start(1.0)
+        stats.prefill(12, 0.0, 5.0, reused=291)
+        panel.refresh(force=True)
+        text = panel.values["prefill"].text()
+        assert "291" in text and "词\u2060元" in text
+    finally:
+        translations.switch("en")

@@ -22,6 +22,7 @@ import itertools
 from PySide6.QtCore import QObject, Signal
 
 from merlin.app.i18n import tr
+from merlin.app.model.perf_stats import format_ms
 from merlin.app.worker import GENERATION_KEY, ImageJob, ImageStatus
 from merlin.engine.vision.budget import preset_tokens
 from merlin.engine.vision.preprocess import PreprocessConfig
@@ -149,6 +150,6 @@ class ImageEncoding(QObject):
         if st.state == "encoding":
             self.sig_encoder.emit(tr("blocks {d}/{depth}").format(d=st.done, depth=st.depth))
         elif st.state == "done":
-            self.sig_encoder.emit(tr("{s} s").format(s=f"{st.seconds:.2f}"))
+            self.sig_encoder.emit(format_ms(st.seconds * 1000))  # as the panel's other times
         elif st.state == "cancelled":
             self.sig_encoder.emit(tr("stopped"))

@@ -60,11 +60,6 @@
     </message>
     <message>
       <location filename="../../app/image_encoding.py" />
-      <source>{s} s</source>
-      <translation>{s} 秒</translation>
-    </message>
-    <message>
-      <location filename="../../app/image_encoding.py" />
       <source>stopped</source>
       <translation>已停止</translation>
     </message>

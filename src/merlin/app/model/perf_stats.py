@@ -158,6 +158,13 @@ def machine_memory_bytes() -> int | None:
     return memory.total_memory()
 
 
+def format_ms(ms: float | None) -> str:
+    """A duration as the panel shows it: milliseconds below 10 s, else seconds ("–": none)."""
+    if ms is None:
+        return "–"
+    return f"{ms / 1000:.2f} s" if ms >= 10_000 else f"{ms:.0f} ms"
+
+
 def format_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":

@@ -8,6 +8,7 @@ the panel, and read by the tests).
 from __future__ import annotations
 
 import math
+import re
 import time
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, QTimer
@@ -19,6 +20,7 @@ from merlin.app.model.perf_stats import (
     HISTORY,
     PerfStats,
     format_bytes,
+    format_ms,
     machine_memory_bytes,
     process_memory_bytes,
 )
@@ -63,6 +65,10 @@ def _nice_ceiling(x: float) -> float:
         if m * 10**exp >= x:
             return m * 10**exp
     return 10 ** (exp + 1)
+
+
+# between two CJK characters (Chinese breaks a line between any two): where a word joiner goes
+_CJK_PAIR = re.compile(r"(?<=[\u3400-\u9fff])(?=[\u3400-\u9fff])")
 
 
 class StackedChart(QWidget):
@@ -242,6 +248,7 @@ class PerfPanel(QFrame):
         layout.addWidget(self.footer)
         self._seen = -1
         self._encoder = ""  # the vision encoder's progress or time (app/image_encoding.py)
+        self._encoder_since = self._encoder_answer = None  # set_encoder
         self._memory = 0
         self._ram: int | None = None  # the machine's RAM (read once)
         self._ticks = 0
@@ -280,20 +287,22 @@ class PerfPanel(QFrame):
         s = self.stats
         cur, avg = s.current_tokens_per_s, s.decode_tokens_per_s
         self.values["rate"].setText(f"{_num(cur)} / {_num(avg)}" if cur or avg else "–")
-        self.values["ttft"].setText(_ms(s.ttft_ms))
-        vision = _ms(s.vision_ms) if s.vision_ms else "–"
-        self.values["vision"].setText(self._encoder or vision)
+        self.values["ttft"].setText(format_ms(s.ttft_ms))
+        vision = format_ms(s.vision_ms) if s.vision_ms else "–"
+        self.values["vision"].setText(self._encoder_text() or vision)
         if s.prefill_tokens or s.reused_tokens:
             # computed: rows prefilled now; reused: rows the session's KV cache already held
             pre = tr("{ms} · computed {n} / reused {r} tok").format(
-                ms=_ms(s.prefill_ms), n=s.prefill_tokens, r=s.reused_tokens
+                ms=format_ms(s.prefill_ms), n=s.prefill_tokens, r=s.reused_tokens
             )
-            # a narrow panel wraps at the dot, never between a number and its word
+            # a narrow panel wraps at the dot, never between a number and its word (nor
+            # inside a Chinese word: a word joiner between its characters)
             pre = (
                 pre.replace(" ", "\u00a0")
                 .replace("\u00a0·\u00a0", " · ")
                 .replace("\u00a0/\u00a0", " / ")
             )
+            pre = _CJK_PAIR.sub("\u2060", pre)
         else:
             pre = "–"
         self.values["prefill"].setText(pre)
@@ -340,9 +349,22 @@ class PerfPanel(QFrame):
         self.footer.setVisible(not on)
 
     def set_encoder(self, text: str) -> None:
-        """The vision encoder's line: blocks done of depth while it runs, its time after."""
+        """The vision encoder's line: blocks done of depth while it runs, its time after. It
+        stays through the answer that starts next (the picture's), then that line is each
+        answer's own figure again (a later text-only answer had kept showing it)."""
         self._encoder = text
+        self._encoder_since = self.stats.started_at  # the answer running or last run then
+        self._encoder_answer = None  # the answer that starts next
         self.values["vision"].setText(text or "–")
+
+    def _encoder_text(self) -> str:
+        start = self.stats.started_at
+        if self._encoder and start != self._encoder_since:
+            if self._encoder_answer is None:
+                self._encoder_answer = start
+            elif start != self._encoder_answer:
+                self._encoder = ""
+        return self._encoder
 
     def set_model(self, text: str) -> None:
         self.model_label.setText(text)
@@ -404,12 +426,6 @@ def memory_text(rss: int, ram: int | None, kv: int) -> str:
 
 def _num(x) -> str:
     return f"{x:.1f}" if isinstance(x, (int, float)) and x else "–"
-
-
-def _ms(x) -> str:
-    if x is None:
-        return "–"
-    return f"{x / 1000:.2f} s" if x >= 10_000 else f"{x:.0f} ms"
 
 
 def _count(x, extra=None) -> str:
