@@ -115,7 +115,7 @@ def vision_weight_bytes(cfg: ModelConfig) -> int:
         return 0
     shapes = expected_vision_tensors(cfg.vision)
     f32 = 4 * sum(math.prod(s) for name, s in shapes.items() if not is_stored_matrix(name))
-    q8_weights = [s for name, s in shapes.items() if is_stored_matrix(name) and s[1] % 32 == 0]
+    q8_weights = [s for name, s in shapes.items() if is_stored_matrix(name) and quantizable(s[1])]
     q8 = sum(math.prod(s) for s in q8_weights) * 34 // 32
     return f32 + q8
 

@@ -22,7 +22,8 @@ import threading
 import numpy as np
 
 from ..linear import GroupLinear
-from ..quant import BLOCK, quantize_q8
+from ..linear import quantizable as linear_quantizable
+from ..quant import quantize_q8
 
 _LOCK = threading.Lock()  # two threads encoding at once quantize a matrix once
 
@@ -30,7 +31,7 @@ _LOCK = threading.Lock()  # two threads encoding at once quantize a matrix once
 def runs_q8(weight) -> bool:
     """Can this StoredWeight run as q8 (its input width a multiple of the 32-wide blocks)?
     The others stay f32 BLAS in a q8 encoder: Qwen3-VL-8B's fc2 reads 4,304 columns."""
-    return weight.shape[1] % BLOCK == 0
+    return linear_quantizable(weight.shape[1])
 
 
 def quantizable(stored) -> bool:
